@@ -1,0 +1,14 @@
+//! Sans-IO Kubernetes API machinery for Flotilla: label and field selectors, name validation,
+//! JSON / merge / strategic-merge patches and server-side-apply field ownership.
+//!
+//! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
+//! so the apiserver (and anything else) can call it from any context and test it with tables.
+//! Names follow upstream `k8s.io/apimachinery` and `sigs.k8s.io/structured-merge-diff` so a
+//! reader who knows Kubernetes can find things.
+
+pub mod field;
+pub mod managed_fields;
+pub mod names;
+pub mod patch;
+pub mod schema;
+pub mod selector;

@@ -1,0 +1,381 @@
+//! `ApiError`: every failure the API can answer, and the one place it becomes a wire `Status`.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
+
+use crate::resources::GroupResource;
+
+/// A Kubernetes API failure: HTTP code, `reason` and message, exactly as kube-apiserver's
+/// `k8s.io/apimachinery/pkg/api/errors` constructors build them. Constructors are named after
+/// those (`NewNotFound` → [`ApiError::not_found`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason} ({code}): {message}")]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// The machine-readable `StatusReason`.
+    pub reason: &'static str,
+    /// The human-readable message.
+    pub message: String,
+    /// Structured details (name, group, kind, causes, retry-after).
+    pub details: Option<StatusDetails>,
+}
+
+/// One field problem inside an `Invalid` error (upstream `field.Error`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, …
+    pub cause_type: &'static str,
+    /// The field path, e.g. `metadata.name`.
+    pub field: String,
+    /// The full detail message as upstream renders it (e.g. `Invalid value: "x": must be…`).
+    pub message: String,
+}
+
+impl FieldError {
+    /// `field.Invalid(path, value, detail)`.
+    pub fn invalid(field: impl Into<String>, value: &serde_json::Value, detail: &str) -> Self {
+        FieldError {
+            cause_type: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {}: {detail}", render_value(value)),
+        }
+    }
+
+    /// `field.Required(path, detail)`.
+    pub fn required(field: impl Into<String>, detail: &str) -> Self {
+        let message = if detail.is_empty() {
+            "Required value".to_string()
+        } else {
+            format!("Required value: {detail}")
+        };
+        FieldError {
+            cause_type: "FieldValueRequired",
+            field: field.into(),
+            message,
+        }
+    }
+
+    /// `field.Forbidden(path, detail)`.
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        FieldError {
+            cause_type: "FieldValueForbidden",
+            field: field.into(),
+            message: format!("Forbidden: {detail}"),
+        }
+    }
+
+    /// `field.NotSupported(path, value, valid)`.
+    pub fn not_supported(
+        field: impl Into<String>,
+        value: &serde_json::Value,
+        valid: &[&str],
+    ) -> Self {
+        let valid: Vec<String> = valid.iter().map(|v| format!("\"{v}\"")).collect();
+        FieldError {
+            cause_type: "FieldValueNotSupported",
+            field: field.into(),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                render_value(value),
+                valid.join(", ")
+            ),
+        }
+    }
+
+    /// `field.Duplicate(path, value)`.
+    pub fn duplicate(field: impl Into<String>, value: &serde_json::Value) -> Self {
+        FieldError {
+            cause_type: "FieldValueDuplicate",
+            field: field.into(),
+            message: format!("Duplicate value: {}", render_value(value)),
+        }
+    }
+}
+
+/// Values in field errors are printed the way Go's `%#v`-ish upstream rendering shows them:
+/// strings quoted, numbers bare.
+fn render_value(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn with_details(mut self, resource: &GroupResource, name: &str) -> Self {
+        self.details = Some(StatusDetails {
+            name: (!name.is_empty()).then(|| name.to_string()),
+            group: (!resource.group.is_empty()).then(|| resource.group.clone()),
+            kind: Some(resource.resource.clone()),
+            ..Default::default()
+        });
+        self
+    }
+
+    /// `NewNotFound`: 404 `pods "x" not found`.
+    pub fn not_found(resource: &GroupResource, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{resource} \"{name}\" not found"))
+            .with_details(resource, name)
+    }
+
+    /// `NewAlreadyExists`: 409 `pods "x" already exists`.
+    pub fn already_exists(resource: &GroupResource, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{resource} \"{name}\" already exists"),
+        )
+        .with_details(resource, name)
+    }
+
+    /// `NewConflict`: 409 `Operation cannot be fulfilled on pods "x": <why>`.
+    pub fn conflict(resource: &GroupResource, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+        )
+        .with_details(resource, name)
+    }
+
+    /// The optimistic-concurrency conflict of a stale update.
+    pub fn stale_update(resource: &GroupResource, name: &str) -> Self {
+        Self::conflict(
+            resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// `NewApplyConflict`: 409 with one cause per conflicting field.
+    pub fn apply_conflict(causes: Vec<StatusCause>, message: String) -> Self {
+        let mut err = Self::new(409, "Conflict", message);
+        err.details = Some(StatusDetails {
+            causes: Some(causes),
+            ..Default::default()
+        });
+        err
+    }
+
+    /// `NewInvalid`: 422 `Deployment.apps "x" is invalid: [a: …, b: …]`.
+    pub fn invalid(group: &str, kind: &str, name: &str, errors: Vec<FieldError>) -> Self {
+        let qualified_kind = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let rendered: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        let summary = match rendered.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut err = Self::new(
+            422,
+            "Invalid",
+            format!("{qualified_kind} \"{name}\" is invalid: {summary}"),
+        );
+        err.details = Some(StatusDetails {
+            name: Some(name.to_string()),
+            group: (!group.is_empty()).then(|| group.to_string()),
+            kind: Some(kind.to_string()),
+            causes: Some(
+                errors
+                    .into_iter()
+                    .map(|e| StatusCause {
+                        field: Some(e.field),
+                        message: Some(e.message),
+                        reason: Some(e.cause_type.to_string()),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        err
+    }
+
+    /// `NewBadRequest`: 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    /// `NewForbidden`: 403 `pods "x" is forbidden: <why>`.
+    pub fn forbidden(resource: &GroupResource, name: &str, why: &str) -> Self {
+        let message = if name.is_empty() {
+            format!("{resource} is forbidden: {why}")
+        } else {
+            format!("{resource} \"{name}\" is forbidden: {why}")
+        };
+        Self::new(403, "Forbidden", message).with_details(resource, name)
+    }
+
+    /// `NewUnauthorized`: 401.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// `NewMethodNotSupported`: 405.
+    pub fn method_not_supported(resource: &GroupResource, verb: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("{verb} is not supported on resources of kind \"{resource}\""),
+        )
+        .with_details(resource, "")
+    }
+
+    /// A path that names no resource: upstream's plain 404 `the server could not find the requested resource`.
+    pub fn no_such_path() -> Self {
+        let mut err = Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+        err.details = Some(StatusDetails::default());
+        err
+    }
+
+    /// 406 for an `Accept` header the server cannot satisfy.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
+    /// 415 for a body content type the verb does not take.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type})"
+            ),
+        )
+    }
+
+    /// `NewResourceExpired`: 410 `Expired`.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    /// `NewRequestEntityTooLargeError`: 413.
+    pub fn request_entity_too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+
+    /// `NewTooManyRequests`: 429 with a retry-after hint.
+    pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: i32) -> Self {
+        let mut err = Self::new(429, "TooManyRequests", message);
+        err.details = Some(StatusDetails {
+            retry_after_seconds: Some(retry_after_seconds),
+            ..Default::default()
+        });
+        err
+    }
+
+    /// `NewTimeoutError` (504), used for "Too large resource version".
+    pub fn too_large_resource_version(requested: i64, current: i64) -> Self {
+        let mut err = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        );
+        err.details = Some(StatusDetails {
+            causes: Some(vec![StatusCause {
+                reason: Some("ResourceVersionTooLarge".into()),
+                message: Some("Too large resource version".into()),
+                field: None,
+            }]),
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        });
+        err
+    }
+
+    /// `NewInternalError`: 500.
+    pub fn internal(err: impl std::fmt::Display) -> Self {
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {err}"),
+        )
+    }
+
+    /// `NewServiceUnavailable`: 503.
+    pub fn service_unavailable(message: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", message)
+    }
+
+    /// The `Status` object this error is on the wire.
+    pub fn to_status(&self) -> Status {
+        Status {
+            code: Some(i32::from(self.code)),
+            details: self.details.clone(),
+            message: Some(self.message.clone()),
+            metadata: Default::default(),
+            reason: Some(self.reason.to_string()),
+            status: Some("Failure".to_string()),
+        }
+    }
+}
+
+impl From<flotilla_storage::StorageError> for ApiError {
+    fn from(err: flotilla_storage::StorageError) -> Self {
+        use flotilla_storage::StorageError;
+        match &err {
+            StorageError::Compacted { .. } => {
+                ApiError::expired(format!("too old resource version: {err}"))
+            }
+            StorageError::FutureRevision { requested, current } => {
+                ApiError::too_large_resource_version(*requested, *current)
+            }
+            StorageError::Unavailable { .. } => ApiError::service_unavailable(err.to_string()),
+            StorageError::Corrupt { .. } => ApiError::internal(err),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (code, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(seconds) = self.details.as_ref().and_then(|d| d.retry_after_seconds) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+impl ApiError {
+    /// 415 for a PATCH whose `Content-Type` names no patch type we apply.
+    pub fn unsupported_media_type_for_patch(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
+            ),
+        )
+    }
+}

@@ -1,0 +1,1006 @@
+//! The HTTP surface of a tenant's Kubernetes API: path routing, verbs, query options and
+//! response encoding. Every failure leaves through [`ApiError`]'s one `IntoResponse`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::ApiServer;
+use crate::discovery;
+use crate::error::ApiError;
+use crate::meta;
+use crate::negotiate::{self, BodyFormat, Representation};
+use crate::resources::{ResourceInfo, ScaleSubresource};
+use crate::selection::Selection;
+use crate::store::{
+    DeleteOptions, Deleted, FieldValidation, ListOptions, Propagation, ReadAt, Tenant,
+    UpdateTarget, WriteOptions,
+};
+use crate::table::IncludeObject;
+use crate::watch::{self, WatchOptions};
+
+/// Largest request body accepted (upstream's 3 MiB JSON limit).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Default watch timeout when the client gives none (upstream picks 30–60 min).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// One decoded request to a tenant's API.
+pub struct Call {
+    /// The verb.
+    pub method: Method,
+    /// Query parameters (last value wins, as Go's `url.Values.Get`).
+    pub query: HashMap<String, String>,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// The raw body.
+    pub body: Bytes,
+}
+
+impl Call {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query.get(name).map(String::as_str)
+    }
+
+    fn header(&self, name: header::HeaderName) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        matches!(self.param(name), Some("true") | Some("1"))
+    }
+
+    fn representation(&self) -> Result<Representation, ApiError> {
+        negotiate::representation(self.header(header::ACCEPT))
+    }
+
+    fn include_object(&self) -> Result<IncludeObject, ApiError> {
+        IncludeObject::parse(self.param("includeObject")).ok_or_else(|| {
+            ApiError::bad_request("includeObject must be one of None, Metadata, Object")
+        })
+    }
+
+    fn write_options(&self) -> Result<WriteOptions, ApiError> {
+        let dry_run = match self.param("dryRun") {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid value: {other:?}: supported values: \"All\""
+                )));
+            }
+        };
+        let field_validation = match self.param("fieldValidation") {
+            None | Some("") | Some("Warn") => FieldValidation::Warn,
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
+                )));
+            }
+        };
+        let field_manager = match self.param("fieldManager") {
+            Some(m) if !m.is_empty() => m.to_string(),
+            // Upstream derives the manager from the user agent's program name.
+            _ => self
+                .header(header::USER_AGENT)
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        };
+        if field_manager.len() > 128 {
+            return Err(ApiError::bad_request(
+                "fieldManager: Too long: may not be more than 128 bytes",
+            ));
+        }
+        Ok(WriteOptions {
+            dry_run,
+            field_validation,
+            field_manager,
+        })
+    }
+
+    fn body_json(&self) -> Result<Value, ApiError> {
+        let format = negotiate::body_format(self.header(header::CONTENT_TYPE))?;
+        negotiate::parse_body(&self.body, format)
+    }
+}
+
+/// Parses a query string into a map.
+pub fn parse_query(query: Option<&str>) -> HashMap<String, String> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
+fn json_response(
+    code: StatusCode,
+    content_type: &'static str,
+    value: &Value,
+    warnings: &[String],
+) -> Response {
+    let body = if content_type == "application/yaml" {
+        serde_yaml::to_string(value)
+            .map(String::into_bytes)
+            .unwrap_or_default()
+    } else {
+        serde_json::to_vec(value).unwrap_or_default()
+    };
+    let mut response = (code, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    for warning in warnings {
+        let text = format!("299 - {:?}", warning);
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
+/// A plain JSON answer (discovery, version).
+pub fn plain_json(value: &Value) -> Response {
+    json_response(StatusCode::OK, "application/json", value, &[])
+}
+
+fn success_status(resource: &ResourceInfo, obj: &Value) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+        "details": {"name": meta::name(obj), "group": resource.group, "kind": resource.plural, "uid": meta::uid(obj)},
+    })
+}
+
+/// Routes a request below `/clusters/{id}/` (the part after the prefix is `rest`).
+pub async fn tenant_request(
+    server: Arc<ApiServer>,
+    tenant: Tenant,
+    rest: &[&str],
+    call: Call,
+) -> Response {
+    match route(&server, &tenant, rest, &call).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn route(
+    server: &ApiServer,
+    tenant: &Tenant,
+    rest: &[&str],
+    call: &Call,
+) -> Result<Response, ApiError> {
+    let resources = server.resources;
+    let accept = call.header(header::ACCEPT);
+    let get_only = |call: &Call| {
+        if call.method == Method::GET {
+            Ok(())
+        } else {
+            Err(ApiError::method_not_supported(
+                &crate::resources::GroupResource {
+                    group: String::new(),
+                    resource: String::new(),
+                },
+                call.method.as_str(),
+            ))
+        }
+    };
+    match rest {
+        ["version"] => {
+            get_only(call)?;
+            Ok(plain_json(&discovery::version()))
+        }
+        ["healthz"] | ["livez"] | ["readyz"] => Ok((StatusCode::OK, "ok").into_response()),
+        ["api"] => {
+            get_only(call)?;
+            if discovery::wants_aggregated(accept) {
+                let mut r = plain_json(&discovery::aggregated(resources, true));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+                );
+                return Ok(r);
+            }
+            Ok(plain_json(&discovery::api_versions(
+                &server.advertise_address,
+            )))
+        }
+        ["apis"] => {
+            get_only(call)?;
+            if discovery::wants_aggregated(accept) {
+                let mut r = plain_json(&discovery::aggregated(resources, false));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+                );
+                return Ok(r);
+            }
+            Ok(plain_json(&discovery::api_group_list(resources)))
+        }
+        ["api", "v1"] => {
+            get_only(call)?;
+            discovery::api_resource_list(resources, "", "v1")
+                .map(|v| plain_json(&v))
+                .ok_or_else(ApiError::no_such_path)
+        }
+        ["apis", group] => {
+            get_only(call)?;
+            discovery::api_group(resources, group)
+                .map(|v| plain_json(&v))
+                .ok_or_else(ApiError::no_such_path)
+        }
+        ["apis", group, version] => {
+            get_only(call)?;
+            discovery::api_resource_list(resources, group, version)
+                .map(|v| plain_json(&v))
+                .ok_or_else(ApiError::no_such_path)
+        }
+        ["openapi", "v2"] => {
+            get_only(call)?;
+            Ok(plain_json(server.openapi.v2()))
+        }
+        ["openapi", "v3"] => {
+            get_only(call)?;
+            Ok(plain_json(server.openapi.v3_index()))
+        }
+        ["openapi", "v3", path @ ..] => {
+            get_only(call)?;
+            server
+                .openapi
+                .v3_document(&path.join("/"))
+                .map(plain_json)
+                .ok_or_else(ApiError::no_such_path)
+        }
+        ["api", "v1", rest @ ..] => resource_request(server, tenant, "", "v1", rest, call).await,
+        ["apis", group, version, rest @ ..] => {
+            resource_request(server, tenant, group, version, rest, call).await
+        }
+        _ => Err(ApiError::no_such_path()),
+    }
+}
+
+/// A resource path after `/api/v1` or `/apis/{g}/{v}`.
+struct Target<'a> {
+    namespace: Option<&'a str>,
+    plural: &'a str,
+    name: Option<&'a str>,
+    subresource: Option<&'a str>,
+    watch_path: bool,
+}
+
+fn parse_target<'a>(mut rest: &[&'a str]) -> Option<Target<'a>> {
+    let mut watch_path = false;
+    if let ["watch", tail @ ..] = rest {
+        watch_path = true;
+        rest = tail;
+    }
+    let mut namespace = None;
+    if let ["namespaces", ns, tail @ ..] = rest
+        && !tail.is_empty()
+        && !(tail.len() == 1 && matches!(tail[0], "status" | "finalize"))
+    {
+        namespace = Some(*ns);
+        rest = tail;
+    }
+    match rest {
+        [plural] => Some(Target {
+            namespace,
+            plural,
+            name: None,
+            subresource: None,
+            watch_path,
+        }),
+        [plural, name] => Some(Target {
+            namespace,
+            plural,
+            name: Some(name),
+            subresource: None,
+            watch_path,
+        }),
+        [plural, name, sub] => Some(Target {
+            namespace,
+            plural,
+            name: Some(name),
+            subresource: Some(sub),
+            watch_path,
+        }),
+        _ => None,
+    }
+}
+
+async fn resource_request(
+    server: &ApiServer,
+    tenant: &Tenant,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    call: &Call,
+) -> Result<Response, ApiError> {
+    let target = parse_target(rest).ok_or_else(ApiError::no_such_path)?;
+    let resource = server
+        .resources
+        .find(group, version, target.plural)
+        .ok_or_else(ApiError::no_such_path)?;
+    if resource.namespaced != target.namespace.is_some() && target.name.is_some() {
+        return Err(ApiError::no_such_path());
+    }
+    if !resource.namespaced && target.namespace.is_some() {
+        return Err(ApiError::no_such_path());
+    }
+    let namespace = target.namespace.unwrap_or("");
+    let representation = call.representation()?;
+    let include = call.include_object()?;
+    let respond = |code: StatusCode, value: Value, warnings: &[String]| {
+        let (content_type, body) =
+            negotiate::render(Some(resource), value, representation, include);
+        Ok(json_response(code, content_type, &body, warnings))
+    };
+    let store = &server.store;
+    match (&call.method, target.name, target.subresource) {
+        (&Method::GET, None, None) => {
+            if call.flag("watch") || target.watch_path {
+                return watch_request(
+                    server,
+                    tenant,
+                    resource,
+                    target.namespace,
+                    call,
+                    representation,
+                    include,
+                )
+                .await;
+            }
+            let options = list_options(call, resource)?;
+            let page = store
+                .list(tenant, resource, target.namespace, &options)
+                .await?;
+            let mut metadata = json!({"resourceVersion": page.revision.to_string()});
+            if let Some(token) = &page.continue_token {
+                metadata["continue"] = json!(token);
+            }
+            if let Some(remaining) = page.remaining_item_count {
+                metadata["remainingItemCount"] = json!(remaining);
+            }
+            let list = json!({"kind": resource.list_kind, "apiVersion": resource.api_version(), "metadata": metadata, "items": page.items});
+            respond(StatusCode::OK, list, &[])
+        }
+        (&Method::GET, Some(name), None | Some("status")) => {
+            check_subresource(resource, target.subresource)?;
+            let read_at = ReadAt::parse(call.param("resourceVersion"), None)?;
+            let obj = store
+                .get(tenant, resource, namespace, name, read_at)
+                .await?;
+            respond(StatusCode::OK, obj, &[])
+        }
+        (&Method::GET, Some(name), Some("scale")) => {
+            let scale_spec = resource.scale.ok_or_else(ApiError::no_such_path)?;
+            let obj = store
+                .get(tenant, resource, namespace, name, ReadAt::Latest)
+                .await?;
+            plain(scale_of(&obj, &scale_spec))
+        }
+        (&Method::POST, None, None) => {
+            let body = call.body_json()?;
+            let options = call.write_options()?;
+            let written = store
+                .create(
+                    tenant,
+                    resource,
+                    server.namespaces(),
+                    namespace,
+                    body,
+                    &options,
+                    &server.allocator,
+                )
+                .await?;
+            respond(StatusCode::CREATED, written.object, &written.warnings)
+        }
+        (&Method::POST, Some(name), Some("binding")) if resource.kind == "Pod" => {
+            bind_pod(server, tenant, resource, namespace, name, call).await
+        }
+        (&Method::POST, _, _) => Err(ApiError::method_not_supported(
+            &resource.group_resource(),
+            "create",
+        )),
+        (&Method::PUT, Some(name), sub @ (None | Some("status") | Some("finalize"))) => {
+            check_subresource(resource, sub)?;
+            let body = call.body_json()?;
+            let options = call.write_options()?;
+            let target_part = match sub {
+                Some("status") => UpdateTarget::Status,
+                _ => UpdateTarget::Main,
+            };
+            let mut warnings = Vec::new();
+            let finalize = sub == Some("finalize");
+            let updated = store
+                .guaranteed_update(
+                    tenant,
+                    resource,
+                    namespace,
+                    name,
+                    options.dry_run,
+                    |current| {
+                        let body = if finalize {
+                            // namespaces/finalize changes only spec.finalizers.
+                            let mut next = current.clone();
+                            let finalizers = meta::at(&body, &["spec", "finalizers"])
+                                .cloned()
+                                .unwrap_or(json!([]));
+                            meta::set_at(&mut next, &["spec", "finalizers"], finalizers);
+                            meta::set_at(
+                                &mut next,
+                                &["metadata", "resourceVersion"],
+                                json!(meta::resource_version(&body)),
+                            );
+                            next
+                        } else {
+                            body.clone()
+                        };
+                        let mut local = Vec::new();
+                        let next = store.prepare_update(
+                            resource,
+                            current,
+                            body,
+                            target_part,
+                            &options,
+                            &mut local,
+                            "Update",
+                        )?;
+                        warnings = local;
+                        Ok(Some(next))
+                    },
+                )
+                .await?;
+            let updated = finalize_namespace_if_done(server, tenant, resource, updated).await?;
+            respond(StatusCode::OK, updated, &warnings)
+        }
+        (&Method::PUT, Some(name), Some("scale")) => {
+            let scale_spec = resource.scale.ok_or_else(ApiError::no_such_path)?;
+            let body = call.body_json()?;
+            update_scale(
+                server,
+                tenant,
+                resource,
+                &scale_spec,
+                namespace,
+                name,
+                call,
+                |_| Ok(body.clone()),
+            )
+            .await
+        }
+        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
+            check_subresource(resource, sub)?;
+            let target_part = if sub == Some("status") {
+                UpdateTarget::Status
+            } else {
+                UpdateTarget::Main
+            };
+            patch_request(
+                server,
+                tenant,
+                resource,
+                namespace,
+                name,
+                target_part,
+                call,
+                representation,
+                include,
+            )
+            .await
+        }
+        (&Method::PATCH, Some(name), Some("scale")) => {
+            let scale_spec = resource.scale.ok_or_else(ApiError::no_such_path)?;
+            let patch = crate::patching::PatchRequest::parse(call)?;
+            update_scale(
+                server,
+                tenant,
+                resource,
+                &scale_spec,
+                namespace,
+                name,
+                call,
+                |scale| patch.apply_to(scale, "Scale", false).map(|(v, _)| v),
+            )
+            .await
+        }
+        (&Method::DELETE, Some(name), None) => {
+            let (options, dry_run) = delete_options(call)?;
+            match store
+                .delete(
+                    tenant,
+                    resource,
+                    namespace,
+                    name,
+                    &options,
+                    dry_run,
+                    &server.allocator,
+                )
+                .await?
+            {
+                Deleted::Gone(obj) if resource.kind == "Pod" => respond(StatusCode::OK, obj, &[]),
+                Deleted::Gone(obj) => plain(success_status(resource, &obj)),
+                Deleted::Pending(obj) => respond(StatusCode::ACCEPTED, obj, &[]),
+            }
+        }
+        (&Method::DELETE, None, None) => {
+            if resource.kind == "Namespace" {
+                return Err(ApiError::method_not_supported(
+                    &resource.group_resource(),
+                    "deletecollection",
+                ));
+            }
+            let (options, dry_run) = delete_options(call)?;
+            let list_options = list_options(call, resource)?;
+            let page = store
+                .list(
+                    tenant,
+                    resource,
+                    target.namespace,
+                    &ListOptions {
+                        limit: 0,
+                        continue_token: None,
+                        ..list_options
+                    },
+                )
+                .await?;
+            let mut items = Vec::new();
+            for obj in page.items {
+                match store
+                    .delete(
+                        tenant,
+                        resource,
+                        meta::namespace(&obj),
+                        meta::name(&obj),
+                        &options,
+                        dry_run,
+                        &server.allocator,
+                    )
+                    .await
+                {
+                    Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(o)) => items.push(o),
+                    Err(err) if err.code == 404 => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            let list = json!({"kind": resource.list_kind, "apiVersion": resource.api_version(), "metadata": {}, "items": items});
+            respond(StatusCode::OK, list, &[])
+        }
+        _ => Err(ApiError::method_not_supported(
+            &resource.group_resource(),
+            call.method.as_str(),
+        )),
+    }
+}
+
+fn plain(value: Value) -> Result<Response, ApiError> {
+    Ok(json_response(
+        StatusCode::OK,
+        "application/json",
+        &value,
+        &[],
+    ))
+}
+
+fn check_subresource(resource: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {
+    match sub {
+        None => Ok(()),
+        Some("status") if resource.status_subresource => Ok(()),
+        Some("finalize") if resource.kind == "Namespace" => Ok(()),
+        Some(_) => Err(ApiError::no_such_path()),
+    }
+}
+
+fn list_options(call: &Call, resource: &ResourceInfo) -> Result<ListOptions, ApiError> {
+    let read_at = ReadAt::parse(
+        call.param("resourceVersion"),
+        call.param("resourceVersionMatch"),
+    )?;
+    let selection = Selection::parse(
+        call.param("labelSelector"),
+        call.param("fieldSelector"),
+        resource,
+    )?;
+    let limit = match call.param("limit") {
+        None | Some("") => 0,
+        Some(l) => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?
+            .max(0) as usize,
+    };
+    let continue_token = call
+        .param("continue")
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    Ok(ListOptions {
+        read_at,
+        selection,
+        limit,
+        continue_token,
+    })
+}
+
+fn delete_options(call: &Call) -> Result<(DeleteOptions, bool), ApiError> {
+    let mut options = DeleteOptions::default();
+    let mut dry_run = call.param("dryRun") == Some("All");
+    let mut propagation = call.param("propagationPolicy").map(str::to_string);
+    if call.param("orphanDependents") == Some("true") {
+        propagation.get_or_insert_with(|| "Orphan".into());
+    }
+    if !call.body.iter().all(u8::is_ascii_whitespace) {
+        let body = negotiate::parse_body(&call.body, BodyFormat::Json)?;
+        if let Some(p) = body.get("propagationPolicy").and_then(Value::as_str) {
+            propagation = Some(p.to_string());
+        }
+        if body.get("orphanDependents") == Some(&json!(true)) {
+            propagation.get_or_insert_with(|| "Orphan".into());
+        }
+        options.uid = meta::str_at(&body, &["preconditions", "uid"]).map(str::to_string);
+        options.resource_version =
+            meta::str_at(&body, &["preconditions", "resourceVersion"]).map(str::to_string);
+        if let Some(runs) = body.get("dryRun").and_then(Value::as_array) {
+            dry_run |= runs.iter().any(|r| r == "All");
+        }
+    }
+    options.propagation = match propagation.as_deref() {
+        None | Some("") | Some("Background") => Propagation::Background,
+        Some("Foreground") => Propagation::Foreground,
+        Some("Orphan") => Propagation::Orphan,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )));
+        }
+    };
+    Ok((options, dry_run))
+}
+
+async fn watch_request(
+    server: &ApiServer,
+    tenant: &Tenant,
+    resource: &'static ResourceInfo,
+    namespace: Option<&str>,
+    call: &Call,
+    representation: Representation,
+    include: IncludeObject,
+) -> Result<Response, ApiError> {
+    let selection = Selection::parse(
+        call.param("labelSelector"),
+        call.param("fieldSelector"),
+        resource,
+    )?;
+    let from = match ReadAt::parse(call.param("resourceVersion"), None)? {
+        ReadAt::Latest | ReadAt::NotOlderThan(0) => None,
+        ReadAt::NotOlderThan(revision) | ReadAt::Exact(revision) => Some(revision),
+    };
+    let timeout = match call.param("timeoutSeconds") {
+        Some(s) if !s.is_empty() => Duration::from_secs(
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {s:?}")))?,
+        ),
+        _ => DEFAULT_WATCH_TIMEOUT,
+    };
+    let send_initial_events = call.flag("sendInitialEvents");
+    if send_initial_events && call.param("resourceVersionMatch") != Some("NotOlderThan") {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            vec![crate::error::FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )],
+        ));
+    }
+    let options = WatchOptions {
+        from,
+        selection,
+        allow_bookmarks: call.flag("allowWatchBookmarks"),
+        send_initial_events,
+        timeout,
+    };
+    let body = watch::start(
+        &server.store,
+        tenant,
+        resource,
+        namespace,
+        options,
+        representation,
+        include,
+    )
+    .await?;
+    let mut response = Response::new(Body::from_stream(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn patch_request(
+    server: &ApiServer,
+    tenant: &Tenant,
+    resource: &'static ResourceInfo,
+    namespace: &str,
+    name: &str,
+    target: UpdateTarget,
+    call: &Call,
+    representation: Representation,
+    include: IncludeObject,
+) -> Result<Response, ApiError> {
+    let patch = crate::patching::PatchRequest::parse(call)?;
+    let options = call.write_options()?;
+    let store = &server.store;
+    let mut warnings = Vec::new();
+    let result = store
+        .guaranteed_update(
+            tenant,
+            resource,
+            namespace,
+            name,
+            options.dry_run,
+            |current| {
+                let (patched, operation) = patch
+                    .apply_to(current, resource.kind, true)
+                    .map(|(v, apply)| (v, if apply { "Apply" } else { "Update" }))?;
+                let patched = if operation == "Apply" {
+                    crate::patching::server_side_apply(
+                        current,
+                        patched,
+                        &options.field_manager,
+                        &resource.api_version(),
+                        patch.force,
+                        resource,
+                    )?
+                } else {
+                    patched
+                };
+                let mut local = Vec::new();
+                let next = store.prepare_update(
+                    resource, current, patched, target, &options, &mut local, operation,
+                )?;
+                warnings = local;
+                Ok(Some(next))
+            },
+        )
+        .await;
+    let updated = match result {
+        Ok(obj) => obj,
+        // Server-side apply creates what does not exist.
+        Err(err) if err.code == 404 && patch.is_apply() && target == UpdateTarget::Main => {
+            let obj = crate::patching::apply_create(
+                &patch,
+                name,
+                namespace,
+                &options.field_manager,
+                resource,
+            )?;
+            let written = store
+                .create(
+                    tenant,
+                    resource,
+                    server.namespaces(),
+                    namespace,
+                    obj,
+                    &options,
+                    &server.allocator,
+                )
+                .await?;
+            let (content_type, body) =
+                negotiate::render(Some(resource), written.object, representation, include);
+            return Ok(json_response(
+                StatusCode::CREATED,
+                content_type,
+                &body,
+                &written.warnings,
+            ));
+        }
+        Err(err) => return Err(err),
+    };
+    let updated = finalize_namespace_if_done(server, tenant, resource, updated).await?;
+    let (content_type, body) = negotiate::render(Some(resource), updated, representation, include);
+    Ok(json_response(
+        StatusCode::OK,
+        content_type,
+        &body,
+        &warnings,
+    ))
+}
+
+/// A namespace whose `spec.finalizers` and `metadata.finalizers` are all gone while it is
+/// terminating is removed, as kube-apiserver's namespace registry does on `finalize`.
+async fn finalize_namespace_if_done(
+    server: &ApiServer,
+    tenant: &Tenant,
+    resource: &ResourceInfo,
+    obj: Value,
+) -> Result<Value, ApiError> {
+    if resource.kind != "Namespace" || !meta::is_terminating(&obj) {
+        return Ok(obj);
+    }
+    let spec_empty = meta::at(&obj, &["spec", "finalizers"])
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
+    if spec_empty && meta::finalizers(&obj).is_empty() {
+        let key = tenant.object_key(resource, "", meta::name(&obj));
+        let _ = server.store.storage().delete(&key, None).await?;
+    }
+    Ok(obj)
+}
+
+fn scale_of(obj: &Value, spec: &ScaleSubresource) -> Value {
+    let metadata = json!({
+        "name": meta::name(obj),
+        "namespace": meta::namespace(obj),
+        "uid": meta::uid(obj),
+        "resourceVersion": meta::resource_version(obj),
+        "creationTimestamp": meta::str_at(obj, &["metadata", "creationTimestamp"]),
+    });
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": metadata,
+        "spec": {"replicas": meta::at(obj, spec.spec_replicas).and_then(Value::as_i64).unwrap_or(0)},
+        "status": {
+            "replicas": meta::at(obj, spec.status_replicas).and_then(Value::as_i64).unwrap_or(0),
+            "selector": crate::strategies::selector_string(meta::at(obj, spec.label_selector)),
+        },
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn update_scale<F>(
+    server: &ApiServer,
+    tenant: &Tenant,
+    resource: &ResourceInfo,
+    spec: &ScaleSubresource,
+    namespace: &str,
+    name: &str,
+    call: &Call,
+    next_scale: F,
+) -> Result<Response, ApiError>
+where
+    F: Fn(&Value) -> Result<Value, ApiError>,
+{
+    let options = call.write_options()?;
+    let updated = server
+        .store
+        .guaranteed_update(
+            tenant,
+            resource,
+            namespace,
+            name,
+            options.dry_run,
+            |current| {
+                let scale = next_scale(&scale_of(current, spec))?;
+                let rv = meta::resource_version(&scale);
+                if !rv.is_empty() && rv != meta::resource_version(current) {
+                    return Err(ApiError::stale_update(
+                        &resource.group_subresource("scale"),
+                        name,
+                    ));
+                }
+                let replicas = match meta::at(&scale, &["spec", "replicas"]) {
+                    Some(Value::Number(n)) if n.as_i64().is_some_and(|r| r >= 0) => {
+                        n.as_i64().unwrap_or(0)
+                    }
+                    other => {
+                        return Err(ApiError::invalid(
+                            "autoscaling",
+                            "Scale",
+                            name,
+                            vec![crate::error::FieldError::invalid(
+                                "spec.replicas",
+                                other.unwrap_or(&Value::Null),
+                                "must be greater than or equal to 0",
+                            )],
+                        ));
+                    }
+                };
+                let mut next = current.clone();
+                meta::set_at(&mut next, spec.spec_replicas, json!(replicas));
+                let mut warnings = Vec::new();
+                server
+                    .store
+                    .prepare_update(
+                        resource,
+                        current,
+                        next,
+                        UpdateTarget::Main,
+                        &options,
+                        &mut warnings,
+                        "Update",
+                    )
+                    .map(Some)
+            },
+        )
+        .await?;
+    plain(scale_of(&updated, spec))
+}
+
+async fn bind_pod(
+    server: &ApiServer,
+    tenant: &Tenant,
+    resource: &ResourceInfo,
+    namespace: &str,
+    name: &str,
+    call: &Call,
+) -> Result<Response, ApiError> {
+    let binding = call.body_json()?;
+    let node = meta::str_at(&binding, &["target", "name"])
+        .unwrap_or("")
+        .to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "",
+            "Binding",
+            name,
+            vec![crate::error::FieldError::required("target.name", "")],
+        ));
+    }
+    let options = call.write_options()?;
+    server
+        .store
+        .guaranteed_update(tenant, resource, namespace, name, options.dry_run, |current| {
+            if meta::is_terminating(current) {
+                return Err(ApiError::conflict(&resource.group_subresource("binding"), name, "pod is being deleted, cannot be assigned to a host"));
+            }
+            if let Some(existing) = meta::str_at(current, &["spec", "nodeName"]).filter(|n| !n.is_empty()) {
+                return Err(ApiError::conflict(
+                    &resource.group_subresource("binding"),
+                    name,
+                    &format!("pod {name} is already assigned to node \"{existing}\""),
+                ));
+            }
+            let mut next = current.clone();
+            meta::set_at(&mut next, &["spec", "nodeName"], json!(node));
+            let mut conditions = meta::at(current, &["status", "conditions"]).and_then(Value::as_array).cloned().unwrap_or_default();
+            conditions.retain(|c| c.get("type") != Some(&json!("PodScheduled")));
+            conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": meta::now_rfc3339()}));
+            meta::set_at(&mut next, &["status", "conditions"], json!(conditions));
+            meta::remove_at(&mut next, &["metadata", "resourceVersion"]);
+            Ok(Some(next))
+        })
+        .await?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        "application/json",
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        &[],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_paths_are_told_apart_from_namespaced_resources() {
+        let t = parse_target(&["namespaces", "default"]).expect("namespace");
+        assert_eq!(
+            (t.plural, t.name, t.namespace),
+            ("namespaces", Some("default"), None)
+        );
+        let t = parse_target(&["namespaces", "default", "status"]).expect("namespace status");
+        assert_eq!((t.plural, t.subresource), ("namespaces", Some("status")));
+        let t = parse_target(&["namespaces", "default", "pods"]).expect("pods");
+        assert_eq!(
+            (t.plural, t.namespace, t.name),
+            ("pods", Some("default"), None)
+        );
+        let t =
+            parse_target(&["namespaces", "default", "pods", "p", "status"]).expect("pod status");
+        assert_eq!((t.name, t.subresource), (Some("p"), Some("status")));
+        assert!(parse_target(&["a", "b", "c", "d"]).is_none());
+    }
+}

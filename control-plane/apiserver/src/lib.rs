@@ -1,0 +1,159 @@
+//! The Kubernetes API server of Flotilla's tenant clusters.
+//!
+//! One [`ApiServer`] serves every tenant at `/clusters/{id}/…` over one [`Storage`]: a generic
+//! registry ([`store`]) runs per-kind [`resources::Strategy`]s, [`handler`] maps HTTP to it,
+//! and [`error::ApiError`] is the one way failures reach the wire. This is the only crate that
+//! links axum.
+
+pub mod allocator;
+pub mod discovery;
+pub mod error;
+pub mod handler;
+pub mod managed;
+pub mod meta;
+pub mod metrics;
+pub mod negotiate;
+pub mod openapi;
+pub mod patching;
+pub mod pki;
+pub mod resources;
+pub mod selection;
+pub mod serve;
+pub mod store;
+pub mod strategies;
+pub mod table;
+pub mod tenants;
+pub mod watch;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use flotilla_storage::Storage;
+use http::{Request, StatusCode};
+use tracing::Instrument;
+
+use crate::allocator::{ServiceAllocator, ServiceNetwork};
+use crate::error::ApiError;
+use crate::handler::{Call, MAX_BODY_BYTES};
+use crate::metrics::Metrics;
+use crate::openapi::OpenApi;
+use crate::resources::{ResourceInfo, Resources};
+use crate::serve::PeerCertificates;
+use crate::store::Store;
+use crate::tenants::Tenants;
+
+static RESOURCES: LazyLock<Resources> = LazyLock::new(Resources::builtin);
+
+/// The whole API surface of the process: every tenant's Kubernetes API.
+pub struct ApiServer {
+    pub(crate) store: Store,
+    pub(crate) resources: &'static Resources,
+    pub(crate) allocator: ServiceAllocator,
+    pub(crate) openapi: OpenApi,
+    pub(crate) advertise_address: String,
+    /// The tenant clusters this server knows.
+    pub tenants: Tenants,
+    metrics: Metrics,
+}
+
+impl ApiServer {
+    /// A server over `storage`, advertising `advertise_address` (`host:port`) in discovery.
+    pub fn new(storage: Arc<dyn Storage>, advertise_address: &str) -> Arc<Self> {
+        let store = Store::new(storage);
+        Arc::new(ApiServer {
+            tenants: Tenants::new(store.clone()),
+            store,
+            resources: &RESOURCES,
+            allocator: ServiceAllocator::new(ServiceNetwork::default()),
+            openapi: OpenApi::build(&RESOURCES),
+            advertise_address: advertise_address.to_string(),
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// The served resources.
+    pub fn resources(&self) -> &'static Resources {
+        self.resources
+    }
+
+    /// The generic store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn namespaces(&self) -> &'static ResourceInfo {
+        // The table always contains namespaces; this is a programming invariant.
+        self.resources
+            .find("", "v1", "namespaces")
+            .unwrap_or_else(|| unreachable!("namespaces are always served"))
+    }
+
+    /// The axum router of the whole surface.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let server = self.clone();
+        Router::new().fallback(move |request: Request<Body>| {
+            let server = server.clone();
+            async move { server.dispatch(request).await }
+        })
+    }
+
+    async fn dispatch(self: Arc<Self>, request: Request<Body>) -> Response {
+        let started = Instant::now();
+        let method = request.method().clone();
+        let verb = method.as_str().to_string();
+        let response = self.dispatch_inner(request).await;
+        self.metrics
+            .observe(&verb, response.status().as_u16(), started.elapsed());
+        response
+    }
+
+    async fn dispatch_inner(self: &Arc<Self>, request: Request<Body>) -> Response {
+        let (parts, body) = request.into_parts();
+        let path = parts.uri.path().to_string();
+        let segments: Vec<&str> = path
+            .trim_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect();
+        match segments.as_slice() {
+            ["healthz"] | ["livez"] | ["readyz"] => return (StatusCode::OK, "ok").into_response(),
+            ["version"] => return handler::plain_json(&discovery::version()),
+            ["metrics"] => return (StatusCode::OK, self.metrics.render()).into_response(),
+            ["clusters", _, ..] => {}
+            _ => return ApiError::no_such_path().into_response(),
+        }
+        let cluster = segments[1];
+        let rest = &segments[2..];
+        let Some(tenant) = self.tenants.get(cluster).await else {
+            return ApiError::no_such_path().into_response();
+        };
+        let public = matches!(rest, ["version"] | ["healthz"] | ["livez"] | ["readyz"]);
+        let peer = parts
+            .extensions
+            .get::<PeerCertificates>()
+            .cloned()
+            .unwrap_or_default();
+        let identity = tenant.authenticate(&peer);
+        if identity.is_none() && !public {
+            return ApiError::unauthorized().into_response();
+        }
+        let span = tracing::debug_span!("request", tenant = cluster, method = %parts.method, path = %path,
+            user = identity.as_ref().map(|i| i.user.as_str()).unwrap_or("system:anonymous"));
+        let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+            Ok(bytes) => bytes,
+            Err(_) => return ApiError::request_entity_too_large(MAX_BODY_BYTES).into_response(),
+        };
+        let call = Call {
+            method: parts.method.clone(),
+            query: handler::parse_query(parts.uri.query()),
+            headers: parts.headers.clone(),
+            body,
+        };
+        handler::tenant_request(self.clone(), tenant.tenant.clone(), rest, call)
+            .instrument(span)
+            .await
+    }
+}

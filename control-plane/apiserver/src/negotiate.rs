@@ -1,0 +1,194 @@
+//! Content negotiation: which representation (`Accept`) a response takes, and which body
+//! format (`Content-Type`) a request carries.
+
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::resources::ResourceInfo;
+use crate::table::{IncludeObject, table};
+
+/// The representation a client asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Representation {
+    /// The object (or list) itself, as JSON.
+    Json,
+    /// The object as YAML.
+    Yaml,
+    /// `as=Table;g=meta.k8s.io;v=v1`.
+    Table,
+    /// `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`.
+    PartialMetadata,
+}
+
+/// Picks the first acceptable media range of an `Accept` header, as upstream's negotiation does.
+pub fn representation(accept: &str) -> Result<Representation, ApiError> {
+    if accept.trim().is_empty() {
+        return Ok(Representation::Json);
+    }
+    for media in accept.split(',') {
+        let mut parts = media.split(';').map(str::trim);
+        let mime = parts.next().unwrap_or("");
+        let params: Vec<&str> = parts.collect();
+        let param = |name: &str| {
+            params
+                .iter()
+                .find_map(|p| p.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+        };
+        match mime {
+            "application/json" | "*/*" | "application/*" => match param("as") {
+                None => return Ok(Representation::Json),
+                Some("Table")
+                    if param("g") == Some("meta.k8s.io")
+                        && matches!(param("v"), Some("v1") | Some("v1beta1")) =>
+                {
+                    return Ok(Representation::Table);
+                }
+                Some("PartialObjectMetadata") | Some("PartialObjectMetadataList")
+                    if param("g") == Some("meta.k8s.io")
+                        && matches!(param("v"), Some("v1") | Some("v1beta1")) =>
+                {
+                    return Ok(Representation::PartialMetadata);
+                }
+                // Other `as=` forms we do not serve: try the next media range.
+                Some(_) => {}
+            },
+            "application/yaml" => return Ok(Representation::Yaml),
+            _ => {}
+        }
+    }
+    Err(ApiError::not_acceptable(format!(
+        "only the following media types are accepted: application/json, application/yaml (asked for {accept})"
+    )))
+}
+
+/// The body format of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// `application/json` (also the default when unset).
+    Json,
+    /// `application/yaml`.
+    Yaml,
+}
+
+/// Parses a request body as JSON or YAML into a JSON value, with upstream-style messages.
+pub fn parse_body(body: &[u8], format: BodyFormat) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request(
+            "couldn't get version/kind; json parse error: unexpected end of JSON input",
+        ));
+    }
+    match format {
+        BodyFormat::Json => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        }),
+        BodyFormat::Yaml => serde_yaml::from_slice::<Value>(body).map_err(|e| {
+            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+        }),
+    }
+}
+
+/// The body format of a create/update `Content-Type`.
+pub fn body_format(content_type: &str) -> Result<BodyFormat, ApiError> {
+    let mime = content_type.split(';').next().unwrap_or("").trim();
+    match mime {
+        "" | "application/json" | "*/*" => Ok(BodyFormat::Json),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => Ok(BodyFormat::Yaml),
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+/// Turns an object or list into the asked-for representation: (content type, body value).
+pub fn render(
+    resource: Option<&ResourceInfo>,
+    value: Value,
+    representation: Representation,
+    include: IncludeObject,
+) -> (&'static str, Value) {
+    let is_list = value.get("items").is_some_and(Value::is_array)
+        && value
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("List"));
+    match (representation, resource) {
+        (Representation::Table, Some(resource))
+            if value.get("kind").and_then(Value::as_str) != Some("Status") =>
+        {
+            let columns = resource.strategy.columns();
+            if is_list {
+                let items = value
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let list_meta = value.get("metadata").cloned().unwrap_or_else(|| json!({}));
+                (
+                    "application/json",
+                    table(&columns, &items, list_meta, include, true),
+                )
+            } else {
+                let rv = crate::meta::resource_version(&value).to_string();
+                (
+                    "application/json",
+                    table(
+                        &columns,
+                        &[value],
+                        json!({"resourceVersion": rv}),
+                        include,
+                        true,
+                    ),
+                )
+            }
+        }
+        (Representation::PartialMetadata, Some(_)) => {
+            let partial = |o: &Value| json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or_else(|| json!({}))});
+            if is_list {
+                let items: Vec<Value> = value
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(partial)
+                    .collect();
+                (
+                    "application/json",
+                    json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": value.get("metadata").cloned().unwrap_or_else(|| json!({})), "items": items}),
+                )
+            } else {
+                ("application/json", partial(&value))
+            }
+        }
+        (Representation::Yaml, _) => ("application/yaml", value),
+        _ => ("application/json", value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_get_accept_header_selects_table() {
+        let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(representation(accept).ok(), Some(Representation::Table));
+    }
+
+    #[test]
+    fn protobuf_only_is_not_acceptable_but_falls_back_when_json_listed() {
+        assert!(representation("application/vnd.kubernetes.protobuf").is_err());
+        assert_eq!(
+            representation("application/vnd.kubernetes.protobuf, application/json").ok(),
+            Some(Representation::Json)
+        );
+    }
+
+    #[test]
+    fn malformed_bodies_are_bad_requests() {
+        let err = parse_body(b"{\"a\":", BodyFormat::Json).expect_err("malformed");
+        assert_eq!(err.code, 400);
+        assert!(parse_body(b"a: [1, 2", BodyFormat::Yaml).is_err());
+        assert_eq!(
+            parse_body(b"a: 1", BodyFormat::Yaml).ok(),
+            Some(json!({"a": 1}))
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! The table of served resources: names, scope, subresources and the strategy of each kind.
+
+use std::any::TypeId;
+use std::fmt;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::FieldError;
+use crate::strategies;
+use crate::table::Column;
+
+/// A group and resource (`deployments.apps`), the unit errors and RBAC speak of.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupResource {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// Plural resource name, possibly with a subresource (`pods/status`).
+    pub resource: String,
+}
+
+impl fmt::Display for GroupResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.group.is_empty() {
+            f.write_str(&self.resource)
+        } else {
+            write!(f, "{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// Resource-specific behaviour run by the generic store in a fixed order
+/// (prepare → default → validate), as in kube-apiserver's `rest.RESTCreateStrategy`.
+pub trait Strategy: Send + Sync {
+    /// `PrepareForCreate`: clear or set fields the client may not choose.
+    fn prepare_for_create(&self, _obj: &mut Value) {}
+
+    /// `PrepareForUpdate`: carry over fields the client may not change through this endpoint.
+    fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
+
+    /// Fill in upstream defaults (the `SetDefaults_*` functions).
+    fn default(&self, _obj: &mut Value) {}
+
+    /// `Validate` on create.
+    fn validate(&self, _obj: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// `ValidateUpdate`; defaults to the create validation.
+    fn validate_update(&self, new: &Value, _old: &Value) -> Vec<FieldError> {
+        self.validate(new)
+    }
+
+    /// Field selector labels beyond `metadata.name` / `metadata.namespace` (`GetAttrs`).
+    fn field_labels(&self, _obj: &Value) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// The names `field_labels` can produce, to reject unsupported selectors up front.
+    fn supported_field_labels(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Columns of the Table representation (`kubectl get`), after the Name column.
+    fn columns(&self) -> Vec<Column> {
+        vec![crate::table::age_column()]
+    }
+
+    /// Whether a create may carry a status (nodes do; most kinds reset it).
+    fn keeps_status_on_create(&self) -> bool {
+        false
+    }
+}
+
+/// The scale subresource's mapping onto the object (`autoscaling/v1` `Scale`).
+#[derive(Debug, Clone, Copy)]
+pub struct ScaleSubresource {
+    /// Where the desired replicas live in the object.
+    pub spec_replicas: &'static [&'static str],
+    /// Where the observed replicas live.
+    pub status_replicas: &'static [&'static str],
+    /// Where the label selector lives (rendered as a string in `Scale.status.selector`).
+    pub label_selector: &'static [&'static str],
+}
+
+/// Everything the server knows about one served resource.
+pub struct ResourceInfo {
+    /// API group, empty for core.
+    pub group: &'static str,
+    /// API version within the group.
+    pub version: &'static str,
+    /// Kind of a single object.
+    pub kind: &'static str,
+    /// Kind of a list.
+    pub list_kind: &'static str,
+    /// Plural resource name (URL segment).
+    pub plural: &'static str,
+    /// Lower-case singular name.
+    pub singular: String,
+    /// Namespaced (true) or cluster-scoped.
+    pub namespaced: bool,
+    /// kubectl short names (`po`, `deploy`).
+    pub short_names: &'static [&'static str],
+    /// Categories such as `all`.
+    pub categories: &'static [&'static str],
+    /// Whether `/status` is served (and status is ignored on the main resource).
+    pub status_subresource: bool,
+    /// The `/scale` subresource, where upstream has one.
+    pub scale: Option<ScaleSubresource>,
+    /// Whether `metadata.generation` tracks spec changes.
+    pub tracks_generation: bool,
+    /// Kind-specific behaviour.
+    pub strategy: Box<dyn Strategy>,
+    /// Decodes into the k8s-openapi type and encodes back: the canonical form, which also
+    /// drops fields the type does not have (how unknown fields are found).
+    pub canonicalize: fn(Value) -> Result<Value, serde_json::Error>,
+    /// Registers the type's OpenAPI schema (and those it refers to) and returns a `$ref` to it.
+    pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+    /// The OpenAPI definition name (`io.k8s.api.apps.v1.Deployment`).
+    pub schema_name: String,
+}
+
+impl ResourceInfo {
+    /// `group/version`, or `version` for core.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The group and resource, for errors.
+    pub fn group_resource(&self) -> GroupResource {
+        GroupResource {
+            group: self.group.to_string(),
+            resource: self.plural.to_string(),
+        }
+    }
+
+    /// The group and a subresource of it (`pods/status`).
+    pub fn group_subresource(&self, subresource: &str) -> GroupResource {
+        GroupResource {
+            group: self.group.to_string(),
+            resource: format!("{}/{subresource}", self.plural),
+        }
+    }
+}
+
+fn canonicalize_as<T: DeserializeOwned + Serialize>(
+    value: Value,
+) -> Result<Value, serde_json::Error> {
+    let typed: T = serde_json::from_value(value)?;
+    serde_json::to_value(typed)
+}
+
+struct Names {
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    status: bool,
+    scale: Option<ScaleSubresource>,
+    generation: bool,
+}
+
+const PLAIN: Names = Names {
+    short_names: &[],
+    categories: &[],
+    status: false,
+    scale: None,
+    generation: false,
+};
+
+const REPLICAS_SCALE: ScaleSubresource = ScaleSubresource {
+    spec_replicas: &["spec", "replicas"],
+    status_replicas: &["status", "replicas"],
+    label_selector: &["spec", "selector"],
+};
+
+fn define<T>(names: Names, strategy: Box<dyn Strategy>) -> ResourceInfo
+where
+    T: k8s_openapi::Resource
+        + k8s_openapi::ListableResource
+        + DeserializeOwned
+        + Serialize
+        + schemars::JsonSchema,
+    T::Scope: 'static,
+{
+    ResourceInfo {
+        group: T::GROUP,
+        version: T::VERSION,
+        kind: T::KIND,
+        list_kind: T::LIST_KIND,
+        plural: T::URL_PATH_SEGMENT,
+        singular: T::KIND.to_lowercase(),
+        namespaced: TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
+        short_names: names.short_names,
+        categories: names.categories,
+        status_subresource: names.status,
+        scale: names.scale,
+        tracks_generation: names.generation,
+        strategy,
+        canonicalize: canonicalize_as::<T>,
+        schema: |generator| generator.subschema_for::<T>(),
+        schema_name: T::schema_name().into_owned(),
+    }
+}
+
+/// All served resources, in discovery order.
+pub struct Resources {
+    all: Vec<ResourceInfo>,
+}
+
+impl Resources {
+    /// The built-in resources Flotilla serves.
+    pub fn builtin() -> Self {
+        use k8s_openapi::api::{
+            apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch,
+            coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+            events::v1 as events, networking::v1 as networking, policy::v1 as policy,
+            rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+        };
+        use strategies as s;
+        let all_cat: &'static [&'static str] = &["all"];
+        let workload = |short: &'static [&'static str], scale: Option<ScaleSubresource>| Names {
+            short_names: short,
+            categories: all_cat,
+            status: true,
+            scale,
+            generation: true,
+        };
+        let status_only = |short: &'static [&'static str], generation: bool| Names {
+            short_names: short,
+            categories: &[],
+            status: true,
+            scale: None,
+            generation,
+        };
+        let short = |short: &'static [&'static str]| Names {
+            short_names: short,
+            ..PLAIN
+        };
+        let all = vec![
+            define::<core::Namespace>(status_only(&["ns"], false), Box::new(s::NamespaceStrategy)),
+            define::<core::Pod>(
+                Names {
+                    short_names: &["po"],
+                    categories: all_cat,
+                    status: true,
+                    scale: None,
+                    generation: true,
+                },
+                Box::new(s::PodStrategy),
+            ),
+            define::<core::Node>(status_only(&["no"], false), Box::new(s::NodeStrategy)),
+            define::<core::Service>(
+                Names {
+                    short_names: &["svc"],
+                    categories: all_cat,
+                    status: true,
+                    scale: None,
+                    generation: false,
+                },
+                Box::new(s::ServiceStrategy),
+            ),
+            define::<core::Endpoints>(short(&["ep"]), Box::new(s::DefaultStrategy)),
+            define::<core::ConfigMap>(short(&["cm"]), Box::new(s::ConfigMapStrategy)),
+            define::<core::Secret>(PLAIN, Box::new(s::SecretStrategy)),
+            define::<core::ServiceAccount>(short(&["sa"]), Box::new(s::ServiceAccountStrategy)),
+            define::<core::Event>(short(&["ev"]), Box::new(s::CoreEventStrategy)),
+            define::<core::PersistentVolume>(
+                status_only(&["pv"], false),
+                Box::new(s::PersistentVolumeStrategy),
+            ),
+            define::<core::PersistentVolumeClaim>(
+                status_only(&["pvc"], false),
+                Box::new(s::PersistentVolumeClaimStrategy),
+            ),
+            define::<core::LimitRange>(short(&["limits"]), Box::new(s::DefaultStrategy)),
+            define::<core::ResourceQuota>(
+                status_only(&["quota"], false),
+                Box::new(s::DefaultStrategy),
+            ),
+            define::<core::PodTemplate>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<core::ReplicationController>(
+                Names {
+                    short_names: &["rc"],
+                    categories: all_cat,
+                    status: true,
+                    scale: Some(REPLICAS_SCALE),
+                    generation: true,
+                },
+                Box::new(s::DefaultStrategy),
+            ),
+            define::<apps::Deployment>(
+                workload(&["deploy"], Some(REPLICAS_SCALE)),
+                Box::new(s::DeploymentStrategy),
+            ),
+            define::<apps::ReplicaSet>(
+                workload(&["rs"], Some(REPLICAS_SCALE)),
+                Box::new(s::ReplicaSetStrategy),
+            ),
+            define::<apps::StatefulSet>(
+                workload(&["sts"], Some(REPLICAS_SCALE)),
+                Box::new(s::StatefulSetStrategy),
+            ),
+            define::<apps::DaemonSet>(workload(&["ds"], None), Box::new(s::DaemonSetStrategy)),
+            define::<apps::ControllerRevision>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<batch::Job>(workload(&[], None), Box::new(s::JobStrategy)),
+            define::<batch::CronJob>(workload(&["cj"], None), Box::new(s::CronJobStrategy)),
+            define::<autoscaling::HorizontalPodAutoscaler>(
+                Names {
+                    short_names: &["hpa"],
+                    categories: all_cat,
+                    status: true,
+                    scale: None,
+                    generation: false,
+                },
+                Box::new(s::DefaultStrategy),
+            ),
+            define::<discovery::EndpointSlice>(PLAIN, Box::new(s::EndpointSliceStrategy)),
+            define::<coordination::Lease>(PLAIN, Box::new(s::LeaseStrategy)),
+            define::<events::Event>(short(&["ev"]), Box::new(s::DefaultStrategy)),
+            define::<policy::PodDisruptionBudget>(
+                status_only(&["pdb"], true),
+                Box::new(s::DefaultStrategy),
+            ),
+            define::<networking::Ingress>(
+                status_only(&["ing"], false),
+                Box::new(s::DefaultStrategy),
+            ),
+            define::<networking::IngressClass>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<networking::NetworkPolicy>(short(&["netpol"]), Box::new(s::DefaultStrategy)),
+            define::<storage::StorageClass>(short(&["sc"]), Box::new(s::StorageClassStrategy)),
+            define::<storage::VolumeAttachment>(
+                status_only(&[], false),
+                Box::new(s::DefaultStrategy),
+            ),
+            define::<storage::CSIDriver>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<storage::CSINode>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<scheduling::PriorityClass>(short(&["pc"]), Box::new(s::DefaultStrategy)),
+            define::<rbac::Role>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<rbac::ClusterRole>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<rbac::ClusterRoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
+        ];
+        Resources { all }
+    }
+
+    /// Every resource.
+    pub fn iter(&self) -> impl Iterator<Item = &ResourceInfo> {
+        self.all.iter()
+    }
+
+    /// The resource served at `group/version/plural`, if any.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
+        self.all
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    /// The resource of a `group/version, kind`, if any.
+    pub fn find_kind(&self, group: &str, version: &str, kind: &str) -> Option<&ResourceInfo> {
+        self.all
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
+    }
+
+    /// The served groups with their versions, core ("") first, in first-seen order.
+    pub fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
+        let mut groups: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+        for r in &self.all {
+            match groups.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, versions)) if !versions.contains(&r.version) => versions.push(r.version),
+                Some(_) => {}
+                None => groups.push((r.group, vec![r.version])),
+            }
+        }
+        groups
+    }
+}

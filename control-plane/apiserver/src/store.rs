@@ -1,0 +1,1205 @@
+//! The generic registry: create, get, list, update, patch, delete and watch for every kind,
+//! over [`Storage`], running each kind's [`Strategy`] in kube-apiserver's fixed order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::Bytes;
+use flotilla_storage::{KeyValue, Outcome, RangeRequest, Revision, Storage, StorageError};
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, FieldError};
+use crate::meta;
+use crate::resources::ResourceInfo;
+use crate::selection::Selection;
+
+/// How many times an optimistic update is retried on a write race before giving up
+/// (kube-apiserver's `GuaranteedUpdate` retries until success; we bound it).
+const MAX_UPDATE_ATTEMPTS: usize = 16;
+
+/// Where one tenant cluster's objects live in storage.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    /// The cluster id from the URL (`/clusters/{id}`).
+    pub id: String,
+    /// Storage key prefix, ending with `/`; every key of the tenant starts with it.
+    pub key_prefix: String,
+}
+
+impl Tenant {
+    /// The tenant with id `id`, stored under `/registry/{id}/`.
+    pub fn new(id: &str) -> Self {
+        Tenant {
+            id: id.to_string(),
+            key_prefix: format!("/registry/{id}/"),
+        }
+    }
+
+    fn resource_prefix(&self, resource: &ResourceInfo) -> String {
+        let group = if resource.group.is_empty() {
+            "core"
+        } else {
+            resource.group
+        };
+        format!("{}{group}/{}/", self.key_prefix, resource.plural)
+    }
+
+    /// The prefix of every object of `resource` in `namespace` (all namespaces when `None`).
+    pub fn list_prefix(&self, resource: &ResourceInfo, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if resource.namespaced => format!("{}{ns}/", self.resource_prefix(resource)),
+            _ => self.resource_prefix(resource),
+        }
+    }
+
+    /// The key of one object.
+    pub fn object_key(&self, resource: &ResourceInfo, namespace: &str, name: &str) -> String {
+        if resource.namespaced {
+            format!("{}{namespace}/{name}", self.resource_prefix(resource))
+        } else {
+            format!("{}{name}", self.resource_prefix(resource))
+        }
+    }
+}
+
+/// `fieldValidation`: what to do with fields the type does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and warn (the default since 1.27 for non-kubectl clients).
+    #[default]
+    Warn,
+    /// Reject the request.
+    Strict,
+}
+
+/// Options shared by every write.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: run everything, store nothing.
+    pub dry_run: bool,
+    /// `fieldValidation`.
+    pub field_validation: FieldValidation,
+    /// `fieldManager` (defaulted from the user agent by the handler).
+    pub field_manager: String,
+}
+
+/// `resourceVersion` + `resourceVersionMatch` of a get or list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAt {
+    /// Unset: the most recent state (a quorum read).
+    Latest,
+    /// `"0"` or NotOlderThan: any state at least this new (0: any).
+    NotOlderThan(Revision),
+    /// `resourceVersionMatch=Exact`: exactly this revision.
+    Exact(Revision),
+}
+
+/// List request options.
+#[derive(Debug, Clone)]
+pub struct ListOptions {
+    /// Which revision to read.
+    pub read_at: ReadAt,
+    /// Label and field selectors.
+    pub selection: Selection,
+    /// Page size; 0 for all.
+    pub limit: usize,
+    /// The `continue` token of the previous page.
+    pub continue_token: Option<String>,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    /// The objects, in key order.
+    pub items: Vec<Value>,
+    /// The revision the list was read at.
+    pub revision: Revision,
+    /// Token for the next page.
+    pub continue_token: Option<String>,
+    /// Objects left after this page (only without selectors, as upstream).
+    pub remaining_item_count: Option<i64>,
+}
+
+/// Upstream's continue token: which revision, and the key to start after.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: Revision,
+    start: String,
+}
+
+fn encode_continue(revision: Revision, next_key_suffix: &str) -> String {
+    let token = ContinueToken {
+        v: "meta.k8s.io/v1".to_string(),
+        rv: revision,
+        start: next_key_suffix.to_string(),
+    };
+    let json = serde_json::to_vec(&token).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE.encode(json)
+}
+
+fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
+    let invalid = |why: &str| ApiError::bad_request(format!("invalid continue token: {why}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE
+        .decode(token)
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token))
+        .map_err(|_| invalid("not base64"))?;
+    let token: ContinueToken =
+        serde_json::from_slice(&bytes).map_err(|_| invalid("not a continue token"))?;
+    if token.v != "meta.k8s.io/v1" {
+        return Err(invalid("unknown version"));
+    }
+    if token.rv <= 0 {
+        return Err(invalid(
+            "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        ));
+    }
+    // The start key is appended to the list prefix; anything that could climb out of it
+    // (another namespace or tenant) is refused rather than trusted.
+    if token.start.is_empty()
+        || token.start.starts_with('/')
+        || token.start.split('/').any(|s| s == ".." || s == ".")
+    {
+        return Err(invalid("continue key is not valid"));
+    }
+    Ok(token)
+}
+
+fn parse_revision(value: &str) -> Result<Revision, ApiError> {
+    value
+        .parse::<Revision>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "Invalid value: {value:?}: resourceVersion must be a non-negative integer"
+            ))
+        })
+}
+
+impl ReadAt {
+    /// Interprets `resourceVersion` and `resourceVersionMatch` as kube-apiserver does.
+    pub fn parse(resource_version: Option<&str>, matching: Option<&str>) -> Result<Self, ApiError> {
+        match (
+            resource_version.filter(|v| !v.is_empty()),
+            matching.filter(|m| !m.is_empty()),
+        ) {
+            (None, None) => Ok(ReadAt::Latest),
+            (None, Some(_)) => Err(ApiError::bad_request(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            )),
+            (Some(rv), None | Some("NotOlderThan")) => {
+                Ok(ReadAt::NotOlderThan(parse_revision(rv)?))
+            }
+            (Some(rv), Some("Exact")) => {
+                let revision = parse_revision(rv)?;
+                if revision == 0 {
+                    return Err(ApiError::bad_request(
+                        "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+                    ));
+                }
+                Ok(ReadAt::Exact(revision))
+            }
+            (Some(_), Some(other)) => Err(ApiError::bad_request(format!(
+                "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+            ))),
+        }
+    }
+}
+
+/// Decodes a stored object and stamps its `resourceVersion` from the key's revision.
+pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
+    let mut obj: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::internal(format!("stored object {} is not JSON: {e}", kv.key)))?;
+    if let Some(metadata) = meta::metadata_mut(&mut obj) {
+        metadata.insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+    }
+    Ok(obj)
+}
+
+fn encode(obj: &Value) -> Result<Bytes, ApiError> {
+    let mut obj = obj.clone();
+    // The resourceVersion is the key's revision, never stored bytes (as upstream).
+    meta::remove_at(&mut obj, &["metadata", "resourceVersion"]);
+    serde_json::to_vec(&obj)
+        .map(Bytes::from)
+        .map_err(ApiError::internal)
+}
+
+/// Paths of fields in `input` that are not in `canonical` (the typed round trip): the
+/// unknown fields of `fieldValidation`, in upstream's `.spec.foo` form.
+pub fn unknown_fields(input: &Value, canonical: &Value) -> Vec<String> {
+    fn walk(input: &Value, canonical: &Value, path: &str, out: &mut Vec<String>) {
+        match (input, canonical) {
+            (Value::Object(i), Value::Object(c)) => {
+                for (key, value) in i {
+                    let child = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    match c.get(key) {
+                        Some(cv) => walk(value, cv, &child, out),
+                        None if !value.is_null() => out.push(child),
+                        None => {}
+                    }
+                }
+            }
+            (Value::Array(i), Value::Array(c)) => {
+                for (index, (iv, cv)) in i.iter().zip(c).enumerate() {
+                    walk(iv, cv, &format!("{path}[{index}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(input, canonical, "", &mut out);
+    out
+}
+
+/// What a write decided, for the handler to render.
+pub struct Written {
+    /// The object as stored (or as it would be, on a dry run).
+    pub object: Value,
+    /// `Warning` headers to send (unknown fields under `fieldValidation=Warn`).
+    pub warnings: Vec<String>,
+}
+
+/// The generic store over one storage backend.
+#[derive(Clone)]
+pub struct Store {
+    storage: Arc<dyn Storage>,
+}
+
+impl Store {
+    /// A store over `storage`.
+    pub fn new(storage: Arc<dyn Storage>) -> Self {
+        Store { storage }
+    }
+
+    /// The backend, for watches and compaction.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// Canonicalises through the kind's type and applies `fieldValidation`.
+    fn canonicalize(
+        &self,
+        resource: &ResourceInfo,
+        obj: Value,
+        validation: FieldValidation,
+        warnings: &mut Vec<String>,
+    ) -> Result<Value, ApiError> {
+        let canonical = (resource.canonicalize)(obj.clone()).map_err(|e| {
+            ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {e}",
+                resource.kind, resource.version, resource.kind
+            ))
+        })?;
+        let unknown = unknown_fields(&obj, &canonical);
+        if !unknown.is_empty() {
+            match validation {
+                FieldValidation::Strict => {
+                    let listed: Vec<String> = unknown
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "strict decoding error: {}",
+                        listed.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => {
+                    warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")))
+                }
+                FieldValidation::Ignore => {}
+            }
+        }
+        Ok(canonical)
+    }
+
+    async fn check_namespace_open(
+        &self,
+        tenant: &Tenant,
+        namespaces: &ResourceInfo,
+        resource: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let key = tenant.object_key(namespaces, "", namespace);
+        match self.storage.get(&key).await? {
+            None => Err(ApiError::not_found(&namespaces.group_resource(), namespace)),
+            Some(kv) => {
+                let ns = decode(&kv)?;
+                if meta::is_terminating(&ns) {
+                    let mut err = ApiError::forbidden(
+                        &resource.group_resource(),
+                        name,
+                        &format!(
+                            "unable to create new content in namespace {namespace} because it is being terminated"
+                        ),
+                    );
+                    if let Some(details) = err.details.as_mut() {
+                        details.causes = Some(vec![
+                            k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
+                                reason: Some("NamespaceTerminating".into()),
+                                message: Some(format!("namespace {namespace} is being terminated")),
+                                field: Some("metadata.namespace".into()),
+                            },
+                        ]);
+                    }
+                    Err(err)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// `Create`: POST of a new object into `namespace` ("" for cluster-scoped kinds).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn create(
+        &self,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        namespaces: &ResourceInfo,
+        namespace: &str,
+        mut obj: Value,
+        options: &WriteOptions,
+        hooks: &dyn CreateHooks,
+    ) -> Result<Written, ApiError> {
+        let mut warnings = Vec::new();
+        check_type_meta(resource, &mut obj)?;
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        }
+        if resource.namespaced {
+            let body_ns = meta::namespace(&obj);
+            if !body_ns.is_empty() && body_ns != namespace {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            meta::set_at(&mut obj, &["metadata", "namespace"], json!(namespace));
+        } else {
+            meta::remove_at(&mut obj, &["metadata", "namespace"]);
+        }
+        let generate_name = meta::str_at(&obj, &["metadata", "generateName"])
+            .unwrap_or("")
+            .to_string();
+        let generated = meta::name(&obj).is_empty() && !generate_name.is_empty();
+
+        // System fields (FillObjectMetaSystemFields), then the strategy (PrepareForCreate).
+        {
+            let metadata = meta::metadata_mut(&mut obj)
+                .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+            metadata.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            metadata.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+            metadata.remove("deletionTimestamp");
+            metadata.remove("deletionGracePeriodSeconds");
+            metadata.remove("resourceVersion");
+            metadata.remove("selfLink");
+            if resource.tracks_generation {
+                metadata.insert("generation".into(), json!(1));
+            } else {
+                metadata.remove("generation");
+            }
+        }
+        if resource.status_subresource && !resource.strategy.keeps_status_on_create() {
+            meta::remove_at(&mut obj, &["status"]);
+        }
+        resource.strategy.prepare_for_create(&mut obj);
+        resource.strategy.default(&mut obj);
+        crate::managed::record_update(
+            &mut obj,
+            None,
+            &options.field_manager,
+            &resource.api_version(),
+            "Update",
+        );
+
+        for attempt in 0..8 {
+            let mut candidate = obj.clone();
+            if generated {
+                let name = flotilla_api_machinery::names::generate_name(&generate_name);
+                meta::set_at(&mut candidate, &["metadata", "name"], json!(name));
+            }
+            let candidate =
+                self.canonicalize(resource, candidate, options.field_validation, &mut warnings)?;
+            let name = meta::name(&candidate).to_string();
+            let mut errors = validate_object_meta(resource, &candidate, generated);
+            errors.extend(resource.strategy.validate(&candidate));
+            if !errors.is_empty() {
+                return Err(ApiError::invalid(
+                    resource.group,
+                    resource.kind,
+                    &name,
+                    errors,
+                ));
+            }
+            if resource.namespaced {
+                self.check_namespace_open(tenant, namespaces, resource, namespace, &name)
+                    .await?;
+            }
+            let candidate = hooks
+                .before_create(self, tenant, resource, candidate, options.dry_run)
+                .await?;
+            if options.dry_run {
+                let key = tenant.object_key(resource, namespace, &name);
+                if self.storage.get(&key).await?.is_some() {
+                    return Err(ApiError::already_exists(&resource.group_resource(), &name));
+                }
+                return Ok(Written {
+                    object: candidate,
+                    warnings,
+                });
+            }
+            let key = tenant.object_key(resource, namespace, &name);
+            match self.storage.create(&key, encode(&candidate)?).await? {
+                Outcome::Done(kv) => {
+                    return Ok(Written {
+                        object: decode(&KeyValue {
+                            value: encode(&candidate)?,
+                            ..kv
+                        })?,
+                        warnings,
+                    });
+                }
+                Outcome::Conflict(_) => {
+                    hooks.release(self, tenant, resource, &candidate).await;
+                    if !generated || attempt == 7 {
+                        return Err(ApiError::already_exists(&resource.group_resource(), &name));
+                    }
+                }
+            }
+        }
+        Err(ApiError::internal("could not generate a unique name"))
+    }
+
+    /// `Get`.
+    pub async fn get(
+        &self,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        read_at: ReadAt,
+    ) -> Result<Value, ApiError> {
+        let key = tenant.object_key(resource, namespace, name);
+        let kv = match read_at {
+            ReadAt::Exact(revision) => {
+                let page = self
+                    .storage
+                    .range(RangeRequest {
+                        prefix: key.clone(),
+                        start_key: None,
+                        limit: 0,
+                        revision,
+                    })
+                    .await?;
+                page.kvs.into_iter().find(|kv| kv.key == key)
+            }
+            ReadAt::NotOlderThan(revision) => {
+                self.wait_for_revision(revision).await?;
+                self.storage.get(&key).await?
+            }
+            ReadAt::Latest => self.storage.get(&key).await?,
+        };
+        match kv {
+            Some(kv) => decode(&kv),
+            None => Err(ApiError::not_found(&resource.group_resource(), name)),
+        }
+    }
+
+    /// NotOlderThan on a revision the store has not reached: upstream waits up to 3 s, then 504.
+    async fn wait_for_revision(&self, revision: Revision) -> Result<(), ApiError> {
+        if revision == 0 {
+            return Ok(());
+        }
+        for _ in 0..30 {
+            let current = self.storage.current_revision().await?;
+            if current >= revision {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let current = self.storage.current_revision().await?;
+        Err(ApiError::too_large_resource_version(revision, current))
+    }
+
+    /// `List`, with selectors and pages at a consistent revision.
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+        options: &ListOptions,
+    ) -> Result<ListPage, ApiError> {
+        let prefix = tenant.list_prefix(resource, namespace);
+        let (mut revision, mut start_key) = match &options.continue_token {
+            Some(token) => {
+                if !matches!(options.read_at, ReadAt::Latest)
+                    && options.read_at != ReadAt::NotOlderThan(0)
+                {
+                    return Err(ApiError::bad_request(
+                        "specifying resource version is not allowed when using continue",
+                    ));
+                }
+                let token = decode_continue(token)?;
+                (token.rv, Some(format!("{prefix}{}", token.start)))
+            }
+            None => match options.read_at {
+                ReadAt::Exact(revision) => (revision, None),
+                ReadAt::NotOlderThan(revision) => {
+                    self.wait_for_revision(revision).await?;
+                    (0, None)
+                }
+                ReadAt::Latest => (0, None),
+            },
+        };
+        let from_continue = options.continue_token.is_some();
+        let mut items = Vec::new();
+        let filtering = !options.selection.is_everything();
+        let mut remaining = None;
+        let mut continue_token = None;
+        loop {
+            let want = if options.limit == 0 {
+                0
+            } else {
+                options.limit - items.len()
+            };
+            let request = RangeRequest {
+                prefix: prefix.clone(),
+                start_key: start_key.clone(),
+                limit: want,
+                revision,
+            };
+            let page = match self.storage.range(request).await {
+                Ok(page) => page,
+                Err(StorageError::Compacted { .. }) if from_continue => {
+                    return Err(ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                    ));
+                }
+                Err(StorageError::Compacted { .. }) => {
+                    return Err(ApiError::expired(
+                        "The resourceVersion for the provided list is too old.",
+                    ));
+                }
+                Err(other) => return Err(other.into()),
+            };
+            revision = page.revision;
+            let returned = page.kvs.len();
+            let last_key = page.kvs.last().map(|kv| kv.key.clone());
+            for kv in &page.kvs {
+                let obj = decode(kv)?;
+                if !filtering || options.selection.matches(&obj, resource) {
+                    items.push(obj);
+                }
+            }
+            if !page.more {
+                break;
+            }
+            // More keys exist: either the page is full, or selectors filtered some out and we
+            // keep reading (upstream fills pages the same way).
+            let next_start = match last_key {
+                Some(key) => format!("{key}\u{0}"),
+                None => break,
+            };
+            if options.limit > 0 && items.len() >= options.limit {
+                let suffix = next_start.strip_prefix(&prefix).unwrap_or("").to_string();
+                continue_token = Some(encode_continue(revision, &suffix));
+                if !filtering {
+                    remaining = Some((page.count - returned) as i64);
+                }
+                break;
+            }
+            start_key = Some(next_start);
+        }
+        Ok(ListPage {
+            items,
+            revision,
+            continue_token,
+            remaining_item_count: remaining,
+        })
+    }
+
+    /// `GuaranteedUpdate`: read, transform, compare-and-swap, retrying on races.
+    /// `try_update` returns the desired new object, or `None` to leave the object as it is.
+    /// When `precondition` names a resourceVersion the update is attempted only against it.
+    pub async fn guaranteed_update<F>(
+        &self,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
+        mut try_update: F,
+    ) -> Result<Value, ApiError>
+    where
+        F: FnMut(&Value) -> Result<Option<Value>, ApiError>,
+    {
+        let key = tenant.object_key(resource, namespace, name);
+        for _ in 0..MAX_UPDATE_ATTEMPTS {
+            let Some(kv) = self.storage.get(&key).await? else {
+                return Err(ApiError::not_found(&resource.group_resource(), name));
+            };
+            let current = decode(&kv)?;
+            let Some(mut updated) = try_update(&current)? else {
+                return Ok(current);
+            };
+            let mut compare_current = current.clone();
+            meta::remove_at(&mut compare_current, &["metadata", "resourceVersion"]);
+            meta::remove_at(&mut updated, &["metadata", "resourceVersion"]);
+            // A write that changes nothing is not a write (no new resourceVersion), but a
+            // managedFields timestamp alone does not count as a change either.
+            if without_managed_times(&updated) == without_managed_times(&compare_current) {
+                return Ok(current);
+            }
+            let finalize = meta::is_terminating(&updated) && meta::finalizers(&updated).is_empty();
+            if dry_run {
+                return Ok(updated);
+            }
+            if finalize {
+                match self.storage.delete(&key, Some(kv.mod_revision)).await? {
+                    Outcome::Done(deleted) => {
+                        let mut obj = updated;
+                        meta::set_at(
+                            &mut obj,
+                            &["metadata", "resourceVersion"],
+                            json!(deleted.mod_revision.to_string()),
+                        );
+                        return Ok(obj);
+                    }
+                    Outcome::Conflict(_) => continue,
+                }
+            }
+            match self
+                .storage
+                .update(&key, encode(&updated)?, kv.mod_revision)
+                .await?
+            {
+                Outcome::Done(kv) => {
+                    meta::set_at(
+                        &mut updated,
+                        &["metadata", "resourceVersion"],
+                        json!(kv.mod_revision.to_string()),
+                    );
+                    return Ok(updated);
+                }
+                Outcome::Conflict(None) => {
+                    return Err(ApiError::not_found(&resource.group_resource(), name));
+                }
+                Outcome::Conflict(Some(_)) => continue,
+            }
+        }
+        Err(ApiError::conflict(
+            &resource.group_resource(),
+            name,
+            "too many concurrent updates, please try again",
+        ))
+    }
+
+    /// Turns a client's full object into the next stored state of `current` (`Update` for the
+    /// main resource, or the status subresource): carries system fields, runs the strategy,
+    /// validates. Used by PUT and by every patch type.
+    pub fn prepare_update(
+        &self,
+        resource: &ResourceInfo,
+        current: &Value,
+        mut new: Value,
+        subresource: UpdateTarget,
+        options: &WriteOptions,
+        warnings: &mut Vec<String>,
+        operation: &str,
+    ) -> Result<Value, ApiError> {
+        check_type_meta(resource, &mut new)?;
+        let name = meta::name(current).to_string();
+        let new_name = meta::name(&new);
+        if !new_name.is_empty() && new_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({new_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let new_ns = meta::namespace(&new);
+        if resource.namespaced && !new_ns.is_empty() && new_ns != meta::namespace(current) {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let given_rv = meta::resource_version(&new).to_string();
+        if !given_rv.is_empty() && given_rv != meta::resource_version(current) {
+            return Err(ApiError::stale_update(&resource.group_resource(), &name));
+        }
+        let given_uid = meta::uid(&new).to_string();
+        if !given_uid.is_empty() && given_uid != meta::uid(current) {
+            return Err(ApiError::conflict(
+                &resource.group_resource(),
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {given_uid}, UID in object meta: {}",
+                    meta::uid(current)
+                ),
+            ));
+        }
+        if !new.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        }
+        match subresource {
+            UpdateTarget::Main => {
+                if resource.status_subresource {
+                    match current.get("status") {
+                        Some(status) => meta::set_at(&mut new, &["status"], status.clone()),
+                        None => {
+                            meta::remove_at(&mut new, &["status"]);
+                        }
+                    }
+                }
+            }
+            UpdateTarget::Status => {
+                // Only status (and labels/annotations, as ResetObjectMetaForStatus allows) move.
+                let mut next = current.clone();
+                match new.get("status") {
+                    Some(status) => meta::set_at(&mut next, &["status"], status.clone()),
+                    None => {
+                        meta::remove_at(&mut next, &["status"]);
+                    }
+                }
+                for field in ["labels", "annotations"] {
+                    match meta::at(&new, &["metadata", field]) {
+                        Some(v) => meta::set_at(&mut next, &["metadata", field], v.clone()),
+                        None => {
+                            meta::remove_at(&mut next, &["metadata", field]);
+                        }
+                    }
+                }
+                new = next;
+            }
+        }
+        // System fields always come from the stored object.
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "namespace",
+            "name",
+        ] {
+            match meta::at(current, &["metadata", field]) {
+                Some(v) => meta::set_at(&mut new, &["metadata", field], v.clone()),
+                None => {
+                    meta::remove_at(&mut new, &["metadata", field]);
+                }
+            }
+        }
+        if meta::at(&new, &["metadata", "managedFields"]).is_none()
+            && let Some(managed) = meta::at(current, &["metadata", "managedFields"])
+        {
+            meta::set_at(&mut new, &["metadata", "managedFields"], managed.clone());
+        }
+        if meta::is_terminating(current) {
+            // Finalizers may only be removed from an object being deleted, never added.
+            let before = meta::finalizers(current);
+            let added: Vec<String> = meta::finalizers(&new)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
+            if !added.is_empty() {
+                return Err(ApiError::invalid(
+                    resource.group,
+                    resource.kind,
+                    &name,
+                    vec![FieldError::forbidden(
+                        "metadata.finalizers",
+                        "no new finalizers can be added if the object is being deleted",
+                    )],
+                ));
+            }
+        }
+        resource.strategy.prepare_for_update(&mut new, current);
+        resource.strategy.default(&mut new);
+        let mut new = self.canonicalize(resource, new, options.field_validation, warnings)?;
+        if resource.tracks_generation && spec_of(&new) != spec_of(current) {
+            let generation = meta::at(current, &["metadata", "generation"])
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta::set_at(&mut new, &["metadata", "generation"], json!(generation + 1));
+        }
+        let mut errors = validate_object_meta(resource, &new, false);
+        errors.extend(resource.strategy.validate_update(&new, current));
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(
+                resource.group,
+                resource.kind,
+                &name,
+                errors,
+            ));
+        }
+        crate::managed::record_update(
+            &mut new,
+            Some(current),
+            &options.field_manager,
+            &resource.api_version(),
+            operation,
+        );
+        Ok(new)
+    }
+
+    /// `Delete`: graceful (finalizers, pods on nodes) or immediate.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn delete(
+        &self,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        options: &DeleteOptions,
+        dry_run: bool,
+        hooks: &dyn CreateHooks,
+    ) -> Result<Deleted, ApiError> {
+        let key = tenant.object_key(resource, namespace, name);
+        for _ in 0..MAX_UPDATE_ATTEMPTS {
+            let Some(kv) = self.storage.get(&key).await? else {
+                return Err(ApiError::not_found(&resource.group_resource(), name));
+            };
+            let current = decode(&kv)?;
+            if let Some(uid) = &options.uid
+                && uid != meta::uid(&current)
+            {
+                return Err(ApiError::conflict(
+                    &resource.group_resource(),
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(&current)
+                    ),
+                ));
+            }
+            if let Some(rv) = &options.resource_version
+                && rv != meta::resource_version(&current)
+            {
+                return Err(ApiError::conflict(
+                    &resource.group_resource(),
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        meta::resource_version(&current)
+                    ),
+                ));
+            }
+            let mut finalizers = meta::finalizers(&current);
+            match options.propagation {
+                Propagation::Orphan if !finalizers.iter().any(|f| f == "orphan") => {
+                    finalizers.push("orphan".into())
+                }
+                Propagation::Foreground
+                    if !finalizers.iter().any(|f| f == "foregroundDeletion") =>
+                {
+                    finalizers.push("foregroundDeletion".into())
+                }
+                _ => {}
+            }
+            let namespace_finalizers = resource.kind == "Namespace"
+                && meta::at(&current, &["spec", "finalizers"])
+                    .and_then(Value::as_array)
+                    .is_some_and(|f| !f.is_empty());
+            let graceful = !finalizers.is_empty() || namespace_finalizers;
+            if graceful {
+                if meta::is_terminating(&current) && meta::finalizers(&current) == finalizers {
+                    return Ok(Deleted::Pending(current));
+                }
+                let mut updated = current.clone();
+                meta::set_at(&mut updated, &["metadata", "finalizers"], json!(finalizers));
+                if !meta::is_terminating(&updated) {
+                    meta::set_at(
+                        &mut updated,
+                        &["metadata", "deletionTimestamp"],
+                        json!(meta::now_rfc3339()),
+                    );
+                    meta::set_at(
+                        &mut updated,
+                        &["metadata", "deletionGracePeriodSeconds"],
+                        json!(0),
+                    );
+                    if resource.tracks_generation {
+                        let generation = meta::at(&updated, &["metadata", "generation"])
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0);
+                        meta::set_at(
+                            &mut updated,
+                            &["metadata", "generation"],
+                            json!(generation + 1),
+                        );
+                    }
+                }
+                if resource.kind == "Namespace" {
+                    meta::set_at(&mut updated, &["status", "phase"], json!("Terminating"));
+                }
+                if dry_run {
+                    return Ok(Deleted::Pending(updated));
+                }
+                match self
+                    .storage
+                    .update(&key, encode(&updated)?, kv.mod_revision)
+                    .await?
+                {
+                    Outcome::Done(kv) => {
+                        meta::set_at(
+                            &mut updated,
+                            &["metadata", "resourceVersion"],
+                            json!(kv.mod_revision.to_string()),
+                        );
+                        return Ok(Deleted::Pending(updated));
+                    }
+                    Outcome::Conflict(_) => continue,
+                }
+            }
+            if dry_run {
+                return Ok(Deleted::Gone(current));
+            }
+            match self.storage.delete(&key, Some(kv.mod_revision)).await? {
+                Outcome::Done(_) => {
+                    hooks.release(self, tenant, resource, &current).await;
+                    return Ok(Deleted::Gone(current));
+                }
+                Outcome::Conflict(None) => {
+                    return Err(ApiError::not_found(&resource.group_resource(), name));
+                }
+                Outcome::Conflict(Some(_)) => continue,
+            }
+        }
+        Err(ApiError::conflict(
+            &resource.group_resource(),
+            name,
+            "too many concurrent updates, please try again",
+        ))
+    }
+}
+
+/// The result of a delete.
+pub enum Deleted {
+    /// Removed from storage; carries the last state.
+    Gone(Value),
+    /// Marked for deletion (finalizers pending); carries the new state.
+    Pending(Value),
+}
+
+/// `propagationPolicy` (and the legacy `orphanDependents`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// Delete dependents in the background (the default).
+    #[default]
+    Background,
+    /// Keep the owner until dependents are gone (`foregroundDeletion` finalizer).
+    Foreground,
+    /// Leave dependents (`orphan` finalizer).
+    Orphan,
+}
+
+/// Delete preconditions and policy.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `propagationPolicy`.
+    pub propagation: Propagation,
+}
+
+/// Which part of an object an update writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateTarget {
+    /// The main resource: status changes are ignored when the kind has a status subresource.
+    Main,
+    /// The `/status` subresource: only status changes.
+    Status,
+}
+
+/// Side effects of creating and deleting certain kinds (service IP and port allocation).
+#[async_trait::async_trait]
+pub trait CreateHooks: Send + Sync {
+    /// Runs after validation, before the object is stored; may fill in allocated fields.
+    async fn before_create(
+        &self,
+        store: &Store,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        obj: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError>;
+    /// Releases what `before_create` reserved (after a failed create or a delete).
+    async fn release(&self, store: &Store, tenant: &Tenant, resource: &ResourceInfo, obj: &Value);
+}
+
+/// The fields outside metadata and status: what `generation` tracks.
+fn spec_of(obj: &Value) -> Value {
+    let mut copy = obj.clone();
+    if let Some(map) = copy.as_object_mut() {
+        map.remove("metadata");
+        map.remove("status");
+    }
+    copy
+}
+
+fn without_managed_times(obj: &Value) -> Value {
+    let mut copy = obj.clone();
+    if let Some(entries) = copy
+        .pointer_mut("/metadata/managedFields")
+        .and_then(Value::as_array_mut)
+    {
+        for entry in entries {
+            if let Some(entry) = entry.as_object_mut() {
+                entry.remove("time");
+            }
+        }
+    }
+    copy
+}
+
+/// Fills `apiVersion`/`kind` when absent and rejects a body meant for another kind.
+fn check_type_meta(resource: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(map) = obj.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    };
+    let expected_version = resource.api_version();
+    match map.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if !v.is_empty() && v != expected_version => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({expected_version})"
+            )));
+        }
+        _ => {}
+    }
+    match map.get("kind").and_then(Value::as_str) {
+        Some(k) if !k.is_empty() && k != resource.kind => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                resource.kind
+            )));
+        }
+        _ => {}
+    }
+    map.insert("apiVersion".into(), json!(expected_version));
+    map.insert("kind".into(), json!(resource.kind));
+    Ok(())
+}
+
+/// `ValidateObjectMeta`: name, labels, annotations, finalizers.
+fn validate_object_meta(resource: &ResourceInfo, obj: &Value, generated: bool) -> Vec<FieldError> {
+    use flotilla_api_machinery::names;
+    let mut errors = Vec::new();
+    let name = meta::name(obj);
+    if name.is_empty() {
+        errors.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
+    } else {
+        let problems = match resource.kind {
+            // Namespaces and services have stricter strategy validation of their own.
+            "Namespace" | "Service" => Vec::new(),
+            _ => {
+                let mut p = names::is_valid_path_segment_name(name);
+                if p.is_empty() {
+                    p = names::is_dns1123_subdomain(name);
+                }
+                p
+            }
+        };
+        let field = if generated {
+            "metadata.generateName"
+        } else {
+            "metadata.name"
+        };
+        errors.extend(
+            problems
+                .into_iter()
+                .map(|p| FieldError::invalid(field, &json!(name), &p)),
+        );
+    }
+    for (key, value) in meta::labels(obj) {
+        for p in names::is_qualified_name(&key) {
+            errors.push(FieldError::invalid("metadata.labels", &json!(key), &p));
+        }
+        for p in names::is_valid_label_value(&value) {
+            errors.push(FieldError::invalid("metadata.labels", &json!(value), &p));
+        }
+    }
+    let annotations: BTreeMap<String, String> =
+        meta::string_map(meta::at(obj, &["metadata", "annotations"]));
+    let mut total = 0;
+    for (key, value) in &annotations {
+        for p in names::is_qualified_name(&key.to_lowercase()) {
+            errors.push(FieldError::invalid("metadata.annotations", &json!(key), &p));
+        }
+        total += key.len() + value.len();
+    }
+    if total > names::TOTAL_ANNOTATION_SIZE_LIMIT_BYTES {
+        errors.push(FieldError {
+            cause_type: "FieldValueTooLong",
+            field: "metadata.annotations".into(),
+            message: format!(
+                "Too long: may not be more than {} bytes",
+                names::TOTAL_ANNOTATION_SIZE_LIMIT_BYTES
+            ),
+        });
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_found_by_round_trip_difference() {
+        let input =
+            json!({"spec": {"replicas": 1, "bogus": 2, "template": {"x": null}}, "extra": [1]});
+        let canonical = json!({"spec": {"replicas": 1, "template": {}}});
+        assert_eq!(
+            unknown_fields(&input, &canonical),
+            vec!["spec.bogus", "extra"]
+        );
+    }
+
+    #[test]
+    fn continue_tokens_round_trip_and_refuse_escapes() {
+        let token = encode_continue(42, "default/pod-b\u{0}");
+        let decoded = decode_continue(&token).expect("decodes");
+        assert_eq!(decoded.rv, 42);
+        assert_eq!(decoded.start, "default/pod-b\u{0}");
+        for bad in ["../other/x", "/registry/b/core/pods/", "a/./b"] {
+            let forged = encode_continue(5, bad);
+            assert!(decode_continue(&forged).is_err(), "{bad}");
+        }
+        assert!(decode_continue("not base64!").is_err());
+    }
+
+    #[test]
+    fn read_at_follows_upstream_rules() {
+        assert_eq!(ReadAt::parse(None, None).ok(), Some(ReadAt::Latest));
+        assert_eq!(
+            ReadAt::parse(Some("0"), None).ok(),
+            Some(ReadAt::NotOlderThan(0))
+        );
+        assert_eq!(
+            ReadAt::parse(Some("7"), Some("Exact")).ok(),
+            Some(ReadAt::Exact(7))
+        );
+        assert!(ReadAt::parse(Some("0"), Some("Exact")).is_err());
+        assert!(ReadAt::parse(None, Some("Exact")).is_err());
+        assert!(ReadAt::parse(Some("x"), None).is_err());
+    }
+}

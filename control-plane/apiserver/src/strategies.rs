@@ -1,0 +1,1382 @@
+//! Per-kind strategies: upstream defaulting, validation, status handling, field labels and
+//! printed columns for each served kind.
+
+use serde_json::{Value, json};
+
+use crate::error::FieldError;
+use crate::meta::{self, at, str_at};
+use crate::resources::Strategy;
+use crate::table::{Column, age_column, int_at, or_none};
+
+/// Kinds with no behaviour beyond the generic store.
+pub struct DefaultStrategy;
+impl Strategy for DefaultStrategy {}
+
+fn set_default(obj: &mut Value, path: &[&str], value: Value) {
+    if at(obj, path).is_none_or(Value::is_null) {
+        meta::set_at(obj, path, value);
+    }
+}
+
+fn array_len(obj: &Value, path: &[&str]) -> usize {
+    at(obj, path).and_then(Value::as_array).map_or(0, Vec::len)
+}
+
+fn object_len(obj: &Value, path: &[&str]) -> usize {
+    at(obj, path)
+        .and_then(Value::as_object)
+        .map_or(0, serde_json::Map::len)
+}
+
+/// `SetDefaults_PodSpec` and `SetDefaults_Container` for a pod spec wherever it is embedded.
+fn default_pod_spec(spec: &mut Value) {
+    if !spec.is_object() {
+        return;
+    }
+    set_default(spec, &["restartPolicy"], json!("Always"));
+    set_default(spec, &["dnsPolicy"], json!("ClusterFirst"));
+    set_default(spec, &["terminationGracePeriodSeconds"], json!(30));
+    set_default(spec, &["schedulerName"], json!("default-scheduler"));
+    set_default(spec, &["securityContext"], json!({}));
+    for list in ["containers", "initContainers"] {
+        if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for container in containers {
+                default_container(container);
+            }
+        }
+    }
+}
+
+fn default_container(container: &mut Value) {
+    let image = str_at(container, &["image"]).unwrap_or("");
+    // Upstream: `:latest` or no tag pulls Always, anything else IfNotPresent.
+    let last_segment = image.rsplit('/').next().unwrap_or("");
+    let untagged = !last_segment.contains(':') && !image.contains('@');
+    let policy = if untagged || image.ends_with(":latest") {
+        "Always"
+    } else {
+        "IfNotPresent"
+    };
+    set_default(container, &["imagePullPolicy"], json!(policy));
+    set_default(
+        container,
+        &["terminationMessagePath"],
+        json!("/dev/termination-log"),
+    );
+    set_default(container, &["terminationMessagePolicy"], json!("File"));
+    set_default(container, &["resources"], json!({}));
+    if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports {
+            set_default(port, &["protocol"], json!("TCP"));
+        }
+    }
+}
+
+/// `ValidatePodSpec`, the part clients trip over: containers present, named and imaged.
+fn validate_pod_spec(spec: Option<&Value>, path: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let containers = spec
+        .and_then(|s| s.get("containers"))
+        .and_then(Value::as_array);
+    match containers {
+        None => errors.push(FieldError::required(format!("{path}.containers"), "")),
+        Some(list) if list.is_empty() => {
+            errors.push(FieldError::required(format!("{path}.containers"), ""))
+        }
+        Some(list) => {
+            let mut seen = std::collections::HashSet::new();
+            for (i, c) in list.iter().enumerate() {
+                let name = str_at(c, &["name"]).unwrap_or("");
+                if name.is_empty() {
+                    errors.push(FieldError::required(
+                        format!("{path}.containers[{i}].name"),
+                        "",
+                    ));
+                } else {
+                    for problem in flotilla_api_machinery::names::is_dns1123_label(name) {
+                        errors.push(FieldError::invalid(
+                            format!("{path}.containers[{i}].name"),
+                            &json!(name),
+                            &problem,
+                        ));
+                    }
+                    if !seen.insert(name.to_string()) {
+                        errors.push(FieldError::duplicate(
+                            format!("{path}.containers[{i}].name"),
+                            &json!(name),
+                        ));
+                    }
+                }
+                if str_at(c, &["image"]).is_none_or(str::is_empty) {
+                    errors.push(FieldError::required(
+                        format!("{path}.containers[{i}].image"),
+                        "",
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(policy) = spec.and_then(|s| s.get("restartPolicy"))
+        && !["Always", "OnFailure", "Never"].contains(&policy.as_str().unwrap_or(""))
+    {
+        errors.push(FieldError::not_supported(
+            format!("{path}.restartPolicy"),
+            policy,
+            &["Always", "OnFailure", "Never"],
+        ));
+    }
+    errors
+}
+
+/// Workload validation shared by Deployment, ReplicaSet, StatefulSet and DaemonSet:
+/// non-negative replicas, a selector, and template labels the selector matches.
+fn validate_workload(obj: &Value, has_replicas: bool) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if has_replicas
+        && let Some(replicas) = at(obj, &["spec", "replicas"]).and_then(Value::as_i64)
+        && replicas < 0
+    {
+        errors.push(FieldError::invalid(
+            "spec.replicas",
+            &json!(replicas),
+            "must be greater than or equal to 0",
+        ));
+    }
+    match at(obj, &["spec", "selector"]) {
+        None | Some(Value::Null) => errors.push(FieldError::required("spec.selector", "")),
+        Some(selector) => {
+            let labels = meta::string_map(at(obj, &["spec", "template", "metadata", "labels"]));
+            match flotilla_api_machinery::selector::LabelSelector::from_json(selector) {
+                Ok(parsed) if parsed.is_empty() => errors.push(FieldError::invalid(
+                    "spec.selector",
+                    selector,
+                    "empty selector is invalid for deployment",
+                )),
+                Ok(parsed) if !parsed.matches(&labels) => errors.push(FieldError::invalid(
+                    "spec.template.metadata.labels",
+                    &json!(labels),
+                    "`selector` does not match template `labels`",
+                )),
+                Ok(_) => {}
+                Err(err) => errors.push(FieldError::invalid(
+                    "spec.selector",
+                    selector,
+                    &err.to_string(),
+                )),
+            }
+        }
+    }
+    errors.extend(validate_pod_spec(
+        at(obj, &["spec", "template", "spec"]),
+        "spec.template.spec",
+    ));
+    errors
+}
+
+fn default_template(obj: &mut Value, path: &[&str]) {
+    if let Some(parent) = meta::object_at_mut(obj, &path[..path.len() - 1])
+        && let Some(spec) = parent.get_mut(path[path.len() - 1])
+    {
+        default_pod_spec(spec);
+    }
+}
+
+// ---------------------------------------------------------------- namespaces
+
+/// Namespaces: Active on create, the `kubernetes` finalizer, DNS-label names.
+pub struct NamespaceStrategy;
+impl Strategy for NamespaceStrategy {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        meta::set_at(obj, &["status"], json!({"phase": "Active"}));
+        meta::set_at(obj, &["spec", "finalizers"], json!(["kubernetes"]));
+    }
+    fn default(&self, obj: &mut Value) {
+        let name = meta::name(obj).to_string();
+        meta::set_at(
+            obj,
+            &["metadata", "labels", "kubernetes.io/metadata.name"],
+            json!(name),
+        );
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let name = meta::name(obj);
+        flotilla_api_machinery::names::is_dns1123_label(name)
+            .into_iter()
+            .map(|p| FieldError::invalid("metadata.name", &json!(name), &p))
+            .collect()
+    }
+    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        vec![(
+            "status.phase",
+            str_at(obj, &["status", "phase"]).unwrap_or("").to_string(),
+        )]
+    }
+    fn supported_field_labels(&self) -> &'static [&'static str] {
+        &["status.phase"]
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Status", "string", "The status of the namespace", |o| {
+                json!(str_at(o, &["status", "phase"]).unwrap_or(""))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- pods
+
+/// Pods: Pending on create, pod-spec defaults, spec immutability, phase/node field labels.
+pub struct PodStrategy;
+
+fn pod_status_cell(pod: &Value) -> Value {
+    if meta::is_terminating(pod) {
+        return json!("Terminating");
+    }
+    let mut reason = str_at(pod, &["status", "reason"])
+        .or_else(|| str_at(pod, &["status", "phase"]))
+        .unwrap_or("Unknown")
+        .to_string();
+    if let Some(statuses) = at(pod, &["status", "containerStatuses"]).and_then(Value::as_array) {
+        for status in statuses {
+            if let Some(waiting) = str_at(status, &["state", "waiting", "reason"]) {
+                reason = waiting.to_string();
+            } else if let Some(terminated) = str_at(status, &["state", "terminated", "reason"]) {
+                reason = terminated.to_string();
+            }
+        }
+    }
+    json!(reason)
+}
+
+impl Strategy for PodStrategy {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        meta::set_at(
+            obj,
+            &["status"],
+            json!({"phase": "Pending", "qosClass": "BestEffort"}),
+        );
+    }
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        // spec.nodeName is set only through pods/binding.
+        if let Some(node) = at(old, &["spec", "nodeName"]) {
+            meta::set_at(new, &["spec", "nodeName"], node.clone());
+        }
+    }
+    fn default(&self, obj: &mut Value) {
+        if let Some(spec) = obj.get_mut("spec") {
+            default_pod_spec(spec);
+            set_default(spec, &["serviceAccountName"], json!("default"));
+            set_default(spec, &["enableServiceLinks"], json!(true));
+            set_default(spec, &["priority"], json!(0));
+            set_default(
+                spec,
+                &["tolerations"],
+                json!([
+                    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                ]),
+            );
+        }
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        validate_pod_spec(obj.get("spec"), "spec")
+    }
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        let mut errors = self.validate(new);
+        // Upstream allows only image, activeDeadlineSeconds, tolerations (additions) and a few
+        // more to change; comparing with those neutralised finds every other change.
+        let neutral = |pod: &Value| {
+            let mut spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+            for list in ["containers", "initContainers"] {
+                if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+                    for c in containers {
+                        if let Some(c) = c.as_object_mut() {
+                            c.remove("image");
+                        }
+                    }
+                }
+            }
+            if let Some(s) = spec.as_object_mut() {
+                s.remove("activeDeadlineSeconds");
+                s.remove("tolerations");
+                s.remove("terminationGracePeriodSeconds");
+            }
+            spec
+        };
+        if neutral(new) != neutral(old) {
+            errors.push(FieldError::forbidden(
+                "spec",
+                "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+            ));
+        }
+        errors
+    }
+    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        let s = |path: &[&str]| str_at(obj, path).unwrap_or("").to_string();
+        vec![
+            ("spec.nodeName", s(&["spec", "nodeName"])),
+            ("spec.restartPolicy", s(&["spec", "restartPolicy"])),
+            ("spec.schedulerName", s(&["spec", "schedulerName"])),
+            (
+                "spec.serviceAccountName",
+                s(&["spec", "serviceAccountName"]),
+            ),
+            (
+                "spec.hostNetwork",
+                at(obj, &["spec", "hostNetwork"])
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+                    .to_string(),
+            ),
+            ("status.phase", s(&["status", "phase"])),
+            ("status.podIP", s(&["status", "podIP"])),
+            (
+                "status.nominatedNodeName",
+                s(&["status", "nominatedNodeName"]),
+            ),
+        ]
+    }
+    fn supported_field_labels(&self) -> &'static [&'static str] {
+        &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ]
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new(
+                "Ready",
+                "string",
+                "The aggregate readiness state of this pod for accepting traffic.",
+                |o| {
+                    let total = array_len(o, &["spec", "containers"]);
+                    let ready = at(o, &["status", "containerStatuses"])
+                        .and_then(Value::as_array)
+                        .map_or(0, |s| {
+                            s.iter()
+                                .filter(|c| c.get("ready") == Some(&json!(true)))
+                                .count()
+                        });
+                    json!(format!("{ready}/{total}"))
+                },
+            ),
+            Column::new(
+                "Status",
+                "string",
+                "The aggregate status of the containers in this pod.",
+                pod_status_cell,
+            ),
+            Column::new(
+                "Restarts",
+                "string",
+                "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+                |o| {
+                    let restarts: i64 = at(o, &["status", "containerStatuses"])
+                        .and_then(Value::as_array)
+                        .map_or(0, |s| {
+                            s.iter()
+                                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                                .sum()
+                        });
+                    json!(restarts.to_string())
+                },
+            ),
+            age_column(),
+            Column::new("IP", "string", "The IP address assigned to the pod", |o| {
+                or_none(str_at(o, &["status", "podIP"]))
+            })
+            .wide(),
+            Column::new(
+                "Node",
+                "string",
+                "The node that the pod is assigned to",
+                |o| or_none(str_at(o, &["spec", "nodeName"])),
+            )
+            .wide(),
+            Column::new(
+                "Nominated Node",
+                "string",
+                "The node that the pod is nominated to",
+                |o| or_none(str_at(o, &["status", "nominatedNodeName"])),
+            )
+            .wide(),
+            Column::new(
+                "Readiness Gates",
+                "string",
+                "The readiness gates of the pod",
+                |_| json!("<none>"),
+            )
+            .wide(),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- nodes
+
+/// Nodes: keep the status the kubelet registers with; Ready condition in the table.
+pub struct NodeStrategy;
+impl Strategy for NodeStrategy {
+    fn keeps_status_on_create(&self) -> bool {
+        true
+    }
+    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        let unschedulable = at(obj, &["spec", "unschedulable"])
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        vec![("spec.unschedulable", unschedulable.to_string())]
+    }
+    fn supported_field_labels(&self) -> &'static [&'static str] {
+        &["spec.unschedulable"]
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Status", "string", "The status of the node", |o| {
+                let ready = at(o, &["status", "conditions"])
+                    .and_then(Value::as_array)
+                    .and_then(|c| c.iter().find(|c| c.get("type") == Some(&json!("Ready"))))
+                    .and_then(|c| c.get("status").and_then(Value::as_str));
+                let mut status = match ready {
+                    Some("True") => "Ready".to_string(),
+                    Some(_) => "NotReady".to_string(),
+                    None => "Unknown".to_string(),
+                };
+                if at(o, &["spec", "unschedulable"]) == Some(&json!(true)) {
+                    status.push_str(",SchedulingDisabled");
+                }
+                json!(status)
+            }),
+            Column::new("Roles", "string", "The roles of the node", |o| {
+                let roles: Vec<String> = meta::labels(o)
+                    .keys()
+                    .filter_map(|k| {
+                        k.strip_prefix("node-role.kubernetes.io/")
+                            .map(str::to_string)
+                    })
+                    .collect();
+                or_none(Some(&roles.join(",")))
+            }),
+            age_column(),
+            Column::new(
+                "Version",
+                "string",
+                "Kubelet Version reported by the node.",
+                |o| json!(str_at(o, &["status", "nodeInfo", "kubeletVersion"]).unwrap_or("")),
+            ),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- services
+
+/// Services: type/port defaults and validation; IPs and node ports are allocated by the store.
+pub struct ServiceStrategy;
+impl Strategy for ServiceStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["spec", "type"], json!("ClusterIP"));
+        set_default(obj, &["spec", "sessionAffinity"], json!("None"));
+        let ty = str_at(obj, &["spec", "type"]).unwrap_or("").to_string();
+        if ty != "ExternalName" {
+            set_default(obj, &["spec", "internalTrafficPolicy"], json!("Cluster"));
+        }
+        if ty == "NodePort" || ty == "LoadBalancer" {
+            set_default(obj, &["spec", "externalTrafficPolicy"], json!("Cluster"));
+        }
+        if let Some(ports) = at(obj, &["spec", "ports"])
+            .cloned()
+            .and_then(|p| p.as_array().cloned())
+        {
+            let defaulted: Vec<Value> = ports
+                .into_iter()
+                .map(|mut port| {
+                    set_default(&mut port, &["protocol"], json!("TCP"));
+                    if let Some(p) = port.get("port").cloned() {
+                        set_default(&mut port, &["targetPort"], p);
+                    }
+                    port
+                })
+                .collect();
+            meta::set_at(obj, &["spec", "ports"], Value::Array(defaulted));
+        }
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let name = meta::name(obj);
+        for p in flotilla_api_machinery::names::is_dns1035_label(name) {
+            errors.push(FieldError::invalid("metadata.name", &json!(name), &p));
+        }
+        let ty = str_at(obj, &["spec", "type"]).unwrap_or("ClusterIP");
+        if !["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"].contains(&ty) {
+            errors.push(FieldError::not_supported(
+                "spec.type",
+                &json!(ty),
+                &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
+            ));
+        }
+        let ports = at(obj, &["spec", "ports"])
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if ports.is_empty()
+            && ty != "ExternalName"
+            && str_at(obj, &["spec", "clusterIP"]) != Some("None")
+        {
+            errors.push(FieldError::required("spec.ports", ""));
+        }
+        for (i, port) in ports.iter().enumerate() {
+            match port.get("port").and_then(Value::as_i64) {
+                Some(p) if (1..=65535).contains(&p) => {}
+                Some(p) => errors.push(FieldError::invalid(
+                    format!("spec.ports[{i}].port"),
+                    &json!(p),
+                    "must be between 1 and 65535, inclusive",
+                )),
+                None => errors.push(FieldError::required(format!("spec.ports[{i}].port"), "")),
+            }
+            if ports.len() > 1 && str_at(port, &["name"]).is_none_or(str::is_empty) {
+                errors.push(FieldError::required(format!("spec.ports[{i}].name"), ""));
+            }
+        }
+        errors
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Type", "string", "The type of the service.", |o| {
+                json!(str_at(o, &["spec", "type"]).unwrap_or(""))
+            }),
+            Column::new(
+                "Cluster-IP",
+                "string",
+                "The cluster IP of the service.",
+                |o| or_none(str_at(o, &["spec", "clusterIP"])),
+            ),
+            Column::new(
+                "External-IP",
+                "string",
+                "The external IP of the service.",
+                |o| {
+                    let ingress: Vec<String> = at(o, &["status", "loadBalancer", "ingress"])
+                        .and_then(Value::as_array)
+                        .map(|l| {
+                            l.iter()
+                                .filter_map(|i| {
+                                    str_at(i, &["ip"])
+                                        .or_else(|| str_at(i, &["hostname"]))
+                                        .map(str::to_string)
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if !ingress.is_empty() {
+                        return json!(ingress.join(","));
+                    }
+                    match str_at(o, &["spec", "type"]) {
+                        Some("LoadBalancer") => json!("<pending>"),
+                        Some("ExternalName") => {
+                            json!(str_at(o, &["spec", "externalName"]).unwrap_or(""))
+                        }
+                        _ => json!("<none>"),
+                    }
+                },
+            ),
+            Column::new("Port(s)", "string", "The ports of the service.", |o| {
+                let ports: Vec<String> = at(o, &["spec", "ports"])
+                    .and_then(Value::as_array)
+                    .map(|l| {
+                        l.iter()
+                            .map(|p| {
+                                let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+                                let proto = str_at(p, &["protocol"]).unwrap_or("TCP");
+                                match p.get("nodePort").and_then(Value::as_i64) {
+                                    Some(node_port) => format!("{port}:{node_port}/{proto}"),
+                                    None => format!("{port}/{proto}"),
+                                }
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                or_none(Some(&ports.join(",")))
+            }),
+            age_column(),
+            Column::new("Selector", "string", "The selector of the service.", |o| {
+                let sel: Vec<String> = meta::string_map(at(o, &["spec", "selector"]))
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                or_none(Some(&sel.join(",")))
+            })
+            .wide(),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- config
+
+/// ConfigMaps: the Data column.
+pub struct ConfigMapStrategy;
+impl Strategy for ConfigMapStrategy {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new(
+                "Data",
+                "string",
+                "The number of entries in the config map.",
+                |o| json!(object_len(o, &["data"]) + object_len(o, &["binaryData"])),
+            ),
+            age_column(),
+        ]
+    }
+}
+
+/// Secrets: `Opaque` by default, the `type` field label.
+pub struct SecretStrategy;
+impl Strategy for SecretStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["type"], json!("Opaque"));
+    }
+    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        vec![("type", str_at(obj, &["type"]).unwrap_or("").to_string())]
+    }
+    fn supported_field_labels(&self) -> &'static [&'static str] {
+        &["type"]
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Type", "string", "The type of the secret", |o| {
+                json!(str_at(o, &["type"]).unwrap_or(""))
+            }),
+            Column::new(
+                "Data",
+                "string",
+                "The number of entries in the secret",
+                |o| json!(object_len(o, &["data"])),
+            ),
+            age_column(),
+        ]
+    }
+}
+
+/// ServiceAccounts: the Secrets column.
+pub struct ServiceAccountStrategy;
+impl Strategy for ServiceAccountStrategy {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Secrets", "string", "The number of secrets", |o| {
+                json!(array_len(o, &["secrets"]))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+/// core/v1 Events: involvedObject and reason field labels, the event table.
+pub struct CoreEventStrategy;
+impl Strategy for CoreEventStrategy {
+    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        let s = |path: &[&str]| str_at(obj, path).unwrap_or("").to_string();
+        vec![
+            ("involvedObject.kind", s(&["involvedObject", "kind"])),
+            (
+                "involvedObject.namespace",
+                s(&["involvedObject", "namespace"]),
+            ),
+            ("involvedObject.name", s(&["involvedObject", "name"])),
+            ("involvedObject.uid", s(&["involvedObject", "uid"])),
+            (
+                "involvedObject.apiVersion",
+                s(&["involvedObject", "apiVersion"]),
+            ),
+            (
+                "involvedObject.resourceVersion",
+                s(&["involvedObject", "resourceVersion"]),
+            ),
+            (
+                "involvedObject.fieldPath",
+                s(&["involvedObject", "fieldPath"]),
+            ),
+            ("reason", s(&["reason"])),
+            ("reportingComponent", s(&["reportingComponent"])),
+            ("source", s(&["source", "component"])),
+            ("type", s(&["type"])),
+        ]
+    }
+    fn supported_field_labels(&self) -> &'static [&'static str] {
+        &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ]
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new(
+                "Last Seen",
+                "string",
+                "The last time the event was seen",
+                |o| {
+                    json!(crate::table::since(
+                        str_at(o, &["lastTimestamp"]).or_else(|| str_at(o, &["eventTime"]))
+                    ))
+                },
+            ),
+            Column::new("Type", "string", "The type of the event", |o| {
+                json!(str_at(o, &["type"]).unwrap_or(""))
+            }),
+            Column::new("Reason", "string", "The reason of the event", |o| {
+                json!(str_at(o, &["reason"]).unwrap_or(""))
+            }),
+            Column::new("Object", "string", "The object the event is about", |o| {
+                let kind = str_at(o, &["involvedObject", "kind"])
+                    .unwrap_or("")
+                    .to_lowercase();
+                json!(format!(
+                    "{kind}/{}",
+                    str_at(o, &["involvedObject", "name"]).unwrap_or("")
+                ))
+            }),
+            Column::new("Message", "string", "The message of the event", |o| {
+                json!(str_at(o, &["message"]).unwrap_or(""))
+            }),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- storage
+
+/// PersistentVolumes: Pending until bound, reclaim policy default.
+pub struct PersistentVolumeStrategy;
+impl Strategy for PersistentVolumeStrategy {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        meta::set_at(obj, &["status"], json!({"phase": "Pending"}));
+    }
+    fn default(&self, obj: &mut Value) {
+        set_default(
+            obj,
+            &["spec", "persistentVolumeReclaimPolicy"],
+            json!("Retain"),
+        );
+        set_default(obj, &["spec", "volumeMode"], json!("Filesystem"));
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Capacity", "string", "Capacity of the volume", |o| {
+                json!(str_at(o, &["spec", "capacity", "storage"]).unwrap_or(""))
+            }),
+            Column::new("Access Modes", "string", "Access modes", |o| {
+                json!(access_modes(at(o, &["spec", "accessModes"])))
+            }),
+            Column::new("Reclaim Policy", "string", "Reclaim policy", |o| {
+                json!(str_at(o, &["spec", "persistentVolumeReclaimPolicy"]).unwrap_or(""))
+            }),
+            Column::new("Status", "string", "Phase", |o| {
+                json!(str_at(o, &["status", "phase"]).unwrap_or(""))
+            }),
+            Column::new("Claim", "string", "Bound claim", |o| {
+                let ns = str_at(o, &["spec", "claimRef", "namespace"]).unwrap_or("");
+                let name = str_at(o, &["spec", "claimRef", "name"]).unwrap_or("");
+                json!(if name.is_empty() {
+                    String::new()
+                } else {
+                    format!("{ns}/{name}")
+                })
+            }),
+            Column::new("StorageClass", "string", "Storage class", |o| {
+                json!(str_at(o, &["spec", "storageClassName"]).unwrap_or(""))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+fn access_modes(modes: Option<&Value>) -> String {
+    let short = |m: &str| {
+        match m {
+            "ReadWriteOnce" => "RWO",
+            "ReadOnlyMany" => "ROX",
+            "ReadWriteMany" => "RWX",
+            "ReadWriteOncePod" => "RWOP",
+            other => other,
+        }
+        .to_string()
+    };
+    modes
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(short)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// PersistentVolumeClaims: Pending until bound.
+pub struct PersistentVolumeClaimStrategy;
+impl Strategy for PersistentVolumeClaimStrategy {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        meta::set_at(obj, &["status"], json!({"phase": "Pending"}));
+    }
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["spec", "volumeMode"], json!("Filesystem"));
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Status", "string", "Phase", |o| {
+                json!(str_at(o, &["status", "phase"]).unwrap_or(""))
+            }),
+            Column::new("Volume", "string", "Bound volume", |o| {
+                json!(str_at(o, &["spec", "volumeName"]).unwrap_or(""))
+            }),
+            Column::new("Capacity", "string", "Capacity", |o| {
+                json!(str_at(o, &["status", "capacity", "storage"]).unwrap_or(""))
+            }),
+            Column::new("Access Modes", "string", "Access modes", |o| {
+                json!(access_modes(at(o, &["status", "accessModes"])))
+            }),
+            Column::new("StorageClass", "string", "Storage class", |o| {
+                json!(str_at(o, &["spec", "storageClassName"]).unwrap_or(""))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+/// StorageClasses: reclaim and binding defaults.
+pub struct StorageClassStrategy;
+impl Strategy for StorageClassStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["reclaimPolicy"], json!("Delete"));
+        set_default(obj, &["volumeBindingMode"], json!("Immediate"));
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Provisioner", "string", "Provisioner", |o| {
+                json!(str_at(o, &["provisioner"]).unwrap_or(""))
+            }),
+            Column::new("ReclaimPolicy", "string", "Reclaim policy", |o| {
+                json!(str_at(o, &["reclaimPolicy"]).unwrap_or(""))
+            }),
+            Column::new("VolumeBindingMode", "string", "Binding mode", |o| {
+                json!(str_at(o, &["volumeBindingMode"]).unwrap_or(""))
+            }),
+            Column::new("AllowVolumeExpansion", "string", "Expansion allowed", |o| {
+                json!(
+                    at(o, &["allowVolumeExpansion"])
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                        .to_string()
+                )
+            }),
+            age_column(),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- apps
+
+/// Deployments: upstream defaults, selector/template validation, the rollout columns.
+pub struct DeploymentStrategy;
+impl Strategy for DeploymentStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["spec", "replicas"], json!(1));
+        set_default(
+            obj,
+            &["spec", "strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+        );
+        set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
+        set_default(obj, &["spec", "progressDeadlineSeconds"], json!(600));
+        default_template(obj, &["spec", "template", "spec"]);
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        validate_workload(obj, true)
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new(
+                "Ready",
+                "string",
+                "Number of the pod with ready state",
+                |o| {
+                    json!(format!(
+                        "{}/{}",
+                        int_at(o, &["status", "readyReplicas"]),
+                        int_at(o, &["spec", "replicas"])
+                    ))
+                },
+            ),
+            Column::new(
+                "Up-to-date",
+                "integer",
+                "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+                |o| int_at(o, &["status", "updatedReplicas"]),
+            ),
+            Column::new(
+                "Available",
+                "integer",
+                "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+                |o| int_at(o, &["status", "availableReplicas"]),
+            ),
+            age_column(),
+            Column::new(
+                "Containers",
+                "string",
+                "Names of each container in the template.",
+                |o| json!(container_field(o, "name")),
+            )
+            .wide(),
+            Column::new(
+                "Images",
+                "string",
+                "Images referenced by each container in the template.",
+                |o| json!(container_field(o, "image")),
+            )
+            .wide(),
+            Column::new("Selector", "string", "Label selector for pods.", |o| {
+                json!(selector_string(at(o, &["spec", "selector"])))
+            })
+            .wide(),
+        ]
+    }
+}
+
+fn container_field(obj: &Value, field: &str) -> String {
+    at(obj, &["spec", "template", "spec", "containers"])
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| c.get(field).and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// A metav1 LabelSelector in its string form, as `Scale.status.selector` and tables show it.
+pub fn selector_string(selector: Option<&Value>) -> String {
+    selector
+        .and_then(|s| flotilla_api_machinery::selector::LabelSelector::from_json(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default()
+}
+
+/// ReplicaSets.
+pub struct ReplicaSetStrategy;
+impl Strategy for ReplicaSetStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["spec", "replicas"], json!(1));
+        default_template(obj, &["spec", "template", "spec"]);
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        validate_workload(obj, true)
+    }
+    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
+        vec![(
+            "status.replicas",
+            int_at(obj, &["status", "replicas"]).to_string(),
+        )]
+    }
+    fn supported_field_labels(&self) -> &'static [&'static str] {
+        &["status.replicas"]
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Desired", "integer", "Number of desired pods.", |o| {
+                int_at(o, &["spec", "replicas"])
+            }),
+            Column::new(
+                "Current",
+                "integer",
+                "Number of actually running pods.",
+                |o| int_at(o, &["status", "replicas"]),
+            ),
+            Column::new("Ready", "integer", "Number of ready pods.", |o| {
+                int_at(o, &["status", "readyReplicas"])
+            }),
+            age_column(),
+        ]
+    }
+}
+
+/// StatefulSets.
+pub struct StatefulSetStrategy;
+impl Strategy for StatefulSetStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["spec", "replicas"], json!(1));
+        set_default(obj, &["spec", "podManagementPolicy"], json!("OrderedReady"));
+        set_default(
+            obj,
+            &["spec", "updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+        );
+        set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
+        set_default(
+            obj,
+            &["spec", "persistentVolumeClaimRetentionPolicy"],
+            json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+        );
+        default_template(obj, &["spec", "template", "spec"]);
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        validate_workload(obj, true)
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new(
+                "Ready",
+                "string",
+                "Number of the pod with ready state",
+                |o| {
+                    json!(format!(
+                        "{}/{}",
+                        int_at(o, &["status", "readyReplicas"]),
+                        int_at(o, &["spec", "replicas"])
+                    ))
+                },
+            ),
+            age_column(),
+        ]
+    }
+}
+
+/// DaemonSets.
+pub struct DaemonSetStrategy;
+impl Strategy for DaemonSetStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(
+            obj,
+            &["spec", "updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+        );
+        set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
+        default_template(obj, &["spec", "template", "spec"]);
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        validate_workload(obj, false)
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new(
+                "Desired",
+                "integer",
+                "The total number of nodes that should be running the daemon pod.",
+                |o| int_at(o, &["status", "desiredNumberScheduled"]),
+            ),
+            Column::new(
+                "Current",
+                "integer",
+                "The number of nodes running at least one daemon pod.",
+                |o| int_at(o, &["status", "currentNumberScheduled"]),
+            ),
+            Column::new(
+                "Ready",
+                "integer",
+                "The number of nodes that should be running the daemon pod and have one or more running and ready.",
+                |o| int_at(o, &["status", "numberReady"]),
+            ),
+            Column::new(
+                "Up-to-date",
+                "integer",
+                "The total number of nodes that are running updated daemon pod",
+                |o| int_at(o, &["status", "updatedNumberScheduled"]),
+            ),
+            Column::new(
+                "Available",
+                "integer",
+                "The number of nodes that should be running the daemon pod and have one or more running and available.",
+                |o| int_at(o, &["status", "numberAvailable"]),
+            ),
+            Column::new("Node Selector", "string", "The node selector", |o| {
+                let sel: Vec<String> =
+                    meta::string_map(at(o, &["spec", "template", "spec", "nodeSelector"]))
+                        .into_iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect();
+                or_none(Some(&sel.join(",")))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- batch
+
+/// Jobs: generated selector and `controller-uid` labels, batch defaults.
+pub struct JobStrategy;
+impl Strategy for JobStrategy {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        let manual = at(obj, &["spec", "manualSelector"]) == Some(&json!(true));
+        let uid = meta::uid(obj).to_string();
+        if !manual && !uid.is_empty() {
+            let name = meta::name(obj).to_string();
+            meta::set_at(
+                obj,
+                &["spec", "selector"],
+                json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+            );
+            for (key, value) in [
+                ("batch.kubernetes.io/controller-uid", uid.clone()),
+                ("batch.kubernetes.io/job-name", name.clone()),
+                ("controller-uid", uid),
+                ("job-name", name),
+            ] {
+                meta::set_at(
+                    obj,
+                    &["spec", "template", "metadata", "labels", key],
+                    json!(value),
+                );
+            }
+        }
+    }
+    fn default(&self, obj: &mut Value) {
+        let completions_unset = at(obj, &["spec", "completions"]).is_none_or(Value::is_null);
+        let parallelism_unset = at(obj, &["spec", "parallelism"]).is_none_or(Value::is_null);
+        if completions_unset && parallelism_unset {
+            meta::set_at(obj, &["spec", "completions"], json!(1));
+        }
+        set_default(obj, &["spec", "parallelism"], json!(1));
+        set_default(obj, &["spec", "backoffLimit"], json!(6));
+        set_default(obj, &["spec", "completionMode"], json!("NonIndexed"));
+        set_default(obj, &["spec", "suspend"], json!(false));
+        set_default(
+            obj,
+            &["spec", "podReplacementPolicy"],
+            json!("TerminatingOrFailed"),
+        );
+        default_template(obj, &["spec", "template", "spec"]);
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors =
+            validate_pod_spec(at(obj, &["spec", "template", "spec"]), "spec.template.spec");
+        let policy = at(obj, &["spec", "template", "spec", "restartPolicy"]);
+        if let Some(policy) = policy
+            && !["OnFailure", "Never"].contains(&policy.as_str().unwrap_or(""))
+        {
+            errors.push(FieldError::not_supported(
+                "spec.template.spec.restartPolicy",
+                policy,
+                &["OnFailure", "Never"],
+            ));
+        }
+        errors
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Status", "string", "Status of the job.", |o| {
+                let conditions = at(o, &["status", "conditions"])
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let has = |t: &str| {
+                    conditions.iter().any(|c| {
+                        c.get("type") == Some(&json!(t)) && c.get("status") == Some(&json!("True"))
+                    })
+                };
+                json!(if has("Complete") {
+                    "Complete"
+                } else if has("Failed") {
+                    "Failed"
+                } else if has("Suspended") {
+                    "Suspended"
+                } else {
+                    "Running"
+                })
+            }),
+            Column::new(
+                "Completions",
+                "string",
+                "The completion status of the job.",
+                |o| {
+                    let done = int_at(o, &["status", "succeeded"]);
+                    match at(o, &["spec", "completions"]).and_then(Value::as_i64) {
+                        Some(c) => json!(format!("{done}/{c}")),
+                        None => json!(format!(
+                            "{done}/1 of {}",
+                            int_at(o, &["spec", "parallelism"])
+                        )),
+                    }
+                },
+            ),
+            Column::new(
+                "Duration",
+                "string",
+                "Time required to complete the job.",
+                |o| {
+                    let start = str_at(o, &["status", "startTime"])
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+                    let end = str_at(o, &["status", "completionTime"])
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+                    match (start, end) {
+                        (Some(s), Some(e)) => {
+                            json!(crate::table::human_duration((e - s).num_seconds()))
+                        }
+                        (Some(s), None) => json!(crate::table::human_duration(
+                            chrono::Utc::now().signed_duration_since(s).num_seconds()
+                        )),
+                        _ => json!(""),
+                    }
+                },
+            ),
+            age_column(),
+        ]
+    }
+}
+
+/// CronJobs.
+pub struct CronJobStrategy;
+impl Strategy for CronJobStrategy {
+    fn default(&self, obj: &mut Value) {
+        set_default(obj, &["spec", "concurrencyPolicy"], json!("Allow"));
+        set_default(obj, &["spec", "suspend"], json!(false));
+        set_default(obj, &["spec", "successfulJobsHistoryLimit"], json!(3));
+        set_default(obj, &["spec", "failedJobsHistoryLimit"], json!(1));
+        default_template(obj, &["spec", "jobTemplate", "spec", "template", "spec"]);
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        if str_at(obj, &["spec", "schedule"]).is_none_or(str::is_empty) {
+            errors.push(FieldError::required("spec.schedule", ""));
+        }
+        errors.extend(validate_pod_spec(
+            at(obj, &["spec", "jobTemplate", "spec", "template", "spec"]),
+            "spec.jobTemplate.spec.template.spec",
+        ));
+        errors
+    }
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Schedule", "string", "The schedule", |o| {
+                json!(str_at(o, &["spec", "schedule"]).unwrap_or(""))
+            }),
+            Column::new("Timezone", "string", "The time zone", |o| {
+                or_none(str_at(o, &["spec", "timeZone"]))
+            }),
+            Column::new("Suspend", "boolean", "Whether it is suspended", |o| {
+                json!(
+                    at(o, &["spec", "suspend"])
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                )
+            }),
+            Column::new("Active", "integer", "Active jobs", |o| {
+                json!(array_len(o, &["status", "active"]))
+            }),
+            Column::new(
+                "Last Schedule",
+                "string",
+                "Last schedule time",
+                |o| match str_at(o, &["status", "lastScheduleTime"]) {
+                    Some(t) => json!(crate::table::since(Some(t))),
+                    None => json!("<none>"),
+                },
+            ),
+            age_column(),
+        ]
+    }
+}
+
+// ---------------------------------------------------------------- discovery, coordination
+
+/// EndpointSlices.
+pub struct EndpointSliceStrategy;
+impl Strategy for EndpointSliceStrategy {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("AddressType", "string", "Address type", |o| {
+                json!(str_at(o, &["addressType"]).unwrap_or(""))
+            }),
+            Column::new("Ports", "string", "Ports", |o| {
+                let ports: Vec<String> = at(o, &["ports"])
+                    .and_then(Value::as_array)
+                    .map(|p| {
+                        p.iter()
+                            .filter_map(|p| p.get("port").and_then(Value::as_i64))
+                            .map(|p| p.to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                or_none(Some(&ports.join(",")))
+            }),
+            Column::new("Endpoints", "string", "Endpoint addresses", |o| {
+                let addresses: Vec<String> = at(o, &["endpoints"])
+                    .and_then(Value::as_array)
+                    .map(|e| {
+                        e.iter()
+                            .filter_map(|e| e.get("addresses").and_then(Value::as_array))
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                or_none(Some(&addresses.join(",")))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+/// Leases.
+pub struct LeaseStrategy;
+impl Strategy for LeaseStrategy {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::new("Holder", "string", "The holder of the lease", |o| {
+                json!(str_at(o, &["spec", "holderIdentity"]).unwrap_or(""))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deployment_defaults_fill_rollout_and_pod_fields() {
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "nginx"}, {"name": "b", "image": "x:1.0"}]}}}});
+        DeploymentStrategy.default(&mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+            "Always"
+        );
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][1]["imagePullPolicy"],
+            "IfNotPresent"
+        );
+    }
+
+    #[test]
+    fn selector_must_match_template() {
+        let d = json!({"metadata": {"name": "d"}, "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {"labels": {"app": "y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let errors = DeploymentStrategy.validate(&d);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn pod_without_containers_is_invalid() {
+        let errors = PodStrategy.validate(&json!({"spec": {}}));
+        assert_eq!(errors, vec![FieldError::required("spec.containers", "")]);
+    }
+}

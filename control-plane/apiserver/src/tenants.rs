@@ -1,0 +1,212 @@
+//! Tenant clusters known to the server: their records in storage (id, CA), client-certificate
+//! authentication against each tenant's own CA, and the objects every new cluster starts with.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, UnixTime};
+use serde_json::json;
+use tokio::sync::RwLock;
+
+use crate::error::ApiError;
+use crate::pki::{
+    CertificateAuthority, CertificateIdentity, IssuedCertificate, certificate_identity,
+};
+use crate::serve::PeerCertificates;
+use crate::store::{Store, Tenant, WriteOptions};
+
+/// Where tenant records live: outside every tenant's own prefix.
+const TENANT_RECORDS: &str = "/flotilla/tenants/";
+
+/// The stored record of one tenant cluster.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct TenantRecord {
+    /// Cluster id (URL segment).
+    pub id: String,
+    /// The cluster's client CA: it signs the certificates of this cluster's users only.
+    pub client_ca: CertificateAuthority,
+}
+
+/// A loaded tenant: where its keys are and how its clients are authenticated.
+pub struct TenantState {
+    /// Storage placement.
+    pub tenant: Tenant,
+    /// The stored record.
+    pub record: TenantRecord,
+    verifier: Arc<dyn ClientCertVerifier>,
+}
+
+impl TenantState {
+    fn load(record: TenantRecord) -> Result<Self, ApiError> {
+        let mut roots = rustls::RootCertStore::empty();
+        let ca =
+            CertificateDer::from_pem_slice(record.client_ca.cert_pem.as_bytes()).map_err(|e| {
+                ApiError::internal(format!("tenant {} CA is unreadable: {e}", record.id))
+            })?;
+        roots
+            .add(ca)
+            .map_err(|e| ApiError::internal(format!("tenant {} CA rejected: {e}", record.id)))?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            crate::serve::crypto_provider(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| ApiError::internal(format!("tenant {} verifier: {e}", record.id)))?;
+        Ok(TenantState {
+            tenant: Tenant::new(&record.id),
+            record,
+            verifier,
+        })
+    }
+
+    /// The identity of a connection's client certificate, if it chains to this tenant's CA.
+    /// A certificate of another tenant's CA authenticates nothing here.
+    pub fn authenticate(&self, peer: &PeerCertificates) -> Option<CertificateIdentity> {
+        let (leaf, intermediates) = peer.0.split_first()?;
+        self.verifier
+            .verify_client_cert(leaf, intermediates, UnixTime::now())
+            .ok()?;
+        certificate_identity(leaf)
+    }
+
+    /// A new admin client certificate (`system:masters`) for this tenant.
+    pub fn issue_admin(&self) -> Result<IssuedCertificate, ApiError> {
+        self.record
+            .client_ca
+            .issue_client("kubernetes-admin", &["system:masters"])
+            .map_err(ApiError::internal)
+    }
+}
+
+/// The tenants of this server, loaded lazily from storage so every replica sees them.
+pub struct Tenants {
+    store: Store,
+    loaded: RwLock<HashMap<String, Arc<TenantState>>>,
+}
+
+impl Tenants {
+    /// The registry over `store`.
+    pub fn new(store: Store) -> Self {
+        Tenants {
+            store,
+            loaded: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The tenant `id`, if it exists.
+    pub async fn get(&self, id: &str) -> Option<Arc<TenantState>> {
+        if let Some(state) = self.loaded.read().await.get(id) {
+            return Some(state.clone());
+        }
+        let kv = self
+            .store
+            .storage()
+            .get(&format!("{TENANT_RECORDS}{id}"))
+            .await
+            .ok()??;
+        let record: TenantRecord = serde_json::from_slice(&kv.value).ok()?;
+        let state = Arc::new(TenantState::load(record).ok()?);
+        self.loaded
+            .write()
+            .await
+            .insert(id.to_string(), state.clone());
+        Some(state)
+    }
+
+    /// Creates tenant `id` (CA and default objects) unless it exists; returns it either way.
+    pub async fn ensure(
+        &self,
+        server: &crate::ApiServer,
+        id: &str,
+    ) -> Result<Arc<TenantState>, ApiError> {
+        if flotilla_api_machinery::names::is_dns1123_label(id)
+            .first()
+            .is_some()
+        {
+            return Err(ApiError::bad_request(format!(
+                "invalid cluster id {id:?}: must be a DNS-1123 label"
+            )));
+        }
+        if self.get(id).await.is_none() {
+            let record = TenantRecord {
+                id: id.to_string(),
+                client_ca: CertificateAuthority::generate(&format!("flotilla-{id}-ca"))
+                    .map_err(ApiError::internal)?,
+            };
+            let bytes = serde_json::to_vec(&record).map_err(ApiError::internal)?;
+            // Create-if-absent: a concurrent replica creating the same tenant wins or loses cleanly.
+            let _ = self
+                .store
+                .storage()
+                .create(&format!("{TENANT_RECORDS}{id}"), Bytes::from(bytes))
+                .await?;
+        }
+        let state = self
+            .get(id)
+            .await
+            .ok_or_else(|| ApiError::internal(format!("tenant {id} vanished")))?;
+        bootstrap_objects(server, &state.tenant).await?;
+        Ok(state)
+    }
+}
+
+/// The objects every cluster starts with (idempotent: existing ones are left alone).
+async fn bootstrap_objects(server: &crate::ApiServer, tenant: &Tenant) -> Result<(), ApiError> {
+    let options = WriteOptions {
+        field_manager: "flotilla-bootstrap".into(),
+        ..Default::default()
+    };
+    let namespaces = server.namespaces();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        create_if_absent(server, tenant, namespaces, "", obj, &options).await?;
+    }
+    if let Some(services) = server.resources.find("", "v1", "services") {
+        let ip = crate::allocator::ServiceNetwork::default()
+            .kubernetes_service_ip()
+            .to_string();
+        let obj = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"type": "ClusterIP", "clusterIP": ip, "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
+        });
+        create_if_absent(server, tenant, services, "default", obj, &options).await?;
+    }
+    Ok(())
+}
+
+async fn create_if_absent(
+    server: &crate::ApiServer,
+    tenant: &Tenant,
+    resource: &crate::resources::ResourceInfo,
+    namespace: &str,
+    obj: serde_json::Value,
+    options: &WriteOptions,
+) -> Result<(), ApiError> {
+    let key = tenant.object_key(resource, namespace, crate::meta::name(&obj));
+    if server.store.storage().get(&key).await?.is_some() {
+        return Ok(());
+    }
+    match server
+        .store
+        .create(
+            tenant,
+            resource,
+            server.namespaces(),
+            namespace,
+            obj,
+            options,
+            &server.allocator,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if err.reason == "AlreadyExists" => Ok(()),
+        Err(err) => Err(err),
+    }
+}

@@ -1,0 +1,62 @@
+//! etcd-backend behaviour beyond the conformance suite: key namespacing, and a watch whose etcd
+//! goes away ending with an error rather than quietly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, ensure};
+use flotilla_storage::{RangeRequest, Storage};
+use futures::StreamExt;
+
+use crate::etcd_server::EtcdServer;
+use crate::suite::{done, value};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefixes_namespace_stores_sharing_one_etcd() -> anyhow::Result<()> {
+    let server = Arc::new(tokio::task::spawn_blocking(EtcdServer::start).await??);
+    let tenant_a = server.connect(Some("/tenant-a".to_owned())).await?;
+    let tenant_b = server.connect(Some("/tenant-b".to_owned())).await?;
+    let unprefixed = server.connect(None).await?;
+
+    let a = done(tenant_a.create("/pods/x", value("a")).await?)?;
+    ensure!(a.key == "/pods/x", "keys come back without the namespace");
+    ensure!(tenant_b.get("/pods/x").await?.is_none());
+    done(tenant_b.create("/pods/x", value("b")).await?)?;
+
+    let everything_of_a = tenant_a.range(RangeRequest::default()).await?;
+    ensure!(
+        everything_of_a.kvs == [a.clone()],
+        "{:?}",
+        everything_of_a.kvs
+    );
+    let raw = unprefixed.get("/tenant-a/pods/x").await?;
+    ensure!(raw.map(|kv| kv.value) == Some(value("a")));
+
+    let mut watch_a = tenant_a.watch("/", 0).await?;
+    done(tenant_b.create("/pods/y", value("b")).await?)?;
+    let mine = done(tenant_a.create("/pods/y", value("a")).await?)?;
+    let first = crate::suite::next_response(&mut watch_a).await?;
+    ensure!(
+        first.events.len() == 1 && first.events[0].kv == mine,
+        "{first:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_ends_with_an_error_when_etcd_goes_away() -> anyhow::Result<()> {
+    let server = tokio::task::spawn_blocking(EtcdServer::start).await??;
+    let store = server.connect(None).await?;
+    let mut watch = store.watch("/", 0).await?;
+    let kv = done(store.create("/k", value("v")).await?)?;
+    ensure!(crate::suite::next_response(&mut watch).await?.events[0].kv == kv);
+
+    drop(server);
+    match tokio::time::timeout(Duration::from_secs(30), watch.next()).await? {
+        Some(Err(error)) => eprintln!("watch ended with: {error}"),
+        Some(Ok(response)) => bail!("expected an error, got {response:?}"),
+        None => bail!("the watch ended quietly; the caller would not know to relist"),
+    }
+    ensure!(watch.next().await.is_none(), "an errored watch stays ended");
+    Ok(())
+}
