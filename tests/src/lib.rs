@@ -1,1 +1,308 @@
-//! placeholder
+//! The end-to-end harness: starts real components (etcd, the `flotilla` binary) on loopback,
+//! finds stock kubectl, and cleans up. A missing component fails the test with a clear message.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// How long a component gets to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A free loopback port (the listener is dropped; the small race is acceptable in tests).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The target directory the test binary was built in (`…/target/debug`).
+fn target_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // …/target/debug/deps/e2e-<hash> → …/target/debug
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .context("cannot locate the cargo target directory from the test binary")
+}
+
+/// The `flotilla` binary built from this workspace (`FLOTILLA_BIN` overrides).
+pub fn flotilla_bin() -> anyhow::Result<PathBuf> {
+    if let Ok(path) = std::env::var("FLOTILLA_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let path = target_dir()?.join("flotilla");
+    if !path.exists() {
+        bail!(
+            "flotilla binary not found at {}: build it first (`cargo build -p flotilla`; tests/run does this)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Stock kubectl 1.32 (`KUBECTL` overrides). The machine's `/usr/bin/kubectl` is a version
+/// dispatcher, so the pinned 1.32 binary is used to test what a 1.32 user runs.
+pub fn kubectl_bin() -> anyhow::Result<PathBuf> {
+    if let Ok(path) = std::env::var("KUBECTL") {
+        return Ok(PathBuf::from(path));
+    }
+    for candidate in [
+        "/usr/lib/google-cloud-sdk/bin/kubectl.1.32",
+        "/usr/local/bin/kubectl-1.32",
+    ] {
+        if Path::new(candidate).exists() {
+            return Ok(PathBuf::from(candidate));
+        }
+    }
+    bail!(
+        "kubectl 1.32 not found (looked in /usr/lib/google-cloud-sdk/bin/kubectl.1.32; set KUBECTL)"
+    )
+}
+
+/// A child process killed when dropped.
+pub struct Process {
+    child: Child,
+}
+
+impl Process {
+    /// Kills the process with SIGKILL and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A real etcd on loopback with its own data directory.
+pub struct Etcd {
+    _process: Process,
+    _dir: tempfile::TempDir,
+    /// Its client URL.
+    pub endpoint: String,
+}
+
+impl Etcd {
+    /// Starts etcd (the Debian `etcd-server` package) and waits until it answers.
+    pub fn start() -> anyhow::Result<Self> {
+        let binary = which("etcd")
+            .context("etcd not found on PATH: install etcd-server (tests/run does this)")?;
+        let dir = tempfile::tempdir()?;
+        let client = free_port()?;
+        let peer = free_port()?;
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let child = Command::new(binary)
+            .arg("--data-dir")
+            .arg(dir.path().join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &endpoint,
+                "--advertise-client-urls",
+                &endpoint,
+            ])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+            ])
+            .args([
+                "--initial-cluster",
+                &format!("default=http://127.0.0.1:{peer}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting etcd")?;
+        let process = Process { child };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            if Instant::now() > deadline {
+                bail!("etcd did not start listening on {endpoint} within {READY_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Etcd {
+            _process: process,
+            _dir: dir,
+            endpoint,
+        })
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+/// Which store a `flotilla up` runs on.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// The embedded store in the data directory.
+    Embedded,
+    /// A real etcd.
+    Etcd(String),
+}
+
+/// A running `flotilla up` with its data directory and admin kubeconfig.
+pub struct Flotilla {
+    process: Option<Process>,
+    dir: tempfile::TempDir,
+    backend: Backend,
+    port: u16,
+    /// The admin kubeconfig `flotilla up` wrote.
+    pub kubeconfig: PathBuf,
+}
+
+impl Flotilla {
+    /// Starts `flotilla up` on `backend` and waits for its kubeconfig.
+    pub fn up(backend: Backend) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let mut flotilla = Flotilla {
+            process: None,
+            kubeconfig: dir.path().join("kubeconfig"),
+            dir,
+            backend,
+            port,
+        };
+        flotilla.start()?;
+        Ok(flotilla)
+    }
+
+    fn start(&mut self) -> anyhow::Result<()> {
+        let mut command = Command::new(flotilla_bin()?);
+        command
+            .arg("up")
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .env("FLOTILLA_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Backend::Etcd(endpoint) = &self.backend {
+            command.arg("--etcd").arg(endpoint);
+        }
+        let mut child = command.spawn().context("starting flotilla up")?;
+        let stdout = child.stdout.take().context("flotilla stdout")?;
+        let process = Process { child };
+        // `flotilla up` prints the kubeconfig path once it is listening.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(READY_TIMEOUT)
+            .context("flotilla up did not print its kubeconfig path in time")?;
+        self.kubeconfig = PathBuf::from(line.trim());
+        self.process = Some(process);
+        Ok(())
+    }
+
+    /// Stops the service (SIGKILL when `hard`, else SIGTERM) and starts it again on the same
+    /// data directory and port.
+    pub fn restart(&mut self, hard: bool) -> anyhow::Result<()> {
+        if let Some(mut process) = self.process.take() {
+            if !hard {
+                let _ = Command::new("kill")
+                    .arg("-TERM")
+                    .arg(process.child.id().to_string())
+                    .status();
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while process.child.try_wait()?.is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            process.kill();
+        }
+        self.start()
+    }
+
+    /// Runs kubectl 1.32 against this cluster.
+    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<Output> {
+        self.kubectl_with(args, None, &[])
+    }
+
+    /// Runs kubectl with optional standard input and extra environment.
+    pub fn kubectl_with(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Output> {
+        let mut command = Command::new(kubectl_bin()?);
+        command.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().context("running kubectl")?;
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            use std::io::Write;
+            pipe.write_all(input.as_bytes())?;
+        }
+        Ok(child.wait_with_output()?)
+    }
+
+    /// Runs kubectl and returns stdout, failing with stderr when it exits non-zero.
+    pub fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.kubectl(args)?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.kubectl(args)?;
+        if out.status.success() {
+            bail!(
+                "kubectl {} unexpectedly succeeded: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    /// Runs kubectl with a manifest on standard input (`-f -`).
+    pub fn ok_stdin(&self, args: &[&str], manifest: &str) -> anyhow::Result<String> {
+        let out = self.kubectl_with(args, Some(manifest), &[])?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}

@@ -108,6 +108,7 @@ impl Call {
             dry_run,
             field_validation,
             field_manager,
+            apply: false,
         })
     }
 
@@ -787,6 +788,10 @@ async fn patch_request(
                 &options.field_manager,
                 resource,
             )?;
+            let options = WriteOptions {
+                apply: true,
+                ..options
+            };
             let written = store
                 .create(
                     tenant,

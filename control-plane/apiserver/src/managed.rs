@@ -13,8 +13,31 @@ pub fn record_update(
     api_version: &str,
     operation: &str,
 ) {
-    if manager.is_empty() {
+    // Apply writes carry the ownership `managed_fields::apply` computed; re-recording them as an
+    // update would hand the applier's fields to a second entry.
+    if manager.is_empty() || operation == "Apply" {
         return;
     }
-    let _ = (new, old, api_version, operation);
+    let entries = meta::at(new, &["metadata", "managedFields"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let updated = flotilla_api_machinery::managed_fields::update_ownership(
+        &entries,
+        old,
+        new,
+        manager,
+        operation,
+        api_version,
+        &meta::now_rfc3339(),
+    );
+    match updated {
+        Ok(entries) if entries.is_empty() => {
+            meta::remove_at(new, &["metadata", "managedFields"]);
+        }
+        Ok(entries) => meta::set_at(new, &["metadata", "managedFields"], json!(entries)),
+        Err(err) => {
+            tracing::warn!(%err, "could not update managedFields; leaving them as they were")
+        }
+    }
 }

@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
+use flotilla_api_machinery::managed_fields;
 use flotilla_api_machinery::patch;
+use flotilla_api_machinery::schema::PatchMeta;
 
 use crate::error::ApiError;
 use crate::handler::Call;
@@ -108,12 +110,11 @@ impl PatchRequest {
             PatchType::Merge => Ok((patch::apply_merge_patch(current, &self.body), false)),
             PatchType::Strategic => {
                 // Upstream answers 415 for kinds without strategic-merge metadata (custom resources).
-                let schema =
-                    flotilla_api_machinery::schema::PatchMeta::for_kind(kind).ok_or_else(|| {
-                        ApiError::unsupported_media_type_for_patch(
-                            "application/strategic-merge-patch+json",
-                        )
-                    })?;
+                let schema = PatchMeta::for_kind(kind).ok_or_else(|| {
+                    ApiError::unsupported_media_type_for_patch(
+                        "application/strategic-merge-patch+json",
+                    )
+                })?;
                 patch::apply_strategic_merge_patch(current, &self.body, &schema)
                     .map(|v| (v, false))
                     .map_err(|e| bad(&e))
@@ -123,25 +124,87 @@ impl PatchRequest {
     }
 }
 
+/// The ownership options of an apply through the main resource: status is not tracked there
+/// when the kind has a status subresource (upstream resets it per endpoint).
+fn apply_options(
+    manager: &str,
+    api_version: &str,
+    force: bool,
+    resource: &ResourceInfo,
+) -> managed_fields::ApplyOptions {
+    let mut ignored = managed_fields::FieldSet::new();
+    if resource.status_subresource {
+        ignored.insert(&[managed_fields::PathElement::Field("status".into())]);
+    }
+    managed_fields::ApplyOptions {
+        manager: manager.to_string(),
+        api_version: api_version.to_string(),
+        force,
+        now: meta::now_rfc3339(),
+        schema: PatchMeta::for_kind(resource.kind).unwrap_or_default(),
+        ignored,
+        subresource: String::new(),
+    }
+}
+
+fn apply_error(err: managed_fields::ManagedFieldsError) -> ApiError {
+    ApiError::bad_request(err.to_string())
+}
+
+/// Server-side apply onto an existing object: merge, take ownership, or report conflicts (409).
 pub fn server_side_apply(
-    _c: &Value,
-    _config: Value,
-    _m: &str,
-    _a: &str,
-    _f: bool,
-    _r: &ResourceInfo,
+    current: &Value,
+    config: Value,
+    manager: &str,
+    api_version: &str,
+    force: bool,
+    resource: &ResourceInfo,
 ) -> Result<Value, ApiError> {
-    Err(ApiError::internal("TEMP"))
+    check_apply_identity(&config, current, resource)?;
+    let managed = managed_fields::decode_managed_fields(current).map_err(apply_error)?;
+    let options = apply_options(manager, api_version, force, resource);
+    match managed_fields::apply(current, &config, &managed, &options).map_err(apply_error)? {
+        managed_fields::ApplyOutcome::Applied { object, .. } => Ok(object),
+        managed_fields::ApplyOutcome::Conflicts(conflicts) => {
+            let causes = conflicts
+                .iter()
+                .map(
+                    |c| k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
+                        reason: Some("FieldManagerConflict".into()),
+                        message: Some(c.cause_message()),
+                        field: Some(c.path.to_string()),
+                    },
+                )
+                .collect();
+            Err(ApiError::apply_conflict(
+                causes,
+                managed_fields::conflict_message(&conflicts),
+            ))
+        }
+    }
 }
+
+/// Server-side apply of an object that does not exist yet: a create owned by the manager.
 pub fn apply_create(
-    _r: &PatchRequest,
-    _n: &str,
-    _ns: &str,
-    _m: &str,
-    _res: &ResourceInfo,
+    request: &PatchRequest,
+    name: &str,
+    namespace: &str,
+    manager: &str,
+    resource: &ResourceInfo,
 ) -> Result<Value, ApiError> {
-    Err(ApiError::internal("TEMP"))
+    let identity = json!({"metadata": {"name": name, "namespace": namespace}});
+    check_apply_identity(&request.body, &identity, resource)?;
+    let options = apply_options(manager, &resource.api_version(), true, resource);
+    let outcome =
+        managed_fields::apply(&json!({}), &request.body, &[], &options).map_err(apply_error)?;
+    let mut obj = match outcome {
+        managed_fields::ApplyOutcome::Applied { object, .. } => object,
+        managed_fields::ApplyOutcome::Conflicts(_) => request.body.clone(),
+    };
+    meta::set_at(&mut obj, &["metadata", "name"], json!(name));
+    Ok(obj)
 }
+
 fn check_apply_identity(
     config: &Value,
     current: &Value,

@@ -22,13 +22,12 @@ impl Selection {
         fields: Option<&str>,
         resource: &ResourceInfo,
     ) -> Result<Self, ApiError> {
-        let labels =
-            match labels.filter(|s| !s.trim().is_empty()) {
-                Some(s) => Some(LabelSelector::parse(s).map_err(|e| {
-                    ApiError::bad_request(format!("unable to parse requirement: {e}"))
-                })?),
-                None => None,
-            };
+        let labels = match labels.filter(|s| !s.trim().is_empty()) {
+            Some(s) => {
+                Some(LabelSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?)
+            }
+            None => None,
+        };
         let fields = match fields.filter(|s| !s.trim().is_empty()) {
             Some(s) => {
                 let selector =

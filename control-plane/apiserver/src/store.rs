@@ -84,6 +84,8 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// `fieldManager` (defaulted from the user agent by the handler).
     pub field_manager: String,
+    /// The write is a server-side apply, whose ownership is already computed.
+    pub apply: bool,
 }
 
 /// `resourceVersion` + `resourceVersionMatch` of a get or list.
@@ -416,12 +418,13 @@ impl Store {
         }
         resource.strategy.prepare_for_create(&mut obj);
         resource.strategy.default(&mut obj);
+        let operation = if options.apply { "Apply" } else { "Update" };
         crate::managed::record_update(
             &mut obj,
             None,
             &options.field_manager,
             &resource.api_version(),
-            "Update",
+            operation,
         );
 
         for attempt in 0..8 {

@@ -649,10 +649,7 @@ impl Writer {
 
     fn commit(&self, batch: Vec<Request>) {
         let (ops, replies): (Vec<Op>, Vec<_>) = batch.into_iter().map(|r| (r.op, r.reply)).unzip();
-        let t0 = std::time::Instant::now();
-        let r = self.apply(&ops);
-        if std::env::var_os("BATCH_DEBUG").is_some() { eprintln!("batch {} took {:?}", ops.len(), t0.elapsed()); }
-        match r {
+        match self.apply(&ops) {
             Ok((results, committed)) => {
                 if let Some(committed) = committed {
                     // An error only means nobody is watching right now.

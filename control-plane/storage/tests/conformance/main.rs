@@ -143,6 +143,7 @@ conformance! {
         watch_delivers_concurrent_writes_exactly_once_in_order,
         concurrent_compare_and_swap_loses_no_update,
         revisions_strictly_increase,
+        every_past_revision_reads_back_as_it_was,
     ],
     private: [
         compaction_fails_older_reads_and_watches,
