@@ -19,7 +19,7 @@ pub struct ApiError {
     /// The human-readable message.
     pub message: String,
     /// Structured details (name, group, kind, causes, retry-after).
-    pub details: Option<StatusDetails>,
+    pub details: Option<Box<StatusDetails>>,
 }
 
 /// One field problem inside an `Invalid` error (upstream `field.Error`).
@@ -114,12 +114,12 @@ impl ApiError {
     }
 
     fn with_details(mut self, resource: &GroupResource, name: &str) -> Self {
-        self.details = Some(StatusDetails {
+        self.details = Some(Box::new(StatusDetails {
             name: (!name.is_empty()).then(|| name.to_string()),
             group: (!resource.group.is_empty()).then(|| resource.group.clone()),
             kind: Some(resource.resource.clone()),
             ..Default::default()
-        });
+        }));
         self
     }
 
@@ -161,10 +161,10 @@ impl ApiError {
     /// `NewApplyConflict`: 409 with one cause per conflicting field.
     pub fn apply_conflict(causes: Vec<StatusCause>, message: String) -> Self {
         let mut err = Self::new(409, "Conflict", message);
-        err.details = Some(StatusDetails {
+        err.details = Some(Box::new(StatusDetails {
             causes: Some(causes),
             ..Default::default()
-        });
+        }));
         err
     }
 
@@ -188,7 +188,7 @@ impl ApiError {
             "Invalid",
             format!("{qualified_kind} \"{name}\" is invalid: {summary}"),
         );
-        err.details = Some(StatusDetails {
+        err.details = Some(Box::new(StatusDetails {
             name: Some(name.to_string()),
             group: (!group.is_empty()).then(|| group.to_string()),
             kind: Some(kind.to_string()),
@@ -203,7 +203,7 @@ impl ApiError {
                     .collect(),
             ),
             ..Default::default()
-        });
+        }));
         err
     }
 
@@ -244,7 +244,7 @@ impl ApiError {
             "NotFound",
             "the server could not find the requested resource",
         );
-        err.details = Some(StatusDetails::default());
+        err.details = Some(Box::default());
         err
     }
 
@@ -281,10 +281,10 @@ impl ApiError {
     /// `NewTooManyRequests`: 429 with a retry-after hint.
     pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: i32) -> Self {
         let mut err = Self::new(429, "TooManyRequests", message);
-        err.details = Some(StatusDetails {
+        err.details = Some(Box::new(StatusDetails {
             retry_after_seconds: Some(retry_after_seconds),
             ..Default::default()
-        });
+        }));
         err
     }
 
@@ -295,7 +295,7 @@ impl ApiError {
             "Timeout",
             format!("Timeout: Too large resource version: {requested}, current: {current}"),
         );
-        err.details = Some(StatusDetails {
+        err.details = Some(Box::new(StatusDetails {
             causes: Some(vec![StatusCause {
                 reason: Some("ResourceVersionTooLarge".into()),
                 message: Some("Too large resource version".into()),
@@ -303,7 +303,7 @@ impl ApiError {
             }]),
             retry_after_seconds: Some(1),
             ..Default::default()
-        });
+        }));
         err
     }
 
@@ -325,7 +325,7 @@ impl ApiError {
     pub fn to_status(&self) -> Status {
         Status {
             code: Some(i32::from(self.code)),
-            details: self.details.clone(),
+            details: self.details.as_deref().cloned(),
             message: Some(self.message.clone()),
             metadata: Default::default(),
             reason: Some(self.reason.to_string()),

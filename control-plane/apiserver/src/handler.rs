@@ -456,7 +456,6 @@ async fn resource_request(
                             target_part,
                             &options,
                             &mut local,
-                            "Update",
                         )?;
                         warnings = local;
                         Ok(Some(next))
@@ -512,7 +511,7 @@ async fn resource_request(
                 namespace,
                 name,
                 call,
-                |scale| patch.apply_to(scale, "Scale", false).map(|(v, _)| v),
+                |scale| patch.apply_to(scale, "Scale"),
             )
             .await
         }
@@ -742,7 +741,10 @@ async fn patch_request(
     include: IncludeObject,
 ) -> Result<Response, ApiError> {
     let patch = crate::patching::PatchRequest::parse(call)?;
-    let options = call.write_options()?;
+    let options = WriteOptions {
+        apply: patch.is_apply(),
+        ..call.write_options()?
+    };
     let store = &server.store;
     let mut warnings = Vec::new();
     let result = store
@@ -753,25 +755,21 @@ async fn patch_request(
             name,
             options.dry_run,
             |current| {
-                let (patched, operation) = patch
-                    .apply_to(current, resource.kind, true)
-                    .map(|(v, apply)| (v, if apply { "Apply" } else { "Update" }))?;
-                let patched = if operation == "Apply" {
+                let patched = if patch.is_apply() {
                     crate::patching::server_side_apply(
                         current,
-                        patched,
+                        patch.body.clone(),
                         &options.field_manager,
                         &resource.api_version(),
                         patch.force,
                         resource,
                     )?
                 } else {
-                    patched
+                    patch.apply_to(current, resource.kind)?
                 };
                 let mut local = Vec::new();
-                let next = store.prepare_update(
-                    resource, current, patched, target, &options, &mut local, operation,
-                )?;
+                let next = store
+                    .prepare_update(resource, current, patched, target, &options, &mut local)?;
                 warnings = local;
                 Ok(Some(next))
             },
@@ -788,10 +786,6 @@ async fn patch_request(
                 &options.field_manager,
                 resource,
             )?;
-            let options = WriteOptions {
-                apply: true,
-                ..options
-            };
             let written = store
                 .create(
                     tenant,
@@ -924,7 +918,6 @@ where
                         UpdateTarget::Main,
                         &options,
                         &mut warnings,
-                        "Update",
                     )
                     .map(Some)
             },

@@ -209,12 +209,11 @@ fn operations(resource: &ResourceInfo, reference: &Value, v3: bool) -> Vec<(Stri
         });
         if let Some(body) = request_body {
             op["requestBody"] = body;
-        } else if !v3 && matches!(action, "post" | "put" | "patch") {
-            if let Some(list) = op["parameters"].as_array_mut() {
-                list.push(
-                    json!({"name": "body", "in": "body", "required": true, "schema": reference}),
-                );
-            }
+        } else if !v3
+            && matches!(action, "post" | "put" | "patch")
+            && let Some(list) = op["parameters"].as_array_mut()
+        {
+            list.push(json!({"name": "body", "in": "body", "required": true, "schema": reference}));
         }
         op
     };

@@ -94,20 +94,13 @@ impl PatchRequest {
         self.patch_type == PatchType::Apply
     }
 
-    /// Applies a non-apply patch to `current`; for apply returns the applied configuration.
-    /// The boolean says whether the result is an apply configuration.
-    pub fn apply_to(
-        &self,
-        current: &Value,
-        kind: &str,
-        _typed: bool,
-    ) -> Result<(Value, bool), ApiError> {
+    /// Applies a JSON, merge or strategic patch to `current`. (An apply configuration is
+    /// merged by [`server_side_apply`] instead; here it is returned as it is.)
+    pub fn apply_to(&self, current: &Value, kind: &str) -> Result<Value, ApiError> {
         let bad = |e: &dyn std::fmt::Display| ApiError::bad_request(e.to_string());
         match self.patch_type {
-            PatchType::Json => patch::apply_json_patch(current, &self.body)
-                .map(|v| (v, false))
-                .map_err(|e| bad(&e)),
-            PatchType::Merge => Ok((patch::apply_merge_patch(current, &self.body), false)),
+            PatchType::Json => patch::apply_json_patch(current, &self.body).map_err(|e| bad(&e)),
+            PatchType::Merge => Ok(patch::apply_merge_patch(current, &self.body)),
             PatchType::Strategic => {
                 // Upstream answers 415 for kinds without strategic-merge metadata (custom resources).
                 let schema = PatchMeta::for_kind(kind).ok_or_else(|| {
@@ -116,10 +109,9 @@ impl PatchRequest {
                     )
                 })?;
                 patch::apply_strategic_merge_patch(current, &self.body, &schema)
-                    .map(|v| (v, false))
                     .map_err(|e| bad(&e))
             }
-            PatchType::Apply => Ok((self.body.clone(), true)),
+            PatchType::Apply => Ok(self.body.clone()),
         }
     }
 }

@@ -17,6 +17,9 @@ pub enum PkiError {
     /// rcgen refused the parameters or a key.
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
+    /// More than one group was asked for: rcgen keeps one value per name attribute.
+    #[error("client certificates carry at most one group (O) here; asked for {0}")]
+    TooManyGroups(usize),
 }
 
 /// A certificate authority: its certificate and private key, as PEM.
@@ -109,7 +112,12 @@ impl CertificateAuthority {
     }
 
     /// A client certificate: CN is the user name, O the groups (Kubernetes x509 authentication).
+    /// At most one group: rcgen's distinguished name keeps a single value per attribute type,
+    /// so a second `O` would silently replace the first.
     pub fn issue_client(&self, user: &str, groups: &[&str]) -> Result<IssuedCertificate, PkiError> {
+        if groups.len() > 1 {
+            return Err(PkiError::TooManyGroups(groups.len()));
+        }
         let mut params = CertificateParams::default();
         params.distinguished_name = distinguished_name(user, groups);
         params.key_usages = vec![
@@ -183,13 +191,12 @@ mod tests {
     #[test]
     fn client_certificates_carry_user_and_groups() {
         let ca = CertificateAuthority::generate("test-ca").expect("ca");
-        let client = ca
-            .issue_client("alice", &["system:masters", "devs"])
-            .expect("client");
+        let client = ca.issue_client("alice", &["devs"]).expect("client");
         let der = CertificateDer::from_pem_slice(client.cert_pem.as_bytes()).expect("pem");
         let identity = certificate_identity(&der).expect("identity");
         assert_eq!(identity.user, "alice");
-        assert_eq!(identity.groups, vec!["system:masters", "devs"]);
+        assert_eq!(identity.groups, vec!["devs"]);
+        assert!(ca.issue_client("bob", &["a", "b"]).is_err());
     }
 
     #[test]

@@ -667,6 +667,12 @@ impl Store {
             }
             let finalize = meta::is_terminating(&updated) && meta::finalizers(&updated).is_empty();
             if dry_run {
+                // A dry run stores nothing, so the object keeps the revision it was read at.
+                meta::set_at(
+                    &mut updated,
+                    &["metadata", "resourceVersion"],
+                    json!(kv.mod_revision.to_string()),
+                );
                 return Ok(updated);
             }
             if finalize {
@@ -720,7 +726,6 @@ impl Store {
         subresource: UpdateTarget,
         options: &WriteOptions,
         warnings: &mut Vec<String>,
-        operation: &str,
     ) -> Result<Value, ApiError> {
         check_type_meta(resource, &mut new)?;
         let name = meta::name(current).to_string();
@@ -847,6 +852,7 @@ impl Store {
                 errors,
             ));
         }
+        let operation = if options.apply { "Apply" } else { "Update" };
         crate::managed::record_update(
             &mut new,
             Some(current),

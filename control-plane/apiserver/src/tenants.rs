@@ -124,10 +124,7 @@ impl Tenants {
         server: &crate::ApiServer,
         id: &str,
     ) -> Result<Arc<TenantState>, ApiError> {
-        if flotilla_api_machinery::names::is_dns1123_label(id)
-            .first()
-            .is_some()
-        {
+        if !flotilla_api_machinery::names::is_dns1123_label(id).is_empty() {
             return Err(ApiError::bad_request(format!(
                 "invalid cluster id {id:?}: must be a DNS-1123 label"
             )));
