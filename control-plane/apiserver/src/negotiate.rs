@@ -68,6 +68,8 @@ pub enum BodyFormat {
     Json,
     /// `application/yaml`.
     Yaml,
+    /// `application/vnd.kubernetes.protobuf`, which kubectl's typed commands send.
+    Protobuf,
 }
 
 /// Parses a request body as JSON or YAML into a JSON value, with upstream-style messages.
@@ -84,6 +86,8 @@ pub fn parse_body(body: &[u8], format: BodyFormat) -> Result<Value, ApiError> {
         BodyFormat::Yaml => serde_yaml::from_slice::<Value>(body).map_err(|e| {
             ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
         }),
+        BodyFormat::Protobuf => flotilla_protobuf::decode(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding protobuf: {e}"))),
     }
 }
 
@@ -93,6 +97,7 @@ pub fn body_format(content_type: &str) -> Result<BodyFormat, ApiError> {
     match mime {
         "" | "application/json" | "*/*" => Ok(BodyFormat::Json),
         "application/yaml" | "application/x-yaml" | "text/yaml" => Ok(BodyFormat::Yaml),
+        mime if flotilla_protobuf::is_protobuf(mime) => Ok(BodyFormat::Protobuf),
         other => Err(ApiError::unsupported_media_type(other)),
     }
 }

@@ -1,0 +1,650 @@
+//! End-to-end API benchmark: `cargo bench -p flotilla-apiserver --bench api`.
+//!
+//! For each storage backend — the embedded store in a temp dir, and a single-member etcd the
+//! bench starts itself (binary `etcd` on PATH) — an in-process [`ApiServer`] serves the `demo`
+//! tenant over TLS on 127.0.0.1, and the kube-rs client, authenticated by the generated admin
+//! kubeconfig, drives it through the real HTTPS API. Measured, client side:
+//!
+//! - ConfigMap create (1 KiB of data): throughput and p50/p99 latency, 1 and 100 concurrent
+//!   clients, for a fixed time after a short unmeasured warm-up;
+//! - get of existing ConfigMaps: p50/p99 latency at concurrency 1 and 100;
+//! - list of a namespace holding 500 ConfigMaps: p50/p99 latency;
+//! - watch-event latency: from a create being acknowledged to its ADDED event arriving on an
+//!   already open watch, one create at a time, over a few hundred events.
+//!
+//! The reference, in the same run against the same etcd: raw etcd puts through etcd-client,
+//! at the same concurrency, with values as large as the stored ConfigMap. The bench prints a
+//! table, the API/raw-etcd create throughput ratios, and whether the targets are met. It never
+//! asserts: it reports. Server, client and etcd share the machine, so on a small machine the
+//! figures include the client's own CPU cost.
+
+#[path = "../../storage/tests/conformance/etcd_server.rs"]
+mod etcd_server;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use flotilla_apiserver::ApiServer;
+use flotilla_apiserver::pki::{CertificateAuthority, kubeconfig};
+use flotilla_storage::{EmbeddedStorage, Storage};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use tokio::sync::{mpsc, oneshot};
+
+/// Bytes of data in every ConfigMap (one key).
+const DATA_BYTES: usize = 1024;
+/// Concurrency levels of the create, get and raw-put cases.
+const CONCURRENCY: [usize; 2] = [1, 100];
+/// Unmeasured warm-up before each timed case (opens the client's connections).
+const WARMUP: Duration = Duration::from_millis(500);
+/// Length of each timed create / raw-put case.
+const WRITE_RUN: Duration = Duration::from_secs(4);
+/// Length of each timed get case.
+const READ_RUN: Duration = Duration::from_secs(2);
+/// Objects in the listed namespace.
+const LIST_OBJECTS: usize = 500;
+/// At most this many lists, and at most `LIST_RUN` of them.
+const LIST_SAMPLES: usize = 200;
+const LIST_RUN: Duration = Duration::from_secs(4);
+/// Watch events measured.
+const WATCH_EVENTS: usize = 300;
+/// How long one watch event may take before the case is abandoned.
+const WATCH_EVENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Targets checked at the end.
+const TARGET_ETCD_CREATE_RATIO: f64 = 0.70;
+const TARGET_EMBEDDED_P99: Duration = Duration::from_millis(10);
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+
+/// The outcome of one timed case.
+#[derive(Debug, Clone)]
+struct Stats {
+    ops: usize,
+    per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+impl Stats {
+    fn from_latencies(mut latencies: Vec<Duration>, elapsed: Duration) -> Self {
+        latencies.sort_unstable();
+        Stats {
+            ops: latencies.len(),
+            per_sec: latencies.len() as f64 / elapsed.as_secs_f64().max(f64::EPSILON),
+            p50: percentile(&latencies, 0.50),
+            p99: percentile(&latencies, 0.99),
+        }
+    }
+}
+
+/// Nearest-rank percentile `q` (0..=1) of sorted samples; zero when there are none.
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Runs `op(task, i)` from `concurrency` tasks, each looping until `run` has passed, and
+/// collects the latency of every completed call. The first error ends the case.
+async fn drive<F, Fut>(concurrency: usize, run: Duration, op: F) -> anyhow::Result<Stats>
+where
+    F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let deadline = start + run;
+    let mut tasks = Vec::with_capacity(concurrency);
+    for task in 0..concurrency {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = 0;
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                op(task, i).await?;
+                latencies.push(began.elapsed());
+                i += 1;
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.context("benchmark task panicked")??);
+    }
+    Ok(Stats::from_latencies(latencies, start.elapsed()))
+}
+
+/// [`drive`] twice: an unmeasured warm-up, then the timed run. `op` gets a phase tag so the
+/// two never touch the same names.
+async fn warm_and_drive<F, Fut>(concurrency: usize, run: Duration, op: F) -> anyhow::Result<Stats>
+where
+    F: Fn(&'static str, usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let warm = op.clone();
+    drive(concurrency, WARMUP, move |task, i| warm("warm", task, i)).await?;
+    drive(concurrency, run, move |task, i| op("run", task, i)).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server under test
+
+/// An in-process API server over TLS and an admin kube client for its `demo` tenant.
+struct Served {
+    client: kube::Client,
+    server: Arc<ApiServer>,
+    storage: Arc<dyn Storage>,
+    shutdown: oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    async fn start(storage: Arc<dyn Storage>) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("bind the API listener")?;
+        let address = listener.local_addr()?;
+        let server = ApiServer::new(storage.clone(), &address.to_string());
+        let ca = CertificateAuthority::generate("bench-serving-ca")?;
+        let serving = ca.issue_serving("flotilla", &["127.0.0.1".to_string()])?;
+        let tls = flotilla_apiserver::serve::server_config(
+            &format!("{}{}", serving.cert_pem, ca.cert_pem),
+            &serving.key_pem,
+        )?;
+        let tenant = server
+            .tenants
+            .ensure(&server, "demo")
+            .await
+            .map_err(|e| anyhow!("creating the demo tenant: {}", e.message))?;
+        let admin = tenant
+            .issue_admin()
+            .map_err(|e| anyhow!("issuing the admin certificate: {}", e.message))?;
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let serving = tokio::spawn(flotilla_apiserver::serve::serve_tls(
+            listener,
+            tls,
+            server.router(),
+            async move {
+                let _ = stop.await;
+            },
+        ));
+        let config_yaml = kubeconfig(
+            "demo",
+            &format!("https://{address}/clusters/demo"),
+            &ca.cert_pem,
+            "kubernetes-admin",
+            &admin,
+        );
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&config_yaml)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        let client = kube::Client::try_from(config)?;
+        Ok(Served {
+            client,
+            server,
+            storage,
+            shutdown,
+            serving,
+        })
+    }
+
+    /// Stops serving; connections still open after a short grace are cut.
+    async fn stop(self) {
+        let Served {
+            client,
+            shutdown,
+            mut serving,
+            ..
+        } = self;
+        drop(client);
+        let _ = shutdown.send(());
+        if tokio::time::timeout(Duration::from_secs(3), &mut serving)
+            .await
+            .is_err()
+        {
+            serving.abort();
+        }
+    }
+
+    async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("create namespace {name}"))?;
+        Ok(())
+    }
+
+    fn config_maps(&self, namespace: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// The bytes the store holds for ConfigMap `namespace/name`.
+    async fn stored_bytes(&self, namespace: &str, name: &str) -> anyhow::Result<usize> {
+        let resource = self
+            .server
+            .resources()
+            .find("", "v1", "configmaps")
+            .context("configmaps are not served")?;
+        let tenant = self
+            .server
+            .tenants
+            .get("demo")
+            .await
+            .context("tenant demo vanished")?;
+        let key = tenant.tenant.object_key(resource, namespace, name);
+        let kv = self
+            .storage
+            .get(&key)
+            .await?
+            .with_context(|| format!("{key} is not stored"))?;
+        Ok(kv.value.len())
+    }
+}
+
+fn config_map(name: String, payload: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "payload".to_string(),
+            payload.to_string(),
+        )])),
+        ..Default::default()
+    }
+}
+
+fn payload() -> Arc<str> {
+    "x".repeat(DATA_BYTES).into()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API cases
+
+/// Everything measured through the API on one backend.
+struct ApiFigures {
+    create: Vec<(usize, Stats)>,
+    get: Vec<(usize, Stats)>,
+    list: Stats,
+    watch: Stats,
+    /// Watch events that arrived before their create's response did (counted as 0 latency).
+    watch_early: usize,
+    /// Stored bytes of one created ConfigMap.
+    stored_bytes: usize,
+}
+
+async fn bench_api(storage: Arc<dyn Storage>) -> anyhow::Result<ApiFigures> {
+    let served = Served::start(storage).await?;
+    let figures = api_cases(&served).await;
+    served.stop().await;
+    figures
+}
+
+async fn api_cases(served: &Served) -> anyhow::Result<ApiFigures> {
+    const NS: &str = "bench";
+    served.create_namespace(NS).await?;
+    let payload = payload();
+
+    let mut create = Vec::new();
+    for concurrency in CONCURRENCY {
+        let (api, payload) = (served.config_maps(NS), payload.clone());
+        let stats = warm_and_drive(concurrency, WRITE_RUN, move |phase, task, i| {
+            let api = api.clone();
+            let object = config_map(format!("{phase}-c{concurrency}-{task}-{i}"), &payload);
+            async move {
+                api.create(&PostParams::default(), &object).await?;
+                Ok(())
+            }
+        })
+        .await
+        .with_context(|| format!("create at concurrency {concurrency}"))?;
+        create.push((concurrency, stats));
+    }
+    let stored_bytes = served.stored_bytes(NS, "run-c1-0-0").await?;
+
+    // Gets read the objects the single-writer case created, spread over all of them.
+    let names: Arc<Vec<String>> = Arc::new(
+        (0..create[0].1.ops.max(1))
+            .map(|i| format!("run-c1-0-{i}"))
+            .collect(),
+    );
+    let mut get = Vec::new();
+    for concurrency in CONCURRENCY {
+        let (api, names) = (served.config_maps(NS), names.clone());
+        let stats = warm_and_drive(concurrency, READ_RUN, move |_, task, i| {
+            let api = api.clone();
+            let name = names[(task * 7919 + i) % names.len()].clone();
+            async move {
+                api.get(&name).await?;
+                Ok(())
+            }
+        })
+        .await
+        .with_context(|| format!("get at concurrency {concurrency}"))?;
+        get.push((concurrency, stats));
+    }
+
+    let list = list_case(served, &payload).await.context("list")?;
+    let (watch, watch_early) = watch_case(served, &payload).await.context("watch")?;
+    Ok(ApiFigures {
+        create,
+        get,
+        list,
+        watch,
+        watch_early,
+        stored_bytes,
+    })
+}
+
+/// Fills a namespace with exactly [`LIST_OBJECTS`] ConfigMaps and lists it, one list at a time.
+async fn list_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<Stats> {
+    const NS: &str = "bench-list";
+    served.create_namespace(NS).await?;
+    let api = served.config_maps(NS);
+    let fill = futures::stream::iter(0..LIST_OBJECTS)
+        .map(|i| {
+            let (api, object) = (api.clone(), config_map(format!("item-{i:04}"), payload));
+            async move { api.create(&PostParams::default(), &object).await }
+        })
+        .buffer_unordered(100);
+    futures::pin_mut!(fill);
+    while let Some(created) = fill.next().await {
+        created.context("fill the listed namespace")?;
+    }
+    let warm = api.list(&ListParams::default()).await?;
+    if warm.items.len() != LIST_OBJECTS {
+        bail!(
+            "listed {} objects, expected {LIST_OBJECTS}",
+            warm.items.len()
+        );
+    }
+    let start = Instant::now();
+    let mut latencies = Vec::with_capacity(LIST_SAMPLES);
+    while latencies.len() < LIST_SAMPLES && start.elapsed() < LIST_RUN {
+        let began = Instant::now();
+        let listed = api.list(&ListParams::default()).await?;
+        latencies.push(began.elapsed());
+        if listed.items.len() != LIST_OBJECTS {
+            bail!(
+                "listed {} objects, expected {LIST_OBJECTS}",
+                listed.items.len()
+            );
+        }
+    }
+    Ok(Stats::from_latencies(latencies, start.elapsed()))
+}
+
+/// Opens a watch on an empty namespace, then creates [`WATCH_EVENTS`] ConfigMaps one at a
+/// time, each time waiting for its ADDED event. Returns the latency from the create's response
+/// to the event's arrival, and how many events beat the response.
+async fn watch_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<(Stats, usize)> {
+    const NS: &str = "bench-watch";
+    served.create_namespace(NS).await?;
+    let api = served.config_maps(NS);
+    let from = api
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .context("list carries no resourceVersion")?;
+    let stream = api
+        .watch(&WatchParams::default().timeout(290), &from)
+        .await?;
+    let (arrivals, mut arrived) = mpsc::unbounded_channel::<anyhow::Result<(String, Instant)>>();
+    let watcher = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            let at = Instant::now();
+            let sent = match event {
+                Ok(WatchEvent::Added(object)) => {
+                    arrivals.send(Ok((object.metadata.name.unwrap_or_default(), at)))
+                }
+                Ok(WatchEvent::Error(status)) => {
+                    arrivals.send(Err(anyhow!("watch error: {}", status.message)))
+                }
+                Ok(_) => Ok(()),
+                Err(err) => arrivals.send(Err(anyhow!("watch stream failed: {err}"))),
+            };
+            if sent.is_err() {
+                break;
+            }
+        }
+    });
+
+    let result = async {
+        let mut latencies = Vec::with_capacity(WATCH_EVENTS);
+        let mut early = 0;
+        let start = Instant::now();
+        for i in 0..WATCH_EVENTS {
+            let name = format!("watched-{i:04}");
+            api.create(&PostParams::default(), &config_map(name.clone(), payload))
+                .await?;
+            let acknowledged = Instant::now();
+            let arrived_at = loop {
+                let (seen, at) = tokio::time::timeout(WATCH_EVENT_TIMEOUT, arrived.recv())
+                    .await
+                    .with_context(|| format!("no ADDED event for {name} within the timeout"))?
+                    .context("the watch ended")??;
+                if seen == name {
+                    break at;
+                }
+            };
+            if arrived_at < acknowledged {
+                early += 1;
+            }
+            latencies.push(arrived_at.saturating_duration_since(acknowledged));
+        }
+        anyhow::Ok((Stats::from_latencies(latencies, start.elapsed()), early))
+    }
+    .await;
+    watcher.abort();
+    result
+}
+
+// ---------------------------------------------------------------------------------------------
+// The raw etcd reference
+
+async fn bench_raw_etcd(endpoint: &str, value_bytes: usize) -> anyhow::Result<Vec<(usize, Stats)>> {
+    let client = etcd_client::Client::connect([endpoint], None)
+        .await
+        .context("connect etcd-client")?;
+    let value: Arc<Vec<u8>> = Arc::new(vec![b'x'; value_bytes]);
+    let mut figures = Vec::new();
+    for concurrency in CONCURRENCY {
+        let (kv, value) = (client.kv_client(), value.clone());
+        let stats = warm_and_drive(concurrency, WRITE_RUN, move |phase, task, i| {
+            let mut kv = kv.clone();
+            let key = format!("/raw-bench/{phase}/c{concurrency}/{task:03}/{i:08}");
+            let value = value.as_ref().clone();
+            async move {
+                kv.put(key, value, None).await?;
+                Ok(())
+            }
+        })
+        .await
+        .with_context(|| format!("raw put at concurrency {concurrency}"))?;
+        figures.push((concurrency, stats));
+    }
+    Ok(figures)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+fn row(backend: &str, case: &str, concurrency: usize, stats: &Stats) {
+    println!(
+        "{backend:<9} {case:<13} {concurrency:>5} {:>7} {:>9.0} {:>10} {:>10}",
+        stats.ops,
+        stats.per_sec,
+        millis(stats.p50),
+        millis(stats.p99),
+    );
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "MET" } else { "NOT MET" }
+}
+
+fn at(figures: &[(usize, Stats)], concurrency: usize) -> Option<&Stats> {
+    figures
+        .iter()
+        .find(|(c, _)| *c == concurrency)
+        .map(|(_, s)| s)
+}
+
+fn report(api: &[(&str, ApiFigures)], raw: &[(usize, Stats)], raw_value_bytes: usize) {
+    println!();
+    println!(
+        "ConfigMaps with {DATA_BYTES} B of data; raw etcd puts of {raw_value_bytes} B (the stored ConfigMap size)"
+    );
+    println!(
+        "{:<9} {:<13} {:>5} {:>7} {:>9} {:>10} {:>10}",
+        "backend", "case", "conc", "ops", "ops/s", "p50", "p99"
+    );
+    for (backend, figures) in api {
+        for (concurrency, stats) in &figures.create {
+            row(backend, "create", *concurrency, stats);
+        }
+        for (concurrency, stats) in &figures.get {
+            row(backend, "get", *concurrency, stats);
+        }
+        row(backend, "list 500", 1, &figures.list);
+        row(backend, "watch event", 1, &figures.watch);
+    }
+    for (concurrency, stats) in raw {
+        row("raw etcd", "put", *concurrency, stats);
+    }
+    for (backend, figures) in api {
+        if figures.watch_early > 0 {
+            println!(
+                "({backend}: {} of {} watch events arrived before their create's response; counted as 0)",
+                figures.watch_early, figures.watch.ops
+            );
+        }
+    }
+
+    println!();
+    println!("create throughput, API / raw etcd put:");
+    for concurrency in CONCURRENCY {
+        let Some(reference) = at(raw, concurrency) else {
+            continue;
+        };
+        for (backend, figures) in api {
+            if let Some(stats) = at(&figures.create, concurrency) {
+                println!(
+                    "  concurrency {concurrency:>3}  {backend:<9} {:>7.0} / {:>7.0} = {:.2}",
+                    stats.per_sec,
+                    reference.per_sec,
+                    stats.per_sec / reference.per_sec.max(f64::EPSILON),
+                );
+            }
+        }
+    }
+
+    println!();
+    println!("targets:");
+    if let Some((_, etcd)) = api.iter().find(|(b, _)| *b == "etcd") {
+        for concurrency in CONCURRENCY {
+            if let (Some(ours), Some(reference)) =
+                (at(&etcd.create, concurrency), at(raw, concurrency))
+            {
+                let ratio = ours.per_sec / reference.per_sec.max(f64::EPSILON);
+                println!(
+                    "  API create throughput on etcd >= {:.0}% of raw etcd puts (concurrency {concurrency}): {:.0}% — {}",
+                    TARGET_ETCD_CREATE_RATIO * 100.0,
+                    ratio * 100.0,
+                    verdict(ratio >= TARGET_ETCD_CREATE_RATIO),
+                );
+            }
+        }
+    }
+    if let Some((_, embedded)) = api.iter().find(|(b, _)| *b == "embedded")
+        && let Some(stats) = at(&embedded.create, 100)
+    {
+        println!(
+            "  p99 create latency <= {} at 100 concurrent writers on embedded: {} — {}",
+            millis(TARGET_EMBEDDED_P99),
+            millis(stats.p99),
+            verdict(stats.p99 <= TARGET_EMBEDDED_P99),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn main() {
+    if let Err(err) = run() {
+        eprintln!("api bench failed: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    // kube-rs builds its TLS client from the process-wide provider: make it the server's.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("build the tokio runtime")?;
+    runtime.block_on(async {
+        // First, so a missing etcd fails the bench before anything is measured.
+        let etcd = tokio::task::spawn_blocking(etcd_server::EtcdServer::start)
+            .await?
+            .context("start etcd for the benchmark (is the `etcd` binary on PATH?)")?;
+
+        let began = Instant::now();
+        let dir = tempfile::tempdir().context("create the embedded store's directory")?;
+        let path = dir.path().join("store.redb");
+        let embedded: Arc<dyn Storage> = Arc::new(
+            tokio::task::spawn_blocking(move || EmbeddedStorage::open(path))
+                .await?
+                .context("open the embedded store")?,
+        );
+        eprintln!("embedded: measuring through the API…");
+        let on_embedded = bench_api(embedded).await.context("API on embedded")?;
+
+        let on_etcd_storage: Arc<dyn Storage> = Arc::new(etcd.connect(None).await?);
+        eprintln!("etcd: measuring through the API…");
+        let on_etcd = bench_api(on_etcd_storage).await.context("API on etcd")?;
+
+        eprintln!("etcd: measuring raw puts…");
+        let raw_value_bytes = on_etcd.stored_bytes;
+        let raw = bench_raw_etcd(&etcd.endpoint(), raw_value_bytes)
+            .await
+            .context("raw etcd puts")?;
+
+        report(
+            &[("embedded", on_embedded), ("etcd", on_etcd)],
+            &raw,
+            raw_value_bytes,
+        );
+        println!("\n(total {:.0} s)", began.elapsed().as_secs_f64());
+        drop(etcd);
+        anyhow::Ok(())
+    })
+}
