@@ -10,20 +10,25 @@
 //! - get of existing ConfigMaps: p50/p99 latency at concurrency 1 and 100;
 //! - list of a namespace holding 500 ConfigMaps: p50/p99 latency;
 //! - watch-event latency: from a create being acknowledged to its ADDED event arriving on an
-//!   already open watch, one create at a time, over a few hundred events.
+//!   already open watch, one create at a time, over a few hundred events (and, because the
+//!   event often beats the response, also from the create being sent).
 //!
 //! The reference, in the same run against the same etcd: raw etcd puts through etcd-client,
 //! at the same concurrency, with values as large as the stored ConfigMap. The bench prints a
 //! table, the API/raw-etcd create throughput ratios, and whether the targets are met. It never
-//! asserts: it reports. Server, client and etcd share the machine, so on a small machine the
-//! figures include the client's own CPU cost.
+//! asserts: it reports.
+//!
+//! Server, client and etcd share the machine. The server runs on its own tokio runtime (threads
+//! `api-server`), the client on another, and a second table shows where CPU went in each case
+//! (server incl. the embedded store's writer thread, client, etcd process; read from Linux
+//! `/proc`), so a CPU-bound figure on a small machine can be told from a latency-bound one.
 
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 mod etcd_server;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -34,6 +39,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 /// Bytes of data in every ConfigMap (one key).
@@ -55,9 +61,102 @@ const LIST_RUN: Duration = Duration::from_secs(4);
 const WATCH_EVENTS: usize = 300;
 /// How long one watch event may take before the case is abandoned.
 const WATCH_EVENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Worker threads of each of the two runtimes (server, client).
+const WORKERS: usize = 2;
+/// Name prefix of the server runtime's threads, for CPU accounting.
+const SERVER_THREADS: &str = "api-server";
 /// Targets checked at the end.
 const TARGET_ETCD_CREATE_RATIO: f64 = 0.70;
 const TARGET_EMBEDDED_P99: Duration = Duration::from_millis(10);
+
+// ---------------------------------------------------------------------------------------------
+// CPU accounting (Linux /proc; zeros elsewhere)
+
+/// CPU time consumed so far, split by who spent it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    /// Threads of the server runtime and the embedded store's writer.
+    server: Duration,
+    /// Everything else in this process: the client runtime and the bench itself.
+    client: Duration,
+    /// The etcd process.
+    etcd: Duration,
+}
+
+impl Cpu {
+    fn since(self, earlier: Cpu) -> Cpu {
+        Cpu {
+            server: self.server.saturating_sub(earlier.server),
+            client: self.client.saturating_sub(earlier.client),
+            etcd: self.etcd.saturating_sub(earlier.etcd),
+        }
+    }
+
+    fn total(&self) -> Duration {
+        self.server + self.client + self.etcd
+    }
+}
+
+/// The etcd process, once started.
+static ETCD_PID: OnceLock<u32> = OnceLock::new();
+
+/// `/proc` reports CPU time in USER_HZ ticks, which Linux fixes at 100 per second.
+const TICKS_PER_SECOND: u64 = 100;
+
+/// (name, user+system CPU) of a `/proc/.../stat` file.
+fn proc_stat(path: &str) -> Option<(String, Duration, u32)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let name = text.get(open + 1..close)?.to_string();
+    // After the name: state(3) ppid(4) … utime(14) stime(15), counted from field 3.
+    let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    let ppid = fields.get(1)?.parse().ok()?;
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let cpu = Duration::from_millis((utime + stime) * 1000 / TICKS_PER_SECOND);
+    Some((name, cpu, ppid))
+}
+
+fn cpu_now() -> Cpu {
+    let process = proc_stat("/proc/self/stat")
+        .map(|(_, cpu, _)| cpu)
+        .unwrap_or_default();
+    let mut server = Duration::ZERO;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let path = format!("{}/stat", task.path().display());
+            if let Some((name, cpu, _)) = proc_stat(&path)
+                && (name.starts_with(SERVER_THREADS) || name == "storage-writer")
+            {
+                server += cpu;
+            }
+        }
+    }
+    let etcd = ETCD_PID
+        .get()
+        .and_then(|pid| proc_stat(&format!("/proc/{pid}/stat")))
+        .map(|(_, cpu, _)| cpu)
+        .unwrap_or_default();
+    Cpu {
+        server,
+        client: process.saturating_sub(server),
+        etcd,
+    }
+}
+
+/// The pid of our child process named `etcd`, if `/proc` shows one.
+fn find_etcd_child() -> Option<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let (name, _, ppid) = proc_stat(&format!("/proc/{pid}/stat"))?;
+            (ppid == me && name == "etcd").then_some(pid)
+        })
+}
 
 // ---------------------------------------------------------------------------------------------
 // Statistics
@@ -66,19 +165,24 @@ const TARGET_EMBEDDED_P99: Duration = Duration::from_millis(10);
 #[derive(Debug, Clone)]
 struct Stats {
     ops: usize,
+    elapsed: Duration,
     per_sec: f64,
     p50: Duration,
     p99: Duration,
+    /// CPU spent during the timed run.
+    cpu: Cpu,
 }
 
 impl Stats {
-    fn from_latencies(mut latencies: Vec<Duration>, elapsed: Duration) -> Self {
+    fn from_latencies(mut latencies: Vec<Duration>, elapsed: Duration, cpu: Cpu) -> Self {
         latencies.sort_unstable();
         Stats {
             ops: latencies.len(),
+            elapsed,
             per_sec: latencies.len() as f64 / elapsed.as_secs_f64().max(f64::EPSILON),
             p50: percentile(&latencies, 0.50),
             p99: percentile(&latencies, 0.99),
+            cpu,
         }
     }
 }
@@ -104,6 +208,7 @@ where
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let op = Arc::new(op);
+    let cpu = cpu_now();
     let start = Instant::now();
     let deadline = start + run;
     let mut tasks = Vec::with_capacity(concurrency);
@@ -125,7 +230,11 @@ where
     for task in tasks {
         latencies.extend(task.await.context("benchmark task panicked")??);
     }
-    Ok(Stats::from_latencies(latencies, start.elapsed()))
+    Ok(Stats::from_latencies(
+        latencies,
+        start.elapsed(),
+        cpu_now().since(cpu),
+    ))
 }
 
 /// [`drive`] twice: an unmeasured warm-up, then the timed run. `op` gets a phase tag so the
@@ -144,7 +253,88 @@ where
 // ---------------------------------------------------------------------------------------------
 // The server under test
 
-/// An in-process API server over TLS and an admin kube client for its `demo` tenant.
+/// How the server's storage is opened (on the server runtime, which then owns its tasks).
+enum Backend {
+    Embedded(std::path::PathBuf),
+    Etcd(Arc<etcd_server::EtcdServer>),
+}
+
+impl Backend {
+    async fn open(self) -> anyhow::Result<Arc<dyn Storage>> {
+        Ok(match self {
+            Backend::Embedded(path) => Arc::new(
+                tokio::task::spawn_blocking(move || EmbeddedStorage::open(path))
+                    .await?
+                    .context("open the embedded store")?,
+            ),
+            // Retries while etcd elects itself leader after it starts listening.
+            Backend::Etcd(etcd) => Arc::new(
+                etcd.connect(None)
+                    .await
+                    .context("connect the server to etcd")?,
+            ),
+        })
+    }
+}
+
+/// What the server runtime hands back once the server is up.
+struct Started {
+    server: Arc<ApiServer>,
+    storage: Arc<dyn Storage>,
+    kubeconfig: String,
+    shutdown: oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+/// Opens the storage, creates the `demo` tenant and starts serving TLS on 127.0.0.1:0 — all on
+/// the server runtime.
+async fn start_server(backend: Backend) -> anyhow::Result<Started> {
+    let storage = backend.open().await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("bind the API listener")?;
+    let address = listener.local_addr()?;
+    let server = ApiServer::new(storage.clone(), &address.to_string());
+    let ca = CertificateAuthority::generate("bench-serving-ca")?;
+    let serving = ca.issue_serving("flotilla", &["127.0.0.1".to_string()])?;
+    let tls = flotilla_apiserver::serve::server_config(
+        &format!("{}{}", serving.cert_pem, ca.cert_pem),
+        &serving.key_pem,
+    )?;
+    let tenant = server
+        .tenants
+        .ensure(&server, "demo")
+        .await
+        .map_err(|e| anyhow!("creating the demo tenant: {}", e.message))?;
+    let admin = tenant
+        .issue_admin()
+        .map_err(|e| anyhow!("issuing the admin certificate: {}", e.message))?;
+    let (shutdown, stop) = oneshot::channel::<()>();
+    let serving = tokio::spawn(flotilla_apiserver::serve::serve_tls(
+        listener,
+        tls,
+        server.router(),
+        async move {
+            let _ = stop.await;
+        },
+    ));
+    let kubeconfig = kubeconfig(
+        "demo",
+        &format!("https://{address}/clusters/demo"),
+        &ca.cert_pem,
+        "kubernetes-admin",
+        &admin,
+    );
+    Ok(Started {
+        server,
+        storage,
+        kubeconfig,
+        shutdown,
+        serving,
+    })
+}
+
+/// An API server running on the server runtime, and an admin kube client for its `demo` tenant.
 struct Served {
     client: kube::Client,
     server: Arc<ApiServer>,
@@ -154,54 +344,23 @@ struct Served {
 }
 
 impl Served {
-    async fn start(storage: Arc<dyn Storage>) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    async fn start(server_runtime: &Handle, backend: Backend) -> anyhow::Result<Self> {
+        let started = server_runtime
+            .spawn(start_server(backend))
             .await
-            .context("bind the API listener")?;
-        let address = listener.local_addr()?;
-        let server = ApiServer::new(storage.clone(), &address.to_string());
-        let ca = CertificateAuthority::generate("bench-serving-ca")?;
-        let serving = ca.issue_serving("flotilla", &["127.0.0.1".to_string()])?;
-        let tls = flotilla_apiserver::serve::server_config(
-            &format!("{}{}", serving.cert_pem, ca.cert_pem),
-            &serving.key_pem,
-        )?;
-        let tenant = server
-            .tenants
-            .ensure(&server, "demo")
-            .await
-            .map_err(|e| anyhow!("creating the demo tenant: {}", e.message))?;
-        let admin = tenant
-            .issue_admin()
-            .map_err(|e| anyhow!("issuing the admin certificate: {}", e.message))?;
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let serving = tokio::spawn(flotilla_apiserver::serve::serve_tls(
-            listener,
-            tls,
-            server.router(),
-            async move {
-                let _ = stop.await;
-            },
-        ));
-        let config_yaml = kubeconfig(
-            "demo",
-            &format!("https://{address}/clusters/demo"),
-            &ca.cert_pem,
-            "kubernetes-admin",
-            &admin,
-        );
+            .context("server start-up panicked")??;
         let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&config_yaml)?,
+            kube::config::Kubeconfig::from_yaml(&started.kubeconfig)?,
             &kube::config::KubeConfigOptions::default(),
         )
         .await?;
         let client = kube::Client::try_from(config)?;
         Ok(Served {
             client,
-            server,
-            storage,
-            shutdown,
-            serving,
+            server: started.server,
+            storage: started.storage,
+            shutdown: started.shutdown,
+            serving: started.serving,
         })
     }
 
@@ -279,10 +438,6 @@ fn config_map(name: String, payload: &str) -> ConfigMap {
     }
 }
 
-fn payload() -> Arc<str> {
-    "x".repeat(DATA_BYTES).into()
-}
-
 // ---------------------------------------------------------------------------------------------
 // The API cases
 
@@ -291,15 +446,18 @@ struct ApiFigures {
     create: Vec<(usize, Stats)>,
     get: Vec<(usize, Stats)>,
     list: Stats,
+    /// Create acknowledged → ADDED event.
     watch: Stats,
+    /// Create sent → ADDED event.
+    watch_from_send: Stats,
     /// Watch events that arrived before their create's response did (counted as 0 latency).
     watch_early: usize,
     /// Stored bytes of one created ConfigMap.
     stored_bytes: usize,
 }
 
-async fn bench_api(storage: Arc<dyn Storage>) -> anyhow::Result<ApiFigures> {
-    let served = Served::start(storage).await?;
+async fn bench_api(server_runtime: &Handle, backend: Backend) -> anyhow::Result<ApiFigures> {
+    let served = Served::start(server_runtime, backend).await?;
     let figures = api_cases(&served).await;
     served.stop().await;
     figures
@@ -308,7 +466,7 @@ async fn bench_api(storage: Arc<dyn Storage>) -> anyhow::Result<ApiFigures> {
 async fn api_cases(served: &Served) -> anyhow::Result<ApiFigures> {
     const NS: &str = "bench";
     served.create_namespace(NS).await?;
-    let payload = payload();
+    let payload: Arc<str> = "x".repeat(DATA_BYTES).into();
 
     let mut create = Vec::new();
     for concurrency in CONCURRENCY {
@@ -350,13 +508,14 @@ async fn api_cases(served: &Served) -> anyhow::Result<ApiFigures> {
     }
 
     let list = list_case(served, &payload).await.context("list")?;
-    let (watch, watch_early) = watch_case(served, &payload).await.context("watch")?;
+    let watched = watch_case(served, &payload).await.context("watch")?;
     Ok(ApiFigures {
         create,
         get,
         list,
-        watch,
-        watch_early,
+        watch: watched.from_ack,
+        watch_from_send: watched.from_send,
+        watch_early: watched.early,
         stored_bytes,
     })
 }
@@ -383,6 +542,7 @@ async fn list_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<Stats>
             warm.items.len()
         );
     }
+    let cpu = cpu_now();
     let start = Instant::now();
     let mut latencies = Vec::with_capacity(LIST_SAMPLES);
     while latencies.len() < LIST_SAMPLES && start.elapsed() < LIST_RUN {
@@ -396,13 +556,23 @@ async fn list_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<Stats>
             );
         }
     }
-    Ok(Stats::from_latencies(latencies, start.elapsed()))
+    Ok(Stats::from_latencies(
+        latencies,
+        start.elapsed(),
+        cpu_now().since(cpu),
+    ))
+}
+
+/// The watch case's figures.
+struct Watched {
+    from_ack: Stats,
+    from_send: Stats,
+    early: usize,
 }
 
 /// Opens a watch on an empty namespace, then creates [`WATCH_EVENTS`] ConfigMaps one at a
-/// time, each time waiting for its ADDED event. Returns the latency from the create's response
-/// to the event's arrival, and how many events beat the response.
-async fn watch_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<(Stats, usize)> {
+/// time, each time waiting for its ADDED event.
+async fn watch_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<Watched> {
     const NS: &str = "bench-watch";
     served.create_namespace(NS).await?;
     let api = served.config_maps(NS);
@@ -437,13 +607,16 @@ async fn watch_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<(Stat
     });
 
     let result = async {
-        let mut latencies = Vec::with_capacity(WATCH_EVENTS);
+        let mut from_ack = Vec::with_capacity(WATCH_EVENTS);
+        let mut from_send = Vec::with_capacity(WATCH_EVENTS);
         let mut early = 0;
+        let cpu = cpu_now();
         let start = Instant::now();
         for i in 0..WATCH_EVENTS {
             let name = format!("watched-{i:04}");
-            api.create(&PostParams::default(), &config_map(name.clone(), payload))
-                .await?;
+            let object = config_map(name.clone(), payload);
+            let sent = Instant::now();
+            api.create(&PostParams::default(), &object).await?;
             let acknowledged = Instant::now();
             let arrived_at = loop {
                 let (seen, at) = tokio::time::timeout(WATCH_EVENT_TIMEOUT, arrived.recv())
@@ -457,9 +630,15 @@ async fn watch_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<(Stat
             if arrived_at < acknowledged {
                 early += 1;
             }
-            latencies.push(arrived_at.saturating_duration_since(acknowledged));
+            from_ack.push(arrived_at.saturating_duration_since(acknowledged));
+            from_send.push(arrived_at.saturating_duration_since(sent));
         }
-        anyhow::Ok((Stats::from_latencies(latencies, start.elapsed()), early))
+        let (elapsed, cpu) = (start.elapsed(), cpu_now().since(cpu));
+        anyhow::Ok(Watched {
+            from_ack: Stats::from_latencies(from_ack, elapsed, cpu),
+            from_send: Stats::from_latencies(from_send, elapsed, cpu),
+            early,
+        })
     }
     .await;
     watcher.abort();
@@ -496,14 +675,27 @@ async fn bench_raw_etcd(endpoint: &str, value_bytes: usize) -> anyhow::Result<Ve
 // ---------------------------------------------------------------------------------------------
 // Report
 
-fn row(backend: &str, case: &str, concurrency: usize, stats: &Stats) {
-    println!(
-        "{backend:<9} {case:<13} {concurrency:>5} {:>7} {:>9.0} {:>10} {:>10}",
-        stats.ops,
-        stats.per_sec,
-        millis(stats.p50),
-        millis(stats.p99),
-    );
+/// Every measured case as (backend, case, concurrency, stats), in report order.
+fn rows<'a>(
+    api: &'a [(&'a str, ApiFigures)],
+    raw: &'a [(usize, Stats)],
+) -> Vec<(&'a str, &'static str, usize, &'a Stats)> {
+    let mut rows = Vec::new();
+    for (backend, figures) in api {
+        for (concurrency, stats) in &figures.create {
+            rows.push((*backend, "create", *concurrency, stats));
+        }
+        for (concurrency, stats) in &figures.get {
+            rows.push((*backend, "get", *concurrency, stats));
+        }
+        rows.push((*backend, "list 500", 1, &figures.list));
+        rows.push((*backend, "watch ack→evt", 1, &figures.watch));
+        rows.push((*backend, "watch send→evt", 1, &figures.watch_from_send));
+    }
+    for (concurrency, stats) in raw {
+        rows.push(("raw etcd", "put", *concurrency, stats));
+    }
+    rows
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -518,34 +710,54 @@ fn at(figures: &[(usize, Stats)], concurrency: usize) -> Option<&Stats> {
 }
 
 fn report(api: &[(&str, ApiFigures)], raw: &[(usize, Stats)], raw_value_bytes: usize) {
+    let rows = rows(api, raw);
     println!();
     println!(
         "ConfigMaps with {DATA_BYTES} B of data; raw etcd puts of {raw_value_bytes} B (the stored ConfigMap size)"
     );
     println!(
-        "{:<9} {:<13} {:>5} {:>7} {:>9} {:>10} {:>10}",
+        "{:<9} {:<14} {:>5} {:>7} {:>9} {:>10} {:>10}",
         "backend", "case", "conc", "ops", "ops/s", "p50", "p99"
     );
-    for (backend, figures) in api {
-        for (concurrency, stats) in &figures.create {
-            row(backend, "create", *concurrency, stats);
-        }
-        for (concurrency, stats) in &figures.get {
-            row(backend, "get", *concurrency, stats);
-        }
-        row(backend, "list 500", 1, &figures.list);
-        row(backend, "watch event", 1, &figures.watch);
-    }
-    for (concurrency, stats) in raw {
-        row("raw etcd", "put", *concurrency, stats);
+    for (backend, case, concurrency, stats) in &rows {
+        println!(
+            "{backend:<9} {case:<14} {concurrency:>5} {:>7} {:>9.0} {:>10} {:>10}",
+            stats.ops,
+            stats.per_sec,
+            millis(stats.p50),
+            millis(stats.p99),
+        );
     }
     for (backend, figures) in api {
         if figures.watch_early > 0 {
             println!(
-                "({backend}: {} of {} watch events arrived before their create's response; counted as 0)",
+                "({backend}: {} of {} watch events arrived before their create's response; those count as 0 ack→evt)",
                 figures.watch_early, figures.watch.ops
             );
         }
+    }
+
+    println!();
+    println!(
+        "CPU per operation (µs) during each timed case, and cores busy (of {})",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:<9} {:<14} {:>5} {:>9} {:>9} {:>9} {:>7}",
+        "backend", "case", "conc", "server", "client", "etcd", "cores"
+    );
+    for (backend, case, concurrency, stats) in &rows {
+        if case.starts_with("watch send") {
+            continue; // same run as the ack→evt row
+        }
+        let per_op = |d: Duration| d.as_secs_f64() * 1e6 / stats.ops.max(1) as f64;
+        println!(
+            "{backend:<9} {case:<14} {concurrency:>5} {:>9.0} {:>9.0} {:>9.0} {:>7.2}",
+            per_op(stats.cpu.server),
+            per_op(stats.cpu.client),
+            per_op(stats.cpu.etcd),
+            stats.cpu.total().as_secs_f64() / stats.elapsed.as_secs_f64().max(f64::EPSILON),
+        );
     }
 
     println!();
@@ -604,33 +816,45 @@ fn main() {
     }
 }
 
+fn runtime(name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .thread_name(name)
+        // Blocking threads must outlive the cases: an exited thread's CPU leaves /proc/self/task.
+        .thread_keep_alive(Duration::from_secs(600))
+        .enable_all()
+        .build()
+        .with_context(|| format!("build the {name} runtime"))
+}
+
 fn run() -> anyhow::Result<()> {
     // kube-rs builds its TLS client from the process-wide provider: make it the server's.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("build the tokio runtime")?;
-    runtime.block_on(async {
+    let server_runtime = runtime(SERVER_THREADS)?;
+    let client_runtime = runtime("api-client")?;
+    let server = server_runtime.handle().clone();
+    let dir = tempfile::tempdir().context("create the embedded store's directory")?;
+    let outcome = client_runtime.block_on(async {
         // First, so a missing etcd fails the bench before anything is measured.
         let etcd = tokio::task::spawn_blocking(etcd_server::EtcdServer::start)
             .await?
+            .map(Arc::new)
             .context("start etcd for the benchmark (is the `etcd` binary on PATH?)")?;
-
+        if let Some(pid) = find_etcd_child() {
+            let _ = ETCD_PID.set(pid);
+        }
         let began = Instant::now();
-        let dir = tempfile::tempdir().context("create the embedded store's directory")?;
-        let path = dir.path().join("store.redb");
-        let embedded: Arc<dyn Storage> = Arc::new(
-            tokio::task::spawn_blocking(move || EmbeddedStorage::open(path))
-                .await?
-                .context("open the embedded store")?,
-        );
-        eprintln!("embedded: measuring through the API…");
-        let on_embedded = bench_api(embedded).await.context("API on embedded")?;
 
-        let on_etcd_storage: Arc<dyn Storage> = Arc::new(etcd.connect(None).await?);
+        eprintln!("embedded: measuring through the API…");
+        let embedded = Backend::Embedded(dir.path().join("store.redb"));
+        let on_embedded = bench_api(&server, embedded)
+            .await
+            .context("API on embedded")?;
+
         eprintln!("etcd: measuring through the API…");
-        let on_etcd = bench_api(on_etcd_storage).await.context("API on etcd")?;
+        let on_etcd = bench_api(&server, Backend::Etcd(etcd.clone()))
+            .await
+            .context("API on etcd")?;
 
         eprintln!("etcd: measuring raw puts…");
         let raw_value_bytes = on_etcd.stored_bytes;
@@ -643,8 +867,10 @@ fn run() -> anyhow::Result<()> {
             &raw,
             raw_value_bytes,
         );
-        println!("\n(total {:.0} s)", began.elapsed().as_secs_f64());
-        drop(etcd);
+        println!("\n(measured in {:.0} s)", began.elapsed().as_secs_f64());
+        drop(etcd); // the last reference: kills it
         anyhow::Ok(())
-    })
+    });
+    server_runtime.shutdown_timeout(Duration::from_secs(2));
+    outcome
 }

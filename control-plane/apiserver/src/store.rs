@@ -1196,6 +1196,23 @@ mod tests {
         assert!(decode_continue("not base64!").is_err());
     }
 
+    #[tokio::test]
+    async fn a_future_resource_version_times_out_with_504() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage =
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("open");
+        let store = Store::new(Arc::new(storage));
+        let err = store
+            .wait_for_revision(1_000_000)
+            .await
+            .expect_err("future");
+        assert_eq!((err.code, err.reason), (504, "Timeout"));
+        assert!(
+            err.message
+                .starts_with("Timeout: Too large resource version: 1000000, current: ")
+        );
+    }
+
     #[test]
     fn read_at_follows_upstream_rules() {
         assert_eq!(ReadAt::parse(None, None).ok(), Some(ReadAt::Latest));
