@@ -205,29 +205,11 @@ async fn route(
         ["healthz"] | ["livez"] | ["readyz"] => Ok((StatusCode::OK, "ok").into_response()),
         ["api"] => {
             get_only(call)?;
-            if discovery::wants_aggregated(accept) {
-                let mut r = plain_json(&discovery::aggregated(resources, true));
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
-                );
-                return Ok(r);
-            }
-            Ok(plain_json(&discovery::api_versions(
-                &server.advertise_address,
-            )))
+            Ok(discovery_root(server, accept, true))
         }
         ["apis"] => {
             get_only(call)?;
-            if discovery::wants_aggregated(accept) {
-                let mut r = plain_json(&discovery::aggregated(resources, false));
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
-                );
-                return Ok(r);
-            }
-            Ok(plain_json(&discovery::api_group_list(resources)))
+            Ok(discovery_root(server, accept, false))
         }
         ["api", "v1"] => {
             get_only(call)?;
@@ -268,6 +250,24 @@ async fn route(
             resource_request(server, tenant, group, version, rest, call).await
         }
         _ => Err(ApiError::no_such_path()),
+    }
+}
+
+/// `/api` (core) or `/apis`: aggregated discovery when the client asks for it, else the
+/// legacy documents.
+fn discovery_root(server: &ApiServer, accept: &str, core: bool) -> Response {
+    if discovery::wants_aggregated(accept) {
+        let mut response = plain_json(&discovery::aggregated(server.resources, core));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+        );
+        return response;
+    }
+    if core {
+        plain_json(&discovery::api_versions(&server.advertise_address))
+    } else {
+        plain_json(&discovery::api_group_list(server.resources))
     }
 }
 

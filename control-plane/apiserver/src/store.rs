@@ -633,6 +633,27 @@ impl Store {
         })
     }
 
+    /// Writes `obj` over `key` if the key is still at `expected`: the stored object stamped
+    /// with its new resourceVersion, or the conflict.
+    async fn swap(
+        &self,
+        key: &str,
+        mut obj: Value,
+        expected: Revision,
+    ) -> Result<Outcome<Value>, ApiError> {
+        match self.storage.update(key, encode(&obj)?, expected).await? {
+            Outcome::Done(kv) => {
+                meta::set_at(
+                    &mut obj,
+                    &["metadata", "resourceVersion"],
+                    json!(kv.mod_revision.to_string()),
+                );
+                Ok(Outcome::Done(obj))
+            }
+            Outcome::Conflict(current) => Ok(Outcome::Conflict(current)),
+        }
+    }
+
     /// `GuaranteedUpdate`: read, transform, compare-and-swap, retrying on races.
     /// `try_update` returns the desired new object, or `None` to leave the object as it is.
     /// When `precondition` names a resourceVersion the update is attempted only against it.
@@ -689,19 +710,8 @@ impl Store {
                     Outcome::Conflict(_) => continue,
                 }
             }
-            match self
-                .storage
-                .update(&key, encode(&updated)?, kv.mod_revision)
-                .await?
-            {
-                Outcome::Done(kv) => {
-                    meta::set_at(
-                        &mut updated,
-                        &["metadata", "resourceVersion"],
-                        json!(kv.mod_revision.to_string()),
-                    );
-                    return Ok(updated);
-                }
+            match self.swap(&key, updated, kv.mod_revision).await? {
+                Outcome::Done(stored) => return Ok(stored),
                 Outcome::Conflict(None) => {
                     return Err(ApiError::not_found(&resource.group_resource(), name));
                 }
@@ -956,19 +966,8 @@ impl Store {
                 if dry_run {
                     return Ok(Deleted::Pending(updated));
                 }
-                match self
-                    .storage
-                    .update(&key, encode(&updated)?, kv.mod_revision)
-                    .await?
-                {
-                    Outcome::Done(kv) => {
-                        meta::set_at(
-                            &mut updated,
-                            &["metadata", "resourceVersion"],
-                            json!(kv.mod_revision.to_string()),
-                        );
-                        return Ok(Deleted::Pending(updated));
-                    }
+                match self.swap(&key, updated, kv.mod_revision).await? {
+                    Outcome::Done(stored) => return Ok(Deleted::Pending(stored)),
                     Outcome::Conflict(_) => continue,
                 }
             }

@@ -908,18 +908,7 @@ impl Strategy for DeploymentStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
-            Column::new(
-                "Ready",
-                "string",
-                "Number of the pod with ready state",
-                |o| {
-                    json!(format!(
-                        "{}/{}",
-                        int_at(o, &["status", "readyReplicas"]),
-                        int_at(o, &["spec", "replicas"])
-                    ))
-                },
-            ),
+            ready_of_desired_column(),
             Column::new(
                 "Up-to-date",
                 "integer",
@@ -953,6 +942,22 @@ impl Strategy for DeploymentStrategy {
             .wide(),
         ]
     }
+}
+
+/// `READY` as `ready/desired` replicas (Deployments, StatefulSets).
+fn ready_of_desired_column() -> Column {
+    Column::new(
+        "Ready",
+        "string",
+        "Number of the pod with ready state",
+        |o| {
+            json!(format!(
+                "{}/{}",
+                int_at(o, &["status", "readyReplicas"]),
+                int_at(o, &["spec", "replicas"])
+            ))
+        },
+    )
 }
 
 fn container_field(obj: &Value, field: &str) -> String {
@@ -1036,21 +1041,7 @@ impl Strategy for StatefulSetStrategy {
         validate_workload(obj, true)
     }
     fn columns(&self) -> Vec<Column> {
-        vec![
-            Column::new(
-                "Ready",
-                "string",
-                "Number of the pod with ready state",
-                |o| {
-                    json!(format!(
-                        "{}/{}",
-                        int_at(o, &["status", "readyReplicas"]),
-                        int_at(o, &["spec", "replicas"])
-                    ))
-                },
-            ),
-            age_column(),
-        ]
+        vec![ready_of_desired_column(), age_column()]
     }
 }
 

@@ -568,3 +568,180 @@ async fn bad_input_gets_precise_status_and_stores_nothing() -> anyhow::Result<()
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn subresources_generate_name_and_namespace_lifecycle() -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    let h = start().await?;
+    let deployments: Api<Deployment> = Api::namespaced(h.client.clone(), "default");
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"generateName": "web-"},
+        "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": {
+            "metadata": {"labels": {"app": "w"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+        "status": {"replicas": 9},
+    }))?;
+    let created = deployments
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let name = created.metadata.name.clone().context("generated name")?;
+    ensure!(
+        name.starts_with("web-") && name.len() == "web-".len() + 5,
+        "generated {name}"
+    );
+    ensure!(created.status.is_none(), "status is reset on create");
+    ensure!(created.metadata.generation == Some(1));
+
+    // Status written through the main resource is ignored; through /status it sticks, and the
+    // spec sent with it is ignored.
+    let mut via_main = created.clone();
+    via_main.status = Some(serde_json::from_value(json!({"replicas": 3}))?);
+    let after_main = deployments
+        .replace(&name, &PostParams::default(), &via_main)
+        .await?;
+    ensure!(
+        after_main.status.is_none(),
+        "main resource must ignore status"
+    );
+    let status_patch = json!({"status": {"replicas": 3}, "spec": {"replicas": 7}});
+    let after_status = deployments
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_patch))
+        .await?;
+    ensure!(
+        after_status.status.as_ref().and_then(|s| s.replicas) == Some(3),
+        "status subresource writes status"
+    );
+    ensure!(
+        after_status.spec.as_ref().and_then(|s| s.replicas) == Some(1),
+        "status subresource ignores spec"
+    );
+    ensure!(
+        after_status.metadata.generation == Some(1),
+        "a status write does not bump generation"
+    );
+    let scaled = deployments
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await?;
+    ensure!(
+        scaled.metadata.generation == Some(2),
+        "a spec change bumps generation"
+    );
+
+    // pods/binding sets the node once; a second binding conflicts.
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
+    pods.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": {"name": "bound"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))?)
+    .await?;
+    let binding = serde_json::to_vec(
+        &json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "bound"}, "target": {"kind": "Node", "name": "node-a"}}),
+    )?;
+    let (code, _, _) = raw(
+        &h,
+        "POST",
+        "/api/v1/namespaces/default/pods/bound/binding",
+        "application/json",
+        binding.clone(),
+    )
+    .await?;
+    ensure!(code == 201, "binding answered {code}");
+    ensure!(
+        pods.get("bound")
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .as_deref()
+            == Some("node-a")
+    );
+    let (code, status, _) = raw(
+        &h,
+        "POST",
+        "/api/v1/namespaces/default/pods/bound/binding",
+        "application/json",
+        binding,
+    )
+    .await?;
+    ensure!(
+        code == 409 && status["reason"] == "Conflict",
+        "second binding: {status}"
+    );
+
+    // A terminating namespace takes no new objects.
+    let namespaces: Api<Namespace> = Api::all(h.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "closing"}}))?,
+        )
+        .await?;
+    namespaces
+        .delete("closing", &DeleteParams::default())
+        .await?;
+    ensure!(
+        namespaces
+            .get("closing")
+            .await?
+            .status
+            .and_then(|s| s.phase)
+            .as_deref()
+            == Some("Terminating")
+    );
+    let in_closing: Api<ConfigMap> = Api::namespaced(h.client.clone(), "closing");
+    let (code, reason, message) = api_status(
+        in_closing
+            .create(&PostParams::default(), &config_map("late", "v"))
+            .await
+            .expect_err("terminating"),
+    )?;
+    ensure!(code == 403 && reason == "Forbidden", "{code} {reason}");
+    ensure!(
+        message.contains(
+            "unable to create new content in namespace closing because it is being terminated"
+        ),
+        "{message}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn streaming_list_watch_ends_initial_events_with_a_bookmark() -> anyhow::Result<()> {
+    let h = start().await?;
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), "default");
+    for i in 0..3 {
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("stream-{i}"), "v"),
+        )
+        .await?;
+    }
+    // kube-runtime's streaming lists use sendInitialEvents and wait for the marked bookmark.
+    let mut events = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut initial = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), events.try_next()).await?? {
+            Some(watcher::Event::InitApply(cm)) => initial.extend(cm.metadata.name),
+            Some(watcher::Event::InitDone) => break,
+            Some(_) => {}
+            None => anyhow::bail!("watcher ended before the initial events were complete"),
+        }
+    }
+    initial.sort();
+    ensure!(
+        initial == ["stream-0", "stream-1", "stream-2"],
+        "initial events: {initial:?}"
+    );
+    api.create(&PostParams::default(), &config_map("stream-live", "v"))
+        .await?;
+    match tokio::time::timeout(Duration::from_secs(10), events.try_next()).await?? {
+        Some(watcher::Event::Apply(cm)) => {
+            ensure!(cm.metadata.name.as_deref() == Some("stream-live"))
+        }
+        other => anyhow::bail!("expected the live object, got {other:?}"),
+    }
+    Ok(())
+}
