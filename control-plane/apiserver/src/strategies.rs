@@ -478,6 +478,53 @@ impl Strategy for NodeStrategy {
 /// Services: type/port defaults and validation; IPs and node ports are allocated by the store.
 pub struct ServiceStrategy;
 impl Strategy for ServiceStrategy {
+    /// Allocated values a client leaves out of an update are kept (upstream's
+    /// `patchAllocatedValues`): a replace without `clusterIP` or `nodePort` does not free them.
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            if at(new, &["spec", field]).is_none_or(|v| v.is_null() || v == "")
+                && let Some(value) = at(old, &["spec", field])
+            {
+                meta::set_at(new, &["spec", field], value.clone());
+            }
+        }
+        let old_ports = at(old, &["spec", "ports"])
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(ports) = meta::object_at_mut(new, &["spec"])
+            .and_then(|s| s.get_mut("ports"))
+            .and_then(Value::as_array_mut)
+        {
+            for port in ports {
+                if port.get("nodePort").is_some_and(|p| !p.is_null()) {
+                    continue;
+                }
+                let same = |p: &&Value| {
+                    p.get("port") == port.get("port")
+                        && str_at(p, &["protocol"]).unwrap_or("TCP")
+                            == str_at(port, &["protocol"]).unwrap_or("TCP")
+                };
+                if let Some(node_port) = old_ports.iter().find(same).and_then(|p| p.get("nodePort"))
+                {
+                    meta::set_at(port, &["nodePort"], node_port.clone());
+                }
+            }
+        }
+    }
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        let mut errors = self.validate(new);
+        let old_ip = str_at(old, &["spec", "clusterIP"]).unwrap_or("");
+        let new_ip = str_at(new, &["spec", "clusterIP"]).unwrap_or("");
+        if !old_ip.is_empty() && old_ip != new_ip {
+            errors.push(FieldError::invalid(
+                "spec.clusterIPs[0]",
+                &json!(new_ip),
+                "may not change once set",
+            ));
+        }
+        errors
+    }
     fn default(&self, obj: &mut Value) {
         set_default(obj, &["spec", "type"], json!("ClusterIP"));
         set_default(obj, &["spec", "sessionAffinity"], json!("None"));
@@ -1363,6 +1410,23 @@ mod tests {
         let errors = DeploymentStrategy.validate(&d);
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn service_updates_keep_allocated_values() {
+        let old = json!({"spec": {"clusterIP": "10.96.0.9", "clusterIPs": ["10.96.0.9"], "type": "NodePort",
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]}});
+        let mut new = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        ServiceStrategy.prepare_for_update(&mut new, &old);
+        assert_eq!(new["spec"]["clusterIP"], "10.96.0.9");
+        assert_eq!(new["spec"]["ports"][0]["nodePort"], 30080);
+        let mut moved = new.clone();
+        moved["spec"]["clusterIP"] = json!("10.96.0.10");
+        let errors = ServiceStrategy.validate_update(&moved, &old);
+        assert!(
+            errors.iter().any(|e| e.field == "spec.clusterIPs[0]"),
+            "{errors:?}"
+        );
     }
 
     #[test]
