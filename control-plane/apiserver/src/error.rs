@@ -237,6 +237,15 @@ impl ApiError {
         .with_details(resource, "")
     }
 
+    /// 405 on a non-resource path (discovery, OpenAPI, version) for anything but GET.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+    }
+
     /// A path that names no resource: upstream's plain 404 `the server could not find the requested resource`.
     pub fn no_such_path() -> Self {
         let mut err = Self::new(

@@ -188,13 +188,7 @@ async fn route(
         if call.method == Method::GET {
             Ok(())
         } else {
-            Err(ApiError::method_not_supported(
-                &crate::resources::GroupResource {
-                    group: String::new(),
-                    resource: String::new(),
-                },
-                call.method.as_str(),
-            ))
+            Err(ApiError::method_not_allowed())
         }
     };
     match rest {
