@@ -20,8 +20,9 @@
 //!
 //! Server, client and etcd share the machine. The server runs on its own tokio runtime (threads
 //! `api-server`), the client on another, and a second table shows where CPU went in each case
-//! (server incl. the embedded store's writer thread, client, etcd process; read from Linux
-//! `/proc`), so a CPU-bound figure on a small machine can be told from a latency-bound one.
+//! (server incl. the embedded store's writer thread, client, etcd process, and other processes
+//! on the machine; read from Linux `/proc`), so a CPU-bound figure on a small machine can be
+//! told from a latency-bound one, and a run disturbed by a busy neighbour is visible as such.
 
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 mod etcd_server;
@@ -81,6 +82,8 @@ struct Cpu {
     client: Duration,
     /// The etcd process.
     etcd: Duration,
+    /// Every process on the machine (busy time of all CPUs), to spot a noisy neighbour.
+    machine: Duration,
 }
 
 impl Cpu {
@@ -89,11 +92,17 @@ impl Cpu {
             server: self.server.saturating_sub(earlier.server),
             client: self.client.saturating_sub(earlier.client),
             etcd: self.etcd.saturating_sub(earlier.etcd),
+            machine: self.machine.saturating_sub(earlier.machine),
         }
     }
 
     fn total(&self) -> Duration {
         self.server + self.client + self.etcd
+    }
+
+    /// CPU spent by processes other than this bench and its etcd.
+    fn others(&self) -> Duration {
+        self.machine.saturating_sub(self.total())
     }
 }
 
@@ -103,7 +112,7 @@ static ETCD_PID: OnceLock<u32> = OnceLock::new();
 /// `/proc` reports CPU time in USER_HZ ticks, which Linux fixes at 100 per second.
 const TICKS_PER_SECOND: u64 = 100;
 
-/// (name, user+system CPU) of a `/proc/.../stat` file.
+/// (name, user+system CPU, parent pid) of a `/proc/.../stat` file.
 fn proc_stat(path: &str) -> Option<(String, Duration, u32)> {
     let text = std::fs::read_to_string(path).ok()?;
     let open = text.find('(')?;
@@ -114,8 +123,26 @@ fn proc_stat(path: &str) -> Option<(String, Duration, u32)> {
     let ppid = fields.get(1)?.parse().ok()?;
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    let cpu = Duration::from_millis((utime + stime) * 1000 / TICKS_PER_SECOND);
-    Some((name, cpu, ppid))
+    Some((name, ticks(utime + stime), ppid))
+}
+
+fn ticks(ticks: u64) -> Duration {
+    Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND)
+}
+
+/// Busy time of all CPUs: the first line of `/proc/stat` without idle and iowait.
+fn machine_busy() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = text
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(8) // user nice system idle iowait irq softirq steal
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let (all, idle) = (fields.iter().sum::<u64>(), fields.get(3)? + fields.get(4)?);
+    Some(ticks(all - idle))
 }
 
 fn cpu_now() -> Cpu {
@@ -142,6 +169,7 @@ fn cpu_now() -> Cpu {
         server,
         client: process.saturating_sub(server),
         etcd,
+        machine: machine_busy().unwrap_or_default(),
     }
 }
 
@@ -739,24 +767,27 @@ fn report(api: &[(&str, ApiFigures)], raw: &[(usize, Stats)], raw_value_bytes: u
 
     println!();
     println!(
-        "CPU per operation (µs) during each timed case, and cores busy (of {})",
+        "CPU per operation (µs) during each timed case; cores busy with this bench and etcd, and \
+         with anything else (of {} cores)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<9} {:<14} {:>5} {:>9} {:>9} {:>9} {:>7}",
-        "backend", "case", "conc", "server", "client", "etcd", "cores"
+        "{:<9} {:<14} {:>5} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "backend", "case", "conc", "server", "client", "etcd", "cores", "others"
     );
     for (backend, case, concurrency, stats) in &rows {
         if case.starts_with("watch send") {
             continue; // same run as the ack→evt row
         }
         let per_op = |d: Duration| d.as_secs_f64() * 1e6 / stats.ops.max(1) as f64;
+        let cores = |d: Duration| d.as_secs_f64() / stats.elapsed.as_secs_f64().max(f64::EPSILON);
         println!(
-            "{backend:<9} {case:<14} {concurrency:>5} {:>9.0} {:>9.0} {:>9.0} {:>7.2}",
+            "{backend:<9} {case:<14} {concurrency:>5} {:>9.0} {:>9.0} {:>9.0} {:>7.2} {:>7.2}",
             per_op(stats.cpu.server),
             per_op(stats.cpu.client),
             per_op(stats.cpu.etcd),
-            stats.cpu.total().as_secs_f64() / stats.elapsed.as_secs_f64().max(f64::EPSILON),
+            cores(stats.cpu.total()),
+            cores(stats.cpu.others()),
         );
     }
 

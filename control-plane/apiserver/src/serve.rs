@@ -17,6 +17,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use crate::pki::CertificateIdentity;
+
 /// The rustls server configuration type, re-exported for binaries that build one.
 pub use rustls::ServerConfig;
 
@@ -24,9 +26,46 @@ pub use rustls::ServerConfig;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The client certificate chain a connection presented (leaf first), if any. Verifying it
-/// against a tenant's CA happens per request, because which CA applies depends on the path.
+/// against a tenant's CA happens per request, because which CA applies depends on the path;
+/// the verdict per tenant is remembered for the connection's life, since the chain cannot
+/// change within it (a signature check per request cost a quarter of the server's CPU).
 #[derive(Debug, Clone, Default)]
-pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+pub struct PeerCertificates {
+    /// The chain, leaf first.
+    pub chain: Arc<Vec<CertificateDer<'static>>>,
+    verdicts: Arc<std::sync::Mutex<Vec<Verdict>>>,
+}
+
+/// One tenant's authentication verdict on a connection's chain.
+type Verdict = (String, Option<CertificateIdentity>);
+
+impl PeerCertificates {
+    /// A connection's chain with no verdicts yet.
+    pub fn new(chain: Vec<CertificateDer<'static>>) -> Self {
+        PeerCertificates {
+            chain: Arc::new(chain),
+            verdicts: Arc::default(),
+        }
+    }
+
+    /// The verdict for `tenant`, computing it with `verify` the first time.
+    pub fn verdict(
+        &self,
+        tenant: &str,
+        verify: impl FnOnce(&[CertificateDer<'static>]) -> Option<CertificateIdentity>,
+    ) -> Option<CertificateIdentity> {
+        if let Ok(verdicts) = self.verdicts.lock()
+            && let Some((_, verdict)) = verdicts.iter().find(|(t, _)| t == tenant)
+        {
+            return verdict.clone();
+        }
+        let verdict = verify(&self.chain);
+        if let Ok(mut verdicts) = self.verdicts.lock() {
+            verdicts.push((tenant.to_string(), verdict.clone()));
+        }
+        verdict
+    }
+}
 
 /// Failures setting up the listener.
 #[derive(Debug, thiserror::Error)]
@@ -153,13 +192,13 @@ pub async fn serve_tls(
                     return;
                 }
             };
-            let peer_certs = PeerCertificates(Arc::new(
+            let peer_certs = PeerCertificates::new(
                 tls.get_ref()
                     .1
                     .peer_certificates()
                     .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                     .unwrap_or_default(),
-            ));
+            );
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
                     let mut request = request.map(axum::body::Body::new);

@@ -67,11 +67,13 @@ impl TenantState {
     /// The identity of a connection's client certificate, if it chains to this tenant's CA.
     /// A certificate of another tenant's CA authenticates nothing here.
     pub fn authenticate(&self, peer: &PeerCertificates) -> Option<CertificateIdentity> {
-        let (leaf, intermediates) = peer.0.split_first()?;
-        self.verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .ok()?;
-        certificate_identity(leaf)
+        peer.verdict(&self.tenant.id, |chain| {
+            let (leaf, intermediates) = chain.split_first()?;
+            self.verifier
+                .verify_client_cert(leaf, intermediates, UnixTime::now())
+                .ok()?;
+            certificate_identity(leaf)
+        })
     }
 
     /// A new admin client certificate (`system:masters`) for this tenant.
