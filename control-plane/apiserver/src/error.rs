@@ -325,6 +325,11 @@ impl ApiError {
         )
     }
 
+    /// A plain error with no API reason (upstream's `ErrorToAPIStatus` fallback): 500, reason "".
+    pub fn unknown(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     /// `NewServiceUnavailable`: 503.
     pub fn service_unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)

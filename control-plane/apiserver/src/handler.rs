@@ -28,6 +28,18 @@ use crate::watch::{self, WatchOptions};
 /// Largest request body accepted (upstream's 3 MiB JSON limit).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
+/// Namespaces the NamespaceLifecycle admission plugin refuses to delete.
+const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// Kinds whose registry returns the deleted object rather than a `Status` (`ReturnDeletedObject`).
+fn returns_deleted_object(resource: &ResourceInfo) -> bool {
+    resource.group.is_empty()
+        && matches!(
+            resource.kind,
+            "Pod" | "Service" | "ServiceAccount" | "PersistentVolume" | "PersistentVolumeClaim"
+        )
+}
+
 /// Default watch timeout when the client gives none (upstream picks 30–60 min).
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -510,6 +522,14 @@ async fn resource_request(
             .await
         }
         (&Method::DELETE, Some(name), None) => {
+            if resource.kind == "Namespace" && IMMORTAL_NAMESPACES.contains(&name) {
+                // NamespaceLifecycle admission.
+                return Err(ApiError::forbidden(
+                    &resource.group_resource(),
+                    name,
+                    "this namespace may not be deleted",
+                ));
+            }
             let (options, dry_run) = delete_options(call)?;
             match store
                 .delete(
@@ -523,9 +543,13 @@ async fn resource_request(
                 )
                 .await?
             {
-                Deleted::Gone(obj) if resource.kind == "Pod" => respond(StatusCode::OK, obj, &[]),
+                Deleted::Gone(obj) if returns_deleted_object(resource) => {
+                    respond(StatusCode::OK, obj, &[])
+                }
                 Deleted::Gone(obj) => plain(success_status(resource, &obj)),
-                Deleted::Pending(obj) => respond(StatusCode::ACCEPTED, obj, &[]),
+                // Upstream answers 202 only for a pending delete that orphans nothing explicitly;
+                // kubectl and client libraries treat 200 and 202 alike, so 200 as upstream mostly does.
+                Deleted::Pending(obj) => respond(StatusCode::OK, obj, &[]),
             }
         }
         (&Method::DELETE, None, None) => {
@@ -617,6 +641,14 @@ fn list_options(call: &Call, resource: &ResourceInfo) -> Result<ListOptions, Api
         .param("continue")
         .filter(|c| !c.is_empty())
         .map(str::to_string);
+    // A list with a resourceVersion and a limit but no match is an Exact read (API concepts:
+    // "once a limit is set, Exact semantics apply").
+    let read_at = match (read_at, call.param("resourceVersionMatch"), &continue_token) {
+        (ReadAt::NotOlderThan(revision), None | Some(""), None) if revision > 0 && limit > 0 => {
+            ReadAt::Exact(revision)
+        }
+        (read_at, _, _) => read_at,
+    };
     Ok(ListOptions {
         read_at,
         selection,
@@ -629,6 +661,12 @@ fn delete_options(call: &Call) -> Result<(DeleteOptions, bool), ApiError> {
     let mut options = DeleteOptions::default();
     let mut dry_run = call.param("dryRun") == Some("All");
     let mut propagation = call.param("propagationPolicy").map(str::to_string);
+    if let Some(grace) = call.param("gracePeriodSeconds").filter(|g| !g.is_empty()) {
+        let grace = grace
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: {grace:?}")))?;
+        options.grace_period_seconds = Some(grace);
+    }
     if call.param("orphanDependents") == Some("true") {
         propagation.get_or_insert_with(|| "Orphan".into());
     }
@@ -639,6 +677,9 @@ fn delete_options(call: &Call) -> Result<(DeleteOptions, bool), ApiError> {
         }
         if body.get("orphanDependents") == Some(&json!(true)) {
             propagation.get_or_insert_with(|| "Orphan".into());
+        }
+        if let Some(grace) = body.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            options.grace_period_seconds = Some(grace);
         }
         options.uid = meta::str_at(&body, &["preconditions", "uid"]).map(str::to_string);
         options.resource_version =
@@ -679,10 +720,17 @@ async fn watch_request(
         ReadAt::NotOlderThan(revision) | ReadAt::Exact(revision) => Some(revision),
     };
     let timeout = match call.param("timeoutSeconds") {
-        Some(s) if !s.is_empty() => Duration::from_secs(
-            s.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {s:?}")))?,
-        ),
+        Some(s) if !s.is_empty() => {
+            let seconds = s
+                .parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {s:?}")))?;
+            // 0 means "the server's default", not "close at once".
+            if seconds == 0 {
+                DEFAULT_WATCH_TIMEOUT
+            } else {
+                Duration::from_secs(seconds)
+            }
+        }
         _ => DEFAULT_WATCH_TIMEOUT,
     };
     let send_initial_events = call.flag("sendInitialEvents");
@@ -752,11 +800,10 @@ async fn patch_request(
                 let patched = if patch.is_apply() {
                     crate::patching::server_side_apply(
                         current,
-                        patch.body.clone(),
+                        &patch,
                         &options.field_manager,
-                        &resource.api_version(),
-                        patch.force,
                         resource,
+                        target,
                     )?
                 } else {
                     patch.apply_to(current, resource.kind)?

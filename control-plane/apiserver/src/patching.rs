@@ -12,6 +12,7 @@ use crate::handler::Call;
 use crate::meta;
 use crate::negotiate::{self, BodyFormat};
 use crate::resources::ResourceInfo;
+use crate::store::UpdateTarget;
 
 /// The patch type named by the request's `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,26 +117,43 @@ impl PatchRequest {
     }
 }
 
-/// The ownership options of an apply through the main resource: status is not tracked there
-/// when the kind has a status subresource (upstream resets it per endpoint).
+/// The ownership options of an apply. Through the main resource, status is not tracked when
+/// the kind has a status subresource; through `/status`, only status is, and the entry is
+/// recorded for the subresource (upstream's per-endpoint field resets).
 fn apply_options(
     manager: &str,
-    api_version: &str,
     force: bool,
     resource: &ResourceInfo,
+    target: UpdateTarget,
+    top_level_fields: &[&Value],
 ) -> managed_fields::ApplyOptions {
     let mut ignored = managed_fields::FieldSet::new();
-    if resource.status_subresource {
-        ignored.insert(&[managed_fields::PathElement::Field("status".into())]);
+    let field = |name: &str| [managed_fields::PathElement::Field(name.to_string())];
+    match target {
+        UpdateTarget::Main if resource.status_subresource => ignored.insert(&field("status")),
+        UpdateTarget::Main => {}
+        UpdateTarget::Status => {
+            let names = top_level_fields
+                .iter()
+                .filter_map(|v| v.as_object())
+                .flat_map(|m| m.keys());
+            for name in names.filter(|n| !matches!(n.as_str(), "status" | "apiVersion" | "kind")) {
+                ignored.insert(&field(name));
+            }
+        }
     }
     managed_fields::ApplyOptions {
         manager: manager.to_string(),
-        api_version: api_version.to_string(),
+        api_version: resource.api_version(),
         force,
         now: meta::now_rfc3339(),
         schema: PatchMeta::for_kind(resource.kind).unwrap_or_default(),
         ignored,
-        subresource: String::new(),
+        subresource: if target == UpdateTarget::Status {
+            "status".into()
+        } else {
+            String::new()
+        },
     }
 }
 
@@ -146,16 +164,16 @@ fn apply_error(err: managed_fields::ManagedFieldsError) -> ApiError {
 /// Server-side apply onto an existing object: merge, take ownership, or report conflicts (409).
 pub fn server_side_apply(
     current: &Value,
-    config: Value,
+    request: &PatchRequest,
     manager: &str,
-    api_version: &str,
-    force: bool,
     resource: &ResourceInfo,
+    target: UpdateTarget,
 ) -> Result<Value, ApiError> {
-    check_apply_identity(&config, current, resource)?;
+    let config = &request.body;
+    check_apply_identity(config, current, resource)?;
     let managed = managed_fields::decode_managed_fields(current).map_err(apply_error)?;
-    let options = apply_options(manager, api_version, force, resource);
-    match managed_fields::apply(current, &config, &managed, &options).map_err(apply_error)? {
+    let options = apply_options(manager, request.force, resource, target, &[current, config]);
+    match managed_fields::apply(current, config, &managed, &options).map_err(apply_error)? {
         managed_fields::ApplyOutcome::Applied { object, .. } => Ok(object),
         managed_fields::ApplyOutcome::Conflicts(conflicts) => {
             let causes = conflicts
@@ -186,7 +204,13 @@ pub fn apply_create(
 ) -> Result<Value, ApiError> {
     let identity = json!({"metadata": {"name": name, "namespace": namespace}});
     check_apply_identity(&request.body, &identity, resource)?;
-    let options = apply_options(manager, &resource.api_version(), true, resource);
+    let options = apply_options(
+        manager,
+        true,
+        resource,
+        UpdateTarget::Main,
+        &[&request.body],
+    );
     let outcome =
         managed_fields::apply(&json!({}), &request.body, &[], &options).map_err(apply_error)?;
     let mut obj = match outcome {

@@ -67,6 +67,12 @@ pub trait Strategy: Send + Sync {
         vec![crate::table::age_column()]
     }
 
+    /// `CheckGracefulDelete`: how many seconds a delete waits for (pods bound to a node wait
+    /// for their kubelet); `None` or 0 deletes at once.
+    fn graceful_delete_seconds(&self, _obj: &Value, _requested: Option<i64>) -> Option<i64> {
+        None
+    }
+
     /// Whether a create may carry a status (nodes do; most kinds reset it).
     fn keeps_status_on_create(&self) -> bool {
         false

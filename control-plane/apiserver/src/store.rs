@@ -392,6 +392,11 @@ impl Store {
         } else {
             meta::remove_at(&mut obj, &["metadata", "namespace"]);
         }
+        if !meta::resource_version(&obj).is_empty() {
+            return Err(ApiError::unknown(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         let generate_name = meta::str_at(&obj, &["metadata", "generateName"])
             .unwrap_or("")
             .to_string();
@@ -686,7 +691,7 @@ impl Store {
             if without_managed_times(&updated) == without_managed_times(&compare_current) {
                 return Ok(current);
             }
-            let finalize = meta::is_terminating(&updated) && meta::finalizers(&updated).is_empty();
+            let finalize = should_delete_during_update(&compare_current, &updated);
             if dry_run {
                 // A dry run stores nothing, so the object keeps the revision it was read at.
                 meta::set_at(
@@ -931,7 +936,11 @@ impl Store {
                 && meta::at(&current, &["spec", "finalizers"])
                     .and_then(Value::as_array)
                     .is_some_and(|f| !f.is_empty());
-            let graceful = !finalizers.is_empty() || namespace_finalizers;
+            let grace = resource
+                .strategy
+                .graceful_delete_seconds(&current, options.grace_period_seconds)
+                .unwrap_or(0);
+            let graceful = !finalizers.is_empty() || namespace_finalizers || grace > 0;
             if graceful {
                 if meta::is_terminating(&current) && meta::finalizers(&current) == finalizers {
                     return Ok(Deleted::Pending(current));
@@ -939,15 +948,17 @@ impl Store {
                 let mut updated = current.clone();
                 meta::set_at(&mut updated, &["metadata", "finalizers"], json!(finalizers));
                 if !meta::is_terminating(&updated) {
+                    // BeforeDelete: the object goes away at now + grace (pods wait for their kubelet).
+                    let deadline = chrono::Utc::now() + chrono::Duration::seconds(grace);
                     meta::set_at(
                         &mut updated,
                         &["metadata", "deletionTimestamp"],
-                        json!(meta::now_rfc3339()),
+                        json!(deadline.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
                     );
                     meta::set_at(
                         &mut updated,
                         &["metadata", "deletionGracePeriodSeconds"],
-                        json!(0),
+                        json!(grace),
                     );
                     if resource.tracks_generation {
                         let generation = meta::at(&updated, &["metadata", "generation"])
@@ -993,6 +1004,20 @@ impl Store {
     }
 }
 
+/// `ShouldDeleteDuringUpdate`: an update that removes the last finalizer of an object already
+/// being deleted (and past its grace period) deletes it. Namespaces also wait for their
+/// `spec.finalizers` (the namespace controller's).
+fn should_delete_during_update(old: &Value, new: &Value) -> bool {
+    let grace_over = meta::at(old, &["metadata", "deletionGracePeriodSeconds"])
+        .and_then(Value::as_i64)
+        .is_none_or(|grace| grace == 0);
+    let namespace_done = new.get("kind").and_then(Value::as_str) != Some("Namespace")
+        || meta::at(new, &["spec", "finalizers"])
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+    meta::is_terminating(old) && grace_over && meta::finalizers(new).is_empty() && namespace_done
+}
+
 /// The result of a delete.
 pub enum Deleted {
     /// Removed from storage; carries the last state.
@@ -1022,6 +1047,8 @@ pub struct DeleteOptions {
     pub resource_version: Option<String>,
     /// `propagationPolicy`.
     pub propagation: Propagation,
+    /// `gracePeriodSeconds`, when the client gave one.
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// Which part of an object an update writes.

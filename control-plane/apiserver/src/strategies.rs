@@ -249,13 +249,59 @@ fn pod_status_cell(pod: &Value) -> Value {
     json!(reason)
 }
 
+/// `GetPodQOS`: Guaranteed when every container has CPU and memory limits equal to its
+/// requests, BestEffort when none has any, Burstable otherwise.
+fn pod_qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|list| at(pod, &["spec", list]).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let mut any = false;
+    let mut guaranteed = true;
+    for container in &containers {
+        let requests = meta::string_map(at(container, &["resources", "requests"]));
+        let limits = meta::string_map(at(container, &["resources", "limits"]));
+        any |= !requests.is_empty() || !limits.is_empty();
+        for resource in ["cpu", "memory"] {
+            let limit = limits.get(resource);
+            // A request left out defaults to the limit.
+            let request = requests.get(resource).or(limit);
+            if limit.is_none() || request != limit {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
 impl Strategy for PodStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
+        let qos = pod_qos_class(obj);
         meta::set_at(
             obj,
             &["status"],
-            json!({"phase": "Pending", "qosClass": "BestEffort"}),
+            json!({"phase": "Pending", "qosClass": qos}),
         );
+    }
+    fn graceful_delete_seconds(&self, pod: &Value, requested: Option<i64>) -> Option<i64> {
+        let unbound = str_at(pod, &["spec", "nodeName"]).is_none_or(str::is_empty);
+        let finished = matches!(
+            str_at(pod, &["status", "phase"]),
+            Some("Succeeded") | Some("Failed")
+        );
+        if unbound || finished {
+            return Some(0);
+        }
+        let default = at(pod, &["spec", "terminationGracePeriodSeconds"])
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        // Upstream turns a negative request into the shortest real grace period.
+        Some(requested.map_or(default, |g| if g < 0 { 1 } else { g }))
     }
     fn prepare_for_update(&self, new: &mut Value, old: &Value) {
         // spec.nodeName is set only through pods/binding.
@@ -1426,6 +1472,38 @@ mod tests {
         assert!(
             errors.iter().any(|e| e.field == "spec.clusterIPs[0]"),
             "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn pod_qos_follows_requests_and_limits() {
+        let pod = |resources: Value| json!({"spec": {"containers": [{"name": "c", "resources": resources}]}});
+        assert_eq!(pod_qos_class(&pod(json!({}))), "BestEffort");
+        assert_eq!(
+            pod_qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))),
+            "Guaranteed"
+        );
+        assert_eq!(
+            pod_qos_class(&pod(json!({"requests": {"cpu": "1"}}))),
+            "Burstable"
+        );
+    }
+
+    #[test]
+    fn bound_pods_are_deleted_gracefully() {
+        let bound = json!({"spec": {"nodeName": "n", "terminationGracePeriodSeconds": 12}, "status": {"phase": "Running"}});
+        assert_eq!(PodStrategy.graceful_delete_seconds(&bound, None), Some(12));
+        assert_eq!(
+            PodStrategy.graceful_delete_seconds(&bound, Some(-5)),
+            Some(1)
+        );
+        assert_eq!(
+            PodStrategy.graceful_delete_seconds(&bound, Some(0)),
+            Some(0)
+        );
+        assert_eq!(
+            PodStrategy.graceful_delete_seconds(&json!({"spec": {}}), Some(30)),
+            Some(0)
         );
     }
 

@@ -85,7 +85,14 @@ impl Encoder {
         if initial_events_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let obj = json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata});
+        // Bookmarks take the kind of the representation, as upstream's fixup does.
+        let (kind, api_version) = match self.representation {
+            Representation::PartialMetadata => {
+                ("PartialObjectMetadata", "meta.k8s.io/v1".to_string())
+            }
+            _ => (self.kind, self.api_version.clone()),
+        };
+        let obj = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
         let mut line =
             serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
         line.push(b'\n');
@@ -243,10 +250,18 @@ fn translate(
         EventKind::Put => {
             let current = decode(&event.kv)?;
             let matches_now = selection.matches(&current, resource);
-            Ok(match (previously_matched, matches_now) {
-                (false, true) => Some(("ADDED", current)),
-                (true, true) if previous.is_some() => Some(("MODIFIED", current)),
-                (true, false) => Some(("DELETED", current)),
+            Ok(match (previously_matched, matches_now, previous) {
+                (false, true, _) => Some(("ADDED", current)),
+                (true, true, Some(_)) => Some(("MODIFIED", current)),
+                // Leaving the selection shows the last state that matched, at this revision.
+                (true, false, Some(mut last)) => {
+                    meta::set_at(
+                        &mut last,
+                        &["metadata", "resourceVersion"],
+                        json!(event.kv.mod_revision.to_string()),
+                    );
+                    Some(("DELETED", last))
+                }
                 _ => None,
             })
         }

@@ -356,10 +356,19 @@ async fn watches_translate_selectors_and_expire() -> anyhow::Result<()> {
     let event = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
         .await?
         .context("watch ended")?;
-    ensure!(
-        matches!(event, Some(WatchEvent::Deleted(_))),
-        "expected DELETED, got {event:?}"
-    );
+    match event {
+        // The DELETED event shows the last state that matched the selector.
+        Some(WatchEvent::Deleted(last)) => ensure!(
+            last.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("suite"))
+                .map(String::as_str)
+                == Some("api"),
+            "DELETED should carry the last matching state: {last:?}"
+        ),
+        other => anyhow::bail!("expected DELETED, got {other:?}"),
+    }
 
     // A watch from a compacted revision gets the 410 ERROR event.
     for i in 0..3 {
@@ -671,8 +680,70 @@ async fn subresources_generate_name_and_namespace_lifecycle() -> anyhow::Result<
         "second binding: {status}"
     );
 
-    // A terminating namespace takes no new objects.
+    // Deleting a bound pod is graceful: it stays, Terminating, until deleted with grace 0.
+    pods.delete("bound", &DeleteParams::default()).await?;
+    let terminating = pods.get("bound").await?;
+    ensure!(
+        terminating.metadata.deletion_timestamp.is_some(),
+        "bound pod must be Terminating"
+    );
+    ensure!(terminating.metadata.deletion_grace_period_seconds == Some(30));
+    pods.patch(
+        "bound",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"still": "here"}}})),
+    )
+    .await?;
+    ensure!(
+        pods.get("bound").await.is_ok(),
+        "an update must not finish a graceful delete"
+    );
+    pods.delete("bound", &DeleteParams::default().grace_period(0))
+        .await?;
+    ensure!(pods.get("bound").await.is_err(), "grace 0 deletes at once");
+
+    // Server-side apply through /status owns status only and leaves labels alone.
+    deployments
+        .patch(&name, &PatchParams::apply("ctl"), &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"labels": {"owned": "yes"}}})))
+        .await?;
+    let status_apply =
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "status": {"replicas": 2}});
+    let after = deployments
+        .patch_status(
+            &name,
+            &PatchParams::apply("ctl").force(),
+            &Patch::Apply(status_apply),
+        )
+        .await?;
+    ensure!(
+        after
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("owned"))
+            .map(String::as_str)
+            == Some("yes"),
+        "labels lost: {:?}",
+        after.metadata.labels
+    );
+    ensure!(after.status.and_then(|s| s.replicas) == Some(2));
+
+    // The built-in namespaces cannot be deleted.
     let namespaces: Api<Namespace> = Api::all(h.client.clone());
+    let (code, _, message) = api_status(
+        namespaces
+            .delete("default", &DeleteParams::default())
+            .await
+            .err()
+            .context("default deleted")?,
+    )?;
+    ensure!(
+        code == 403
+            && message == "namespaces \"default\" is forbidden: this namespace may not be deleted",
+        "{message}"
+    );
+
+    // A terminating namespace takes no new objects, and updating it does not finish it.
     namespaces
         .create(
             &PostParams::default(),
@@ -690,6 +761,17 @@ async fn subresources_generate_name_and_namespace_lifecycle() -> anyhow::Result<
             .and_then(|s| s.phase)
             .as_deref()
             == Some("Terminating")
+    );
+    namespaces
+        .patch(
+            "closing",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await?;
+    ensure!(
+        namespaces.get("closing").await.is_ok(),
+        "a terminating namespace must wait for its finalizers"
     );
     let in_closing: Api<ConfigMap> = Api::namespaced(h.client.clone(), "closing");
     let (code, reason, message) = api_status(
