@@ -515,8 +515,51 @@ impl Strategy for NodeStrategy {
                 "Kubelet Version reported by the node.",
                 |o| json!(str_at(o, &["status", "nodeInfo", "kubeletVersion"]).unwrap_or("")),
             ),
+            Column::new("Internal-IP", "string", "List of internal IPs.", |o| {
+                node_address(o, "InternalIP")
+            })
+            .wide(),
+            Column::new("External-IP", "string", "List of external IPs.", |o| {
+                node_address(o, "ExternalIP")
+            })
+            .wide(),
+            Column::new(
+                "OS-Image",
+                "string",
+                "OS image reported by the node.",
+                |o| or_none(str_at(o, &["status", "nodeInfo", "osImage"])),
+            )
+            .wide(),
+            Column::new(
+                "Kernel-Version",
+                "string",
+                "Kernel version reported by the node.",
+                |o| or_none(str_at(o, &["status", "nodeInfo", "kernelVersion"])),
+            )
+            .wide(),
+            Column::new(
+                "Container-Runtime",
+                "string",
+                "Container runtime reported by the node.",
+                |o| {
+                    or_none(str_at(
+                        o,
+                        &["status", "nodeInfo", "containerRuntimeVersion"],
+                    ))
+                },
+            )
+            .wide(),
         ]
     }
+}
+
+/// The first node address of a type, or `<none>`.
+fn node_address(node: &Value, kind: &str) -> Value {
+    let address = at(node, &["status", "addresses"])
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|a| a.get("type") == Some(&json!(kind))))
+        .and_then(|a| str_at(a, &["address"]));
+    or_none(address)
 }
 
 // ---------------------------------------------------------------- services
