@@ -1,8 +1,9 @@
 //! The generic registry: create, get, list, update, patch, delete and watch for every kind,
 //! over [`Storage`], running each kind's [`Strategy`] in kube-apiserver's fixed order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use bytes::Bytes;
@@ -13,6 +14,9 @@ use crate::error::{ApiError, FieldError};
 use crate::meta;
 use crate::resources::ResourceInfo;
 use crate::selection::Selection;
+
+/// How long a namespace read as Active is trusted by creates in it.
+const NAMESPACE_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// How many times an optimistic update is retried on a write race before giving up
 /// (kube-apiserver's `GuaranteedUpdate` retries until success; we bound it).
@@ -275,12 +279,42 @@ pub struct Written {
 #[derive(Clone)]
 pub struct Store {
     storage: Arc<dyn Storage>,
+    /// Namespace keys recently read as Active, and when. NamespaceLifecycle admission trusts
+    /// its informer the same way: a create need not read its namespace every time. Writes to a
+    /// namespace through this process forget it at once; another replica's delete is seen
+    /// within [`NAMESPACE_CACHE_TTL`].
+    active_namespaces: Arc<std::sync::Mutex<HashMap<String, Instant>>>,
 }
 
 impl Store {
     /// A store over `storage`.
     pub fn new(storage: Arc<dyn Storage>) -> Self {
-        Store { storage }
+        Store {
+            storage,
+            active_namespaces: Arc::default(),
+        }
+    }
+
+    fn namespace_known_active(&self, key: &str) -> bool {
+        self.active_namespaces
+            .lock()
+            .ok()
+            .and_then(|cache| {
+                cache
+                    .get(key)
+                    .map(|seen| seen.elapsed() < NAMESPACE_CACHE_TTL)
+            })
+            .unwrap_or(false)
+    }
+
+    fn remember_namespace(&self, key: &str, active: bool) {
+        if let Ok(mut cache) = self.active_namespaces.lock() {
+            if active {
+                cache.insert(key.to_string(), Instant::now());
+            } else {
+                cache.remove(key);
+            }
+        }
     }
 
     /// The backend, for watches and compaction.
@@ -333,10 +367,14 @@ impl Store {
         name: &str,
     ) -> Result<(), ApiError> {
         let key = tenant.object_key(namespaces, "", namespace);
+        if self.namespace_known_active(&key) {
+            return Ok(());
+        }
         match self.storage.get(&key).await? {
             None => Err(ApiError::not_found(&namespaces.group_resource(), namespace)),
             Some(kv) => {
                 let ns = decode(&kv)?;
+                self.remember_namespace(&key, !meta::is_terminating(&ns));
                 if meta::is_terminating(&ns) {
                     let mut err = ApiError::forbidden(
                         &resource.group_resource(),
@@ -675,6 +713,9 @@ impl Store {
         F: FnMut(&Value) -> Result<Option<Value>, ApiError>,
     {
         let key = tenant.object_key(resource, namespace, name);
+        if resource.kind == "Namespace" {
+            self.remember_namespace(&key, false);
+        }
         for _ in 0..MAX_UPDATE_ATTEMPTS {
             let Some(kv) = self.storage.get(&key).await? else {
                 return Err(ApiError::not_found(&resource.group_resource(), name));
@@ -891,6 +932,9 @@ impl Store {
         hooks: &dyn CreateHooks,
     ) -> Result<Deleted, ApiError> {
         let key = tenant.object_key(resource, namespace, name);
+        if resource.kind == "Namespace" {
+            self.remember_namespace(&key, false);
+        }
         for _ in 0..MAX_UPDATE_ATTEMPTS {
             let Some(kv) = self.storage.get(&key).await? else {
                 return Err(ApiError::not_found(&resource.group_resource(), name));
