@@ -62,9 +62,9 @@ pub trait Strategy: Send + Sync {
         &[]
     }
 
-    /// Columns of the Table representation (`kubectl get`), after the Name column.
+    /// Columns of the Table representation (`kubectl get`), Name included where it belongs.
     fn columns(&self) -> Vec<Column> {
-        vec![crate::table::age_column()]
+        vec![crate::table::name_column(), crate::table::age_column()]
     }
 
     /// `CheckGracefulDelete`: how many seconds a delete waits for (pods bound to a node wait

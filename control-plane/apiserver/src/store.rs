@@ -186,6 +186,11 @@ fn parse_revision(value: &str) -> Result<Revision, ApiError> {
         })
 }
 
+/// `ValidateListOptions` failures: 422 `ListOptions.meta.k8s.io "" is invalid: …`.
+fn invalid_list_options(error: FieldError) -> ApiError {
+    ApiError::invalid("meta.k8s.io", "ListOptions", "", vec![error])
+}
+
 impl ReadAt {
     /// Interprets `resourceVersion` and `resourceVersionMatch` as kube-apiserver does.
     pub fn parse(resource_version: Option<&str>, matching: Option<&str>) -> Result<Self, ApiError> {
@@ -194,23 +199,27 @@ impl ReadAt {
             matching.filter(|m| !m.is_empty()),
         ) {
             (None, None) => Ok(ReadAt::Latest),
-            (None, Some(_)) => Err(ApiError::bad_request(
+            (None, Some(_)) => Err(invalid_list_options(FieldError::forbidden(
+                "resourceVersionMatch",
                 "resourceVersionMatch is forbidden unless resourceVersion is provided",
-            )),
+            ))),
             (Some(rv), None | Some("NotOlderThan")) => {
                 Ok(ReadAt::NotOlderThan(parse_revision(rv)?))
             }
             (Some(rv), Some("Exact")) => {
                 let revision = parse_revision(rv)?;
                 if revision == 0 {
-                    return Err(ApiError::bad_request(
-                        "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
-                    ));
+                    return Err(invalid_list_options(FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    )));
                 }
                 Ok(ReadAt::Exact(revision))
             }
-            (Some(_), Some(other)) => Err(ApiError::bad_request(format!(
-                "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+            (Some(_), Some(other)) => Err(invalid_list_options(FieldError::not_supported(
+                "resourceVersionMatch",
+                &json!(other),
+                &["Exact", "NotOlderThan", ""],
             ))),
         }
     }
@@ -593,9 +602,10 @@ impl Store {
                 if !matches!(options.read_at, ReadAt::Latest)
                     && options.read_at != ReadAt::NotOlderThan(0)
                 {
-                    return Err(ApiError::bad_request(
+                    return Err(invalid_list_options(FieldError::forbidden(
+                        "resourceVersion",
                         "specifying resource version is not allowed when using continue",
-                    ));
+                    )));
                 }
                 let token = decode_continue(token)?;
                 (token.rv, Some(format!("{prefix}{}", token.start)))

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::error::FieldError;
 use crate::meta::{self, at, str_at};
 use crate::resources::Strategy;
-use crate::table::{Column, age_column, int_at, or_none};
+use crate::table::{Column, age_column, int_at, name_column, or_none};
 
 /// Kinds with no behaviour beyond the generic store.
 pub struct DefaultStrategy;
@@ -216,6 +216,7 @@ impl Strategy for NamespaceStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Status", "string", "The status of the namespace", |o| {
                 json!(str_at(o, &["status", "phase"]).unwrap_or(""))
             }),
@@ -397,6 +398,7 @@ impl Strategy for PodStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new(
                 "Ready",
                 "string",
@@ -483,6 +485,7 @@ impl Strategy for NodeStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Status", "string", "The status of the node", |o| {
                 let ready = at(o, &["status", "conditions"])
                     .and_then(Value::as_array)
@@ -683,6 +686,7 @@ impl Strategy for ServiceStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Type", "string", "The type of the service.", |o| {
                 json!(str_at(o, &["spec", "type"]).unwrap_or(""))
             }),
@@ -759,6 +763,7 @@ pub struct ConfigMapStrategy;
 impl Strategy for ConfigMapStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new(
                 "Data",
                 "string",
@@ -784,6 +789,7 @@ impl Strategy for SecretStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Type", "string", "The type of the secret", |o| {
                 json!(str_at(o, &["type"]).unwrap_or(""))
             }),
@@ -803,6 +809,7 @@ pub struct ServiceAccountStrategy;
 impl Strategy for ServiceAccountStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Secrets", "string", "The number of secrets", |o| {
                 json!(array_len(o, &["secrets"]))
             }),
@@ -887,6 +894,8 @@ impl Strategy for CoreEventStrategy {
             Column::new("Message", "string", "The message of the event", |o| {
                 json!(str_at(o, &["message"]).unwrap_or(""))
             }),
+            // Upstream's event printer shows the name only with `-o wide`, last.
+            name_column().wide(),
         ]
     }
 }
@@ -909,6 +918,7 @@ impl Strategy for PersistentVolumeStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Capacity", "string", "Capacity of the volume", |o| {
                 json!(str_at(o, &["spec", "capacity", "storage"]).unwrap_or(""))
             }),
@@ -972,6 +982,7 @@ impl Strategy for PersistentVolumeClaimStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Status", "string", "Phase", |o| {
                 json!(str_at(o, &["status", "phase"]).unwrap_or(""))
             }),
@@ -1001,6 +1012,7 @@ impl Strategy for StorageClassStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Provisioner", "string", "Provisioner", |o| {
                 json!(str_at(o, &["provisioner"]).unwrap_or(""))
             }),
@@ -1044,6 +1056,7 @@ impl Strategy for DeploymentStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             ready_of_desired_column(),
             Column::new(
                 "Up-to-date",
@@ -1137,6 +1150,7 @@ impl Strategy for ReplicaSetStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Desired", "integer", "Number of desired pods.", |o| {
                 int_at(o, &["spec", "replicas"])
             }),
@@ -1177,7 +1191,7 @@ impl Strategy for StatefulSetStrategy {
         validate_workload(obj, true)
     }
     fn columns(&self) -> Vec<Column> {
-        vec![ready_of_desired_column(), age_column()]
+        vec![name_column(), ready_of_desired_column(), age_column()]
     }
 }
 
@@ -1198,6 +1212,7 @@ impl Strategy for DaemonSetStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new(
                 "Desired",
                 "integer",
@@ -1304,6 +1319,7 @@ impl Strategy for JobStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Status", "string", "Status of the job.", |o| {
                 let conditions = at(o, &["status", "conditions"])
                     .and_then(Value::as_array)
@@ -1387,6 +1403,7 @@ impl Strategy for CronJobStrategy {
     }
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Schedule", "string", "The schedule", |o| {
                 json!(str_at(o, &["spec", "schedule"]).unwrap_or(""))
             }),
@@ -1424,6 +1441,7 @@ pub struct EndpointSliceStrategy;
 impl Strategy for EndpointSliceStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("AddressType", "string", "Address type", |o| {
                 json!(str_at(o, &["addressType"]).unwrap_or(""))
             }),
@@ -1463,6 +1481,7 @@ pub struct LeaseStrategy;
 impl Strategy for LeaseStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
+            name_column(),
             Column::new("Holder", "string", "The holder of the lease", |o| {
                 json!(str_at(o, &["spec", "holderIdentity"]).unwrap_or(""))
             }),

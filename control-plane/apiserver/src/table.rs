@@ -56,7 +56,8 @@ pub fn age_column() -> Column {
     )
 }
 
-fn name_column() -> Column {
+/// The Name column most kinds start with.
+pub fn name_column() -> Column {
     Column {
         name: "Name",
         ty: "string",
@@ -91,8 +92,7 @@ impl IncludeObject {
 }
 
 fn row(columns: &[Column], obj: &Value, include: IncludeObject) -> Value {
-    let mut cells = vec![json!(meta::name(obj))];
-    cells.extend(columns.iter().map(|c| (c.cell)(obj)));
+    let cells: Vec<Value> = columns.iter().map(|c| (c.cell)(obj)).collect();
     let mut row = json!({ "cells": cells });
     let object = match include {
         IncludeObject::None => None,
@@ -124,10 +124,9 @@ pub fn table(
         "rows": objects.iter().map(|o| row(columns, o, include)).collect::<Vec<_>>(),
     });
     if headers {
-        let mut defs = vec![name_column()];
-        defs.extend(columns.iter().cloned());
         table["columnDefinitions"] = Value::Array(
-            defs.iter()
+            columns
+                .iter()
                 .map(|c| {
                     json!({
                         "name": c.name, "type": c.ty, "format": c.format,
@@ -254,7 +253,7 @@ mod tests {
     fn table_has_name_first_and_partial_metadata_rows() {
         let obj = json!({"metadata": {"name": "a", "creationTimestamp": "2020-01-01T00:00:00Z"}});
         let t = table(
-            &[age_column()],
+            &[name_column(), age_column()],
             &[obj],
             json!({"resourceVersion": "5"}),
             IncludeObject::Metadata,
