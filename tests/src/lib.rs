@@ -143,6 +143,18 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// kubectl's stdout when it exited zero, else an error carrying its stderr.
+fn succeeded(args: &[&str], out: Output) -> anyhow::Result<String> {
+    if !out.status.success() {
+        bail!(
+            "kubectl {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Which store a `flotilla up` runs on.
 #[derive(Debug, Clone)]
 pub enum Backend {
@@ -264,15 +276,7 @@ impl Flotilla {
 
     /// Runs kubectl and returns stdout, failing with stderr when it exits non-zero.
     pub fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = self.kubectl(args)?;
-        if !out.status.success() {
-            bail!(
-                "kubectl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        succeeded(args, self.kubectl(args)?)
     }
 
     /// Runs kubectl expecting failure; returns stderr.
@@ -290,15 +294,7 @@ impl Flotilla {
 
     /// Runs kubectl with a manifest on standard input (`-f -`).
     pub fn ok_stdin(&self, args: &[&str], manifest: &str) -> anyhow::Result<String> {
-        let out = self.kubectl_with(args, Some(manifest), &[])?;
-        if !out.status.success() {
-            bail!(
-                "kubectl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        succeeded(args, self.kubectl_with(args, Some(manifest), &[])?)
     }
 
     /// The data directory.

@@ -34,14 +34,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use flotilla_apiserver::ApiServer;
-use flotilla_apiserver::pki::{CertificateAuthority, kubeconfig};
+use flotilla_apiserver::local::LocalServer;
 use flotilla_storage::{EmbeddedStorage, Storage};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// Bytes of data in every ConfigMap (one key).
 const DATA_BYTES: usize = 1024;
@@ -307,59 +307,16 @@ impl Backend {
 
 /// What the server runtime hands back once the server is up.
 struct Started {
-    server: Arc<ApiServer>,
     storage: Arc<dyn Storage>,
-    kubeconfig: String,
-    shutdown: oneshot::Sender<()>,
-    serving: tokio::task::JoinHandle<()>,
+    local: LocalServer,
 }
 
 /// Opens the storage, creates the `demo` tenant and starts serving TLS on 127.0.0.1:0 — all on
 /// the server runtime.
 async fn start_server(backend: Backend) -> anyhow::Result<Started> {
     let storage = backend.open().await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .context("bind the API listener")?;
-    let address = listener.local_addr()?;
-    let server = ApiServer::new(storage.clone(), &address.to_string());
-    let ca = CertificateAuthority::generate("bench-serving-ca")?;
-    let serving = ca.issue_serving("flotilla", &["127.0.0.1".to_string()])?;
-    let tls = flotilla_apiserver::serve::server_config(
-        &format!("{}{}", serving.cert_pem, ca.cert_pem),
-        &serving.key_pem,
-    )?;
-    let tenant = server
-        .tenants
-        .ensure(&server, "demo")
-        .await
-        .map_err(|e| anyhow!("creating the demo tenant: {}", e.message))?;
-    let admin = tenant
-        .issue_admin()
-        .map_err(|e| anyhow!("issuing the admin certificate: {}", e.message))?;
-    let (shutdown, stop) = oneshot::channel::<()>();
-    let serving = tokio::spawn(flotilla_apiserver::serve::serve_tls(
-        listener,
-        tls,
-        server.router(),
-        async move {
-            let _ = stop.await;
-        },
-    ));
-    let kubeconfig = kubeconfig(
-        "demo",
-        &format!("https://{address}/clusters/demo"),
-        &ca.cert_pem,
-        "kubernetes-admin",
-        &admin,
-    );
-    Ok(Started {
-        server,
-        storage,
-        kubeconfig,
-        shutdown,
-        serving,
-    })
+    let local = LocalServer::start(storage.clone(), "demo").await?;
+    Ok(Started { storage, local })
 }
 
 /// An API server running on the server runtime, and an admin kube client for its `demo` tenant.
@@ -367,8 +324,7 @@ struct Served {
     client: kube::Client,
     server: Arc<ApiServer>,
     storage: Arc<dyn Storage>,
-    shutdown: oneshot::Sender<()>,
-    serving: tokio::task::JoinHandle<()>,
+    local: LocalServer,
 }
 
 impl Served {
@@ -378,30 +334,24 @@ impl Served {
             .await
             .context("server start-up panicked")??;
         let config = kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&started.kubeconfig)?,
+            kube::config::Kubeconfig::from_yaml(&started.local.kubeconfig)?,
             &kube::config::KubeConfigOptions::default(),
         )
         .await?;
         let client = kube::Client::try_from(config)?;
         Ok(Served {
             client,
-            server: started.server,
+            server: started.local.server.clone(),
             storage: started.storage,
-            shutdown: started.shutdown,
-            serving: started.serving,
+            local: started.local,
         })
     }
 
     /// Stops serving; connections still open after a short grace are cut.
     async fn stop(self) {
-        let Served {
-            client,
-            shutdown,
-            mut serving,
-            ..
-        } = self;
+        let Served { client, local, .. } = self;
         drop(client);
-        let _ = shutdown.send(());
+        let mut serving = local.stop();
         if tokio::time::timeout(Duration::from_secs(3), &mut serving)
             .await
             .is_err()

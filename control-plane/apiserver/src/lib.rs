@@ -9,6 +9,7 @@ pub mod allocator;
 pub mod discovery;
 pub mod error;
 pub mod handler;
+pub mod local;
 pub mod managed;
 pub mod meta;
 pub mod metrics;

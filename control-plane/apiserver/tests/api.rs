@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use flotilla_apiserver::ApiServer;
-use flotilla_apiserver::pki::{CertificateAuthority, kubeconfig};
+use flotilla_apiserver::local::LocalServer;
 use flotilla_storage::{EmbeddedStorage, Storage};
 use futures::{StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
@@ -23,48 +22,15 @@ struct Harness {
     client: kube::Client,
     storage: Arc<dyn Storage>,
     _dir: tempfile::TempDir,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+    _server: LocalServer,
 }
 
 async fn start() -> anyhow::Result<Harness> {
     let dir = tempfile::tempdir()?;
     let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::open(dir.path().join("store.redb"))?);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    let server = ApiServer::new(storage.clone(), &address.to_string());
-    let ca = CertificateAuthority::generate("test-serving-ca")?;
-    let serving = ca.issue_serving("flotilla", &["127.0.0.1".to_string()])?;
-    let tls = flotilla_apiserver::serve::server_config(
-        &format!("{}{}", serving.cert_pem, ca.cert_pem),
-        &serving.key_pem,
-    )?;
-    let tenant = server
-        .tenants
-        .ensure(&server, "demo")
-        .await
-        .map_err(|e| anyhow::anyhow!(e.message))?;
-    let admin = tenant
-        .issue_admin()
-        .map_err(|e| anyhow::anyhow!(e.message))?;
-    let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
-    let router = server.router();
-    tokio::spawn(flotilla_apiserver::serve::serve_tls(
-        listener,
-        tls,
-        router,
-        async move {
-            let _ = stop.await;
-        },
-    ));
-    let config_yaml = kubeconfig(
-        "demo",
-        &format!("https://{address}/clusters/demo"),
-        &ca.cert_pem,
-        "admin",
-        &admin,
-    );
+    let server = LocalServer::start(storage.clone(), "demo").await?;
     let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::from_yaml(&config_yaml)?,
+        kube::config::Kubeconfig::from_yaml(&server.kubeconfig)?,
         &kube::config::KubeConfigOptions::default(),
     )
     .await?;
@@ -73,7 +39,7 @@ async fn start() -> anyhow::Result<Harness> {
         client,
         storage,
         _dir: dir,
-        _shutdown: shutdown,
+        _server: server,
     })
 }
 
