@@ -20,6 +20,8 @@ pub struct ApiError {
     pub message: String,
     /// Structured details (name, group, kind, causes, retry-after).
     pub details: Option<Box<StatusDetails>>,
+    /// `metadata.continue` of the Status: the token to resume an expired paginated list.
+    pub continue_token: Option<String>,
 }
 
 /// One field problem inside an `Invalid` error (upstream `field.Error`).
@@ -110,6 +112,7 @@ impl ApiError {
             reason,
             message: message.into(),
             details: None,
+            continue_token: None,
         }
     }
 
@@ -341,7 +344,10 @@ impl ApiError {
             code: Some(i32::from(self.code)),
             details: self.details.as_deref().cloned(),
             message: Some(self.message.clone()),
-            metadata: Default::default(),
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta {
+                continue_: self.continue_token.clone(),
+                ..Default::default()
+            },
             reason: Some(self.reason.to_string()),
             status: Some("Failure".to_string()),
         }

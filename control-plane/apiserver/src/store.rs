@@ -137,6 +137,10 @@ struct ContinueToken {
     start: String,
 }
 
+/// The revision a continue token carries to mean "resume at the latest state" (upstream's
+/// answer to a continue whose revision was compacted).
+const LATEST_CONTINUE: Revision = -1;
+
 fn encode_continue(revision: Revision, next_key_suffix: &str) -> String {
     let token = ContinueToken {
         v: "meta.k8s.io/v1".to_string(),
@@ -158,7 +162,8 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
     if token.v != "meta.k8s.io/v1" {
         return Err(invalid("unknown version"));
     }
-    if token.rv <= 0 {
+    // -1 is the "continue from the latest revision" token an expired list hands back.
+    if token.rv <= 0 && token.rv != LATEST_CONTINUE {
         return Err(invalid(
             "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
         ));
@@ -608,7 +613,7 @@ impl Store {
                     )));
                 }
                 let token = decode_continue(token)?;
-                (token.rv, Some(format!("{prefix}{}", token.start)))
+                (token.rv.max(0), Some(format!("{prefix}{}", token.start)))
             }
             None => match options.read_at {
                 ReadAt::Exact(revision) => (revision, None),
@@ -639,9 +644,15 @@ impl Store {
             let page = match self.storage.range(request).await {
                 Ok(page) => page,
                 Err(StorageError::Compacted { .. }) if from_continue => {
-                    return Err(ApiError::expired(
+                    let resume = start_key
+                        .as_deref()
+                        .and_then(|k| k.strip_prefix(&prefix))
+                        .unwrap_or("");
+                    let mut err = ApiError::expired(
                         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-                    ));
+                    );
+                    err.continue_token = Some(encode_continue(LATEST_CONTINUE, resume));
+                    return Err(err);
                 }
                 Err(StorageError::Compacted { .. }) => {
                     return Err(ApiError::expired(

@@ -277,6 +277,21 @@ async fn paginated_lists_and_resource_versions() -> anyhow::Result<()> {
         code == 410 && reason == "Expired",
         "{code} {reason} {message}"
     );
+    // The 410 hands back a token that resumes at the latest state.
+    let path = format!("/api/v1/namespaces/default/configmaps?limit=10&continue={token}");
+    let (code, status, _) = raw(&h, "GET", &path, "application/json", Vec::new()).await?;
+    ensure!(code == 410, "expired continue answered {code}");
+    let resume = status["metadata"]["continue"]
+        .as_str()
+        .context("an expired list carries a continue token")?
+        .to_string();
+    let resumed = api
+        .list(&ListParams::default().limit(10).continue_token(&resume))
+        .await?;
+    ensure!(
+        !resumed.items.is_empty(),
+        "resuming at the latest state lists the rest"
+    );
     let (code, reason, _) = api_status(
         api.list(
             &ListParams::default()
