@@ -73,6 +73,12 @@ pub trait Strategy: Send + Sync {
         None
     }
 
+    /// Whether an annotation change bumps `metadata.generation` too (Deployments: rollout
+    /// annotations such as `kubectl rollout restart`'s are part of what the controller acts on).
+    fn annotations_bump_generation(&self) -> bool {
+        false
+    }
+
     /// Whether a create may carry a status (nodes do; most kinds reset it).
     fn keeps_status_on_create(&self) -> bool {
         false

@@ -913,7 +913,11 @@ impl Store {
         resource.strategy.prepare_for_update(&mut new, current);
         resource.strategy.default(&mut new);
         let mut new = self.canonicalize(resource, new, options.field_validation, warnings)?;
-        if resource.tracks_generation && spec_of(&new) != spec_of(current) {
+        let annotations_changed = resource.strategy.annotations_bump_generation()
+            && meta::at(&new, &["metadata", "annotations"])
+                != meta::at(current, &["metadata", "annotations"]);
+        if resource.tracks_generation && (spec_of(&new) != spec_of(current) || annotations_changed)
+        {
             let generation = meta::at(current, &["metadata", "generation"])
                 .and_then(Value::as_i64)
                 .unwrap_or(0);

@@ -1040,6 +1040,9 @@ impl Strategy for StorageClassStrategy {
 /// Deployments: upstream defaults, selector/template validation, the rollout columns.
 pub struct DeploymentStrategy;
 impl Strategy for DeploymentStrategy {
+    fn annotations_bump_generation(&self) -> bool {
+        true
+    }
     fn default(&self, obj: &mut Value) {
         set_default(obj, &["spec", "replicas"], json!(1));
         set_default(
