@@ -7,7 +7,7 @@ use flotilla_storage::Outcome;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, FieldError};
+use crate::error::{ApiError, FieldError, Path};
 use crate::meta;
 use crate::resources::ResourceInfo;
 use crate::store::{CreateHooks, Store, Tenant};
@@ -158,7 +158,7 @@ impl CreateHooks for ServiceAllocator {
                 "",
                 "Service",
                 &name,
-                vec![FieldError::invalid(field, &value, why)],
+                vec![FieldError::invalid(&Path::new(field), value.clone(), why)],
             )
         };
         if ty != "ExternalName" {

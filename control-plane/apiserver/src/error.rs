@@ -24,86 +24,8 @@ pub struct ApiError {
     pub continue_token: Option<String>,
 }
 
-/// One field problem inside an `Invalid` error (upstream `field.Error`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldError {
-    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, …
-    pub cause_type: &'static str,
-    /// The field path, e.g. `metadata.name`.
-    pub field: String,
-    /// The full detail message as upstream renders it (e.g. `Invalid value: "x": must be…`).
-    pub message: String,
-}
-
-impl FieldError {
-    /// `field.Invalid(path, value, detail)`.
-    pub fn invalid(field: impl Into<String>, value: &serde_json::Value, detail: &str) -> Self {
-        FieldError {
-            cause_type: "FieldValueInvalid",
-            field: field.into(),
-            message: format!("Invalid value: {}: {detail}", render_value(value)),
-        }
-    }
-
-    /// `field.Required(path, detail)`.
-    pub fn required(field: impl Into<String>, detail: &str) -> Self {
-        let message = if detail.is_empty() {
-            "Required value".to_string()
-        } else {
-            format!("Required value: {detail}")
-        };
-        FieldError {
-            cause_type: "FieldValueRequired",
-            field: field.into(),
-            message,
-        }
-    }
-
-    /// `field.Forbidden(path, detail)`.
-    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
-        FieldError {
-            cause_type: "FieldValueForbidden",
-            field: field.into(),
-            message: format!("Forbidden: {detail}"),
-        }
-    }
-
-    /// `field.NotSupported(path, value, valid)`.
-    pub fn not_supported(
-        field: impl Into<String>,
-        value: &serde_json::Value,
-        valid: &[&str],
-    ) -> Self {
-        let valid: Vec<String> = valid.iter().map(|v| format!("\"{v}\"")).collect();
-        FieldError {
-            cause_type: "FieldValueNotSupported",
-            field: field.into(),
-            message: format!(
-                "Unsupported value: {}: supported values: {}",
-                render_value(value),
-                valid.join(", ")
-            ),
-        }
-    }
-
-    /// `field.Duplicate(path, value)`.
-    pub fn duplicate(field: impl Into<String>, value: &serde_json::Value) -> Self {
-        FieldError {
-            cause_type: "FieldValueDuplicate",
-            field: field.into(),
-            message: format!("Duplicate value: {}", render_value(value)),
-        }
-    }
-}
-
-/// Values in field errors are printed the way Go's `%#v`-ish upstream rendering shows them:
-/// strings quoted, numbers bare.
-fn render_value(value: &serde_json::Value) -> String {
-    match value {
-        serde_json::Value::String(s) => format!("{s:?}"),
-        other => other.to_string(),
-    }
-}
+/// One field problem inside an `Invalid` error (upstream `field.Error`), from api-machinery.
+pub use flotilla_api_machinery::field::{FieldError, Path};
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
@@ -178,14 +100,7 @@ impl ApiError {
         } else {
             format!("{kind}.{group}")
         };
-        let rendered: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.message))
-            .collect();
-        let summary = match rendered.as_slice() {
-            [one] => one.clone(),
-            many => format!("[{}]", many.join(", ")),
-        };
+        let summary = flotilla_api_machinery::field::aggregate(&errors);
         let mut err = Self::new(
             422,
             "Invalid",
@@ -197,11 +112,11 @@ impl ApiError {
             kind: Some(kind.to_string()),
             causes: Some(
                 errors
-                    .into_iter()
+                    .iter()
                     .map(|e| StatusCause {
-                        field: Some(e.field),
-                        message: Some(e.message),
-                        reason: Some(e.cause_type.to_string()),
+                        field: Some(e.field.clone()),
+                        message: Some(e.body()),
+                        reason: Some(e.error_type.reason().to_string()),
                     })
                     .collect(),
             ),

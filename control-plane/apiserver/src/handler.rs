@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::ApiServer;
 use crate::discovery;
-use crate::error::ApiError;
+use crate::error::{ApiError, Path};
 use crate::meta;
 use crate::negotiate::{self, BodyFormat, Representation};
 use crate::resources::{ResourceInfo, ScaleSubresource};
@@ -740,7 +740,7 @@ async fn watch_request(
             "ListOptions",
             "",
             vec![crate::error::FieldError::forbidden(
-                "resourceVersionMatch",
+                &Path::new("resourceVersionMatch"),
                 "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
             )],
         ));
@@ -940,8 +940,8 @@ where
                             "Scale",
                             name,
                             vec![crate::error::FieldError::invalid(
-                                "spec.replicas",
-                                other.unwrap_or(&Value::Null),
+                                &Path::new("spec.replicas"),
+                                other.unwrap_or(&Value::Null).clone(),
                                 "must be greater than or equal to 0",
                             )],
                         ));
@@ -984,7 +984,10 @@ async fn bind_pod(
             "",
             "Binding",
             name,
-            vec![crate::error::FieldError::required("target.name", "")],
+            vec![crate::error::FieldError::required(
+                &Path::new("target.name"),
+                "",
+            )],
         ));
     }
     let options = call.write_options()?;

@@ -7,7 +7,7 @@ use flotilla_api_machinery::managed_fields;
 use flotilla_api_machinery::patch;
 use flotilla_api_machinery::schema::PatchMeta;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Path};
 use crate::handler::Call;
 use crate::meta;
 use crate::negotiate::{self, BodyFormat};
@@ -78,7 +78,7 @@ impl PatchRequest {
                 "PatchOptions",
                 "",
                 vec![crate::error::FieldError::required(
-                    "fieldManager",
+                    &Path::new("fieldManager"),
                     "is required for apply patch",
                 )],
             ));

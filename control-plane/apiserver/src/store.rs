@@ -10,7 +10,7 @@ use bytes::Bytes;
 use flotilla_storage::{KeyValue, Outcome, RangeRequest, Revision, Storage, StorageError};
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, FieldError};
+use crate::error::{ApiError, FieldError, Path};
 use crate::meta;
 use crate::resources::ResourceInfo;
 use crate::selection::Selection;
@@ -205,7 +205,7 @@ impl ReadAt {
         ) {
             (None, None) => Ok(ReadAt::Latest),
             (None, Some(_)) => Err(invalid_list_options(FieldError::forbidden(
-                "resourceVersionMatch",
+                &Path::new("resourceVersionMatch"),
                 "resourceVersionMatch is forbidden unless resourceVersion is provided",
             ))),
             (Some(rv), None | Some("NotOlderThan")) => {
@@ -215,15 +215,15 @@ impl ReadAt {
                 let revision = parse_revision(rv)?;
                 if revision == 0 {
                     return Err(invalid_list_options(FieldError::forbidden(
-                        "resourceVersionMatch",
+                        &Path::new("resourceVersionMatch"),
                         "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
                     )));
                 }
                 Ok(ReadAt::Exact(revision))
             }
             (Some(_), Some(other)) => Err(invalid_list_options(FieldError::not_supported(
-                "resourceVersionMatch",
-                &json!(other),
+                &Path::new("resourceVersionMatch"),
+                json!(other),
                 &["Exact", "NotOlderThan", ""],
             ))),
         }
@@ -608,7 +608,7 @@ impl Store {
                     && options.read_at != ReadAt::NotOlderThan(0)
                 {
                     return Err(invalid_list_options(FieldError::forbidden(
-                        "resourceVersion",
+                        &Path::new("resourceVersion"),
                         "specifying resource version is not allowed when using continue",
                     )));
                 }
@@ -904,7 +904,7 @@ impl Store {
                     resource.kind,
                     &name,
                     vec![FieldError::forbidden(
-                        "metadata.finalizers",
+                        &Path::new("metadata.finalizers"),
                         "no new finalizers can be added if the object is being deleted",
                     )],
                 ));
@@ -1207,7 +1207,7 @@ fn validate_object_meta(resource: &ResourceInfo, obj: &Value, generated: bool) -
     let name = meta::name(obj);
     if name.is_empty() {
         errors.push(FieldError::required(
-            "metadata.name",
+            &Path::new("metadata.name"),
             "name or generateName is required",
         ));
     } else {
@@ -1230,15 +1230,23 @@ fn validate_object_meta(resource: &ResourceInfo, obj: &Value, generated: bool) -
         errors.extend(
             problems
                 .into_iter()
-                .map(|p| FieldError::invalid(field, &json!(name), &p)),
+                .map(|p| FieldError::invalid(&Path::new(field), json!(name), &p)),
         );
     }
     for (key, value) in meta::labels(obj) {
         for p in names::is_qualified_name(&key) {
-            errors.push(FieldError::invalid("metadata.labels", &json!(key), &p));
+            errors.push(FieldError::invalid(
+                &Path::new("metadata.labels"),
+                json!(key),
+                &p,
+            ));
         }
         for p in names::is_valid_label_value(&value) {
-            errors.push(FieldError::invalid("metadata.labels", &json!(value), &p));
+            errors.push(FieldError::invalid(
+                &Path::new("metadata.labels"),
+                json!(value),
+                &p,
+            ));
         }
     }
     let annotations: BTreeMap<String, String> =
@@ -1246,19 +1254,19 @@ fn validate_object_meta(resource: &ResourceInfo, obj: &Value, generated: bool) -
     let mut total = 0;
     for (key, value) in &annotations {
         for p in names::is_qualified_name(&key.to_lowercase()) {
-            errors.push(FieldError::invalid("metadata.annotations", &json!(key), &p));
+            errors.push(FieldError::invalid(
+                &Path::new("metadata.annotations"),
+                json!(key),
+                &p,
+            ));
         }
         total += key.len() + value.len();
     }
     if total > names::TOTAL_ANNOTATION_SIZE_LIMIT_BYTES {
-        errors.push(FieldError {
-            cause_type: "FieldValueTooLong",
-            field: "metadata.annotations".into(),
-            message: format!(
-                "Too long: may not be more than {} bytes",
-                names::TOTAL_ANNOTATION_SIZE_LIMIT_BYTES
-            ),
-        });
+        errors.push(FieldError::too_long(
+            &Path::new("metadata.annotations"),
+            names::TOTAL_ANNOTATION_SIZE_LIMIT_BYTES,
+        ));
     }
     errors
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::error::FieldError;
+use crate::error::{FieldError, Path};
 use crate::meta::{self, at, str_at};
 use crate::resources::Strategy;
 use crate::table::{Column, age_column, int_at, name_column, or_none};
@@ -79,37 +79,41 @@ fn validate_pod_spec(spec: Option<&Value>, path: &str) -> Vec<FieldError> {
         .and_then(|s| s.get("containers"))
         .and_then(Value::as_array);
     match containers {
-        None => errors.push(FieldError::required(format!("{path}.containers"), "")),
-        Some(list) if list.is_empty() => {
-            errors.push(FieldError::required(format!("{path}.containers"), ""))
-        }
+        None => errors.push(FieldError::required(
+            &Path::new(format!("{path}.containers")),
+            "",
+        )),
+        Some(list) if list.is_empty() => errors.push(FieldError::required(
+            &Path::new(format!("{path}.containers")),
+            "",
+        )),
         Some(list) => {
             let mut seen = std::collections::HashSet::new();
             for (i, c) in list.iter().enumerate() {
                 let name = str_at(c, &["name"]).unwrap_or("");
                 if name.is_empty() {
                     errors.push(FieldError::required(
-                        format!("{path}.containers[{i}].name"),
+                        &Path::new(format!("{path}.containers[{i}].name")),
                         "",
                     ));
                 } else {
                     for problem in flotilla_api_machinery::names::is_dns1123_label(name) {
                         errors.push(FieldError::invalid(
-                            format!("{path}.containers[{i}].name"),
-                            &json!(name),
+                            &Path::new(format!("{path}.containers[{i}].name")),
+                            json!(name),
                             &problem,
                         ));
                     }
                     if !seen.insert(name.to_string()) {
                         errors.push(FieldError::duplicate(
-                            format!("{path}.containers[{i}].name"),
-                            &json!(name),
+                            &Path::new(format!("{path}.containers[{i}].name")),
+                            json!(name),
                         ));
                     }
                 }
                 if str_at(c, &["image"]).is_none_or(str::is_empty) {
                     errors.push(FieldError::required(
-                        format!("{path}.containers[{i}].image"),
+                        &Path::new(format!("{path}.containers[{i}].image")),
                         "",
                     ));
                 }
@@ -120,8 +124,8 @@ fn validate_pod_spec(spec: Option<&Value>, path: &str) -> Vec<FieldError> {
         && !["Always", "OnFailure", "Never"].contains(&policy.as_str().unwrap_or(""))
     {
         errors.push(FieldError::not_supported(
-            format!("{path}.restartPolicy"),
-            policy,
+            &Path::new(format!("{path}.restartPolicy")),
+            policy.clone(),
             &["Always", "OnFailure", "Never"],
         ));
     }
@@ -137,31 +141,33 @@ fn validate_workload(obj: &Value, has_replicas: bool) -> Vec<FieldError> {
         && replicas < 0
     {
         errors.push(FieldError::invalid(
-            "spec.replicas",
-            &json!(replicas),
+            &Path::new("spec.replicas"),
+            json!(replicas),
             "must be greater than or equal to 0",
         ));
     }
     match at(obj, &["spec", "selector"]) {
-        None | Some(Value::Null) => errors.push(FieldError::required("spec.selector", "")),
+        None | Some(Value::Null) => {
+            errors.push(FieldError::required(&Path::new("spec.selector"), ""))
+        }
         Some(selector) => {
             let labels = meta::string_map(at(obj, &["spec", "template", "metadata", "labels"]));
             match flotilla_api_machinery::selector::LabelSelector::from_json(selector) {
                 Ok(parsed) if parsed.is_empty() => errors.push(FieldError::invalid(
-                    "spec.selector",
-                    selector,
+                    &Path::new("spec.selector"),
+                    selector.clone(),
                     "empty selector is invalid for deployment",
                 )),
                 Ok(parsed) if !parsed.matches(&labels) => errors.push(FieldError::invalid(
-                    "spec.template.metadata.labels",
-                    &json!(labels),
+                    &Path::new("spec.template.metadata.labels"),
+                    json!(labels),
                     "`selector` does not match template `labels`",
                 )),
                 Ok(_) => {}
                 Err(err) => errors.push(FieldError::invalid(
-                    "spec.selector",
-                    selector,
-                    &err.to_string(),
+                    &Path::new("spec.selector"),
+                    selector.clone(),
+                    err.to_string(),
                 )),
             }
         }
@@ -202,7 +208,7 @@ impl Strategy for NamespaceStrategy {
         let name = meta::name(obj);
         flotilla_api_machinery::names::is_dns1123_label(name)
             .into_iter()
-            .map(|p| FieldError::invalid("metadata.name", &json!(name), &p))
+            .map(|p| FieldError::invalid(&Path::new("metadata.name"), json!(name), &p))
             .collect()
     }
     fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
@@ -352,10 +358,7 @@ impl Strategy for PodStrategy {
             spec
         };
         if neutral(new) != neutral(old) {
-            errors.push(FieldError::forbidden(
-                "spec",
-                "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
-            ));
+            errors.push(FieldError::forbidden(&Path::new("spec"), "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"));
         }
         errors
     }
@@ -610,8 +613,8 @@ impl Strategy for ServiceStrategy {
         let new_ip = str_at(new, &["spec", "clusterIP"]).unwrap_or("");
         if !old_ip.is_empty() && old_ip != new_ip {
             errors.push(FieldError::invalid(
-                "spec.clusterIPs[0]",
-                &json!(new_ip),
+                &Path::new("spec.clusterIPs[0]"),
+                json!(new_ip),
                 "may not change once set",
             ));
         }
@@ -648,13 +651,17 @@ impl Strategy for ServiceStrategy {
         let mut errors = Vec::new();
         let name = meta::name(obj);
         for p in flotilla_api_machinery::names::is_dns1035_label(name) {
-            errors.push(FieldError::invalid("metadata.name", &json!(name), &p));
+            errors.push(FieldError::invalid(
+                &Path::new("metadata.name"),
+                json!(name),
+                &p,
+            ));
         }
         let ty = str_at(obj, &["spec", "type"]).unwrap_or("ClusterIP");
         if !["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"].contains(&ty) {
             errors.push(FieldError::not_supported(
-                "spec.type",
-                &json!(ty),
+                &Path::new("spec.type"),
+                json!(ty),
                 &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
             ));
         }
@@ -666,20 +673,26 @@ impl Strategy for ServiceStrategy {
             && ty != "ExternalName"
             && str_at(obj, &["spec", "clusterIP"]) != Some("None")
         {
-            errors.push(FieldError::required("spec.ports", ""));
+            errors.push(FieldError::required(&Path::new("spec.ports"), ""));
         }
         for (i, port) in ports.iter().enumerate() {
             match port.get("port").and_then(Value::as_i64) {
                 Some(p) if (1..=65535).contains(&p) => {}
                 Some(p) => errors.push(FieldError::invalid(
-                    format!("spec.ports[{i}].port"),
-                    &json!(p),
+                    &Path::new(format!("spec.ports[{i}].port")),
+                    json!(p),
                     "must be between 1 and 65535, inclusive",
                 )),
-                None => errors.push(FieldError::required(format!("spec.ports[{i}].port"), "")),
+                None => errors.push(FieldError::required(
+                    &Path::new(format!("spec.ports[{i}].port")),
+                    "",
+                )),
             }
             if ports.len() > 1 && str_at(port, &["name"]).is_none_or(str::is_empty) {
-                errors.push(FieldError::required(format!("spec.ports[{i}].name"), ""));
+                errors.push(FieldError::required(
+                    &Path::new(format!("spec.ports[{i}].name")),
+                    "",
+                ));
             }
         }
         errors
@@ -1313,8 +1326,8 @@ impl Strategy for JobStrategy {
             && !["OnFailure", "Never"].contains(&policy.as_str().unwrap_or(""))
         {
             errors.push(FieldError::not_supported(
-                "spec.template.spec.restartPolicy",
-                policy,
+                &Path::new("spec.template.spec.restartPolicy"),
+                policy.clone(),
                 &["OnFailure", "Never"],
             ));
         }
@@ -1396,7 +1409,7 @@ impl Strategy for CronJobStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let mut errors = Vec::new();
         if str_at(obj, &["spec", "schedule"]).is_none_or(str::is_empty) {
-            errors.push(FieldError::required("spec.schedule", ""));
+            errors.push(FieldError::required(&Path::new("spec.schedule"), ""));
         }
         errors.extend(validate_pod_spec(
             at(obj, &["spec", "jobTemplate", "spec", "template", "spec"]),
@@ -1575,6 +1588,9 @@ mod tests {
     #[test]
     fn pod_without_containers_is_invalid() {
         let errors = PodStrategy.validate(&json!({"spec": {}}));
-        assert_eq!(errors, vec![FieldError::required("spec.containers", "")]);
+        assert_eq!(
+            errors,
+            vec![FieldError::required(&Path::new("spec.containers"), "")]
+        );
     }
 }
