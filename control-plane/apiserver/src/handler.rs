@@ -733,17 +733,36 @@ async fn watch_request(
         }
         _ => DEFAULT_WATCH_TIMEOUT,
     };
-    let send_initial_events = call.flag("sendInitialEvents");
-    if send_initial_events && call.param("resourceVersionMatch") != Some("NotOlderThan") {
-        return Err(ApiError::invalid(
+    // `sendInitialEvents` (true or false) requires NotOlderThan; without it, a match is
+    // forbidden on a watch (upstream's ValidateListOptions).
+    let send_initial_events = call
+        .param("sendInitialEvents")
+        .filter(|v| !v.is_empty())
+        .map(|v| v == "true" || v == "1");
+    let matching = call.param("resourceVersionMatch").filter(|m| !m.is_empty());
+    let invalid = |detail: &str| {
+        ApiError::invalid(
             "meta.k8s.io",
             "ListOptions",
             "",
             vec![crate::error::FieldError::forbidden(
                 &Path::new("resourceVersionMatch"),
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                detail,
             )],
-        ));
+        )
+    };
+    match (send_initial_events, matching) {
+        (Some(_), Some("NotOlderThan")) | (None, None) => {}
+        (Some(_), _) => {
+            return Err(invalid(
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ));
+        }
     }
     let options = WatchOptions {
         from,

@@ -30,8 +30,9 @@ pub struct WatchOptions {
     pub selection: Selection,
     /// `allowWatchBookmarks`.
     pub allow_bookmarks: bool,
-    /// `sendInitialEvents`: initial state, then a bookmark marking its end.
-    pub send_initial_events: bool,
+    /// `sendInitialEvents`: `Some(true)` sends the initial state then a bookmark marking its
+    /// end; `Some(false)` sends no initial state even for an unset resourceVersion.
+    pub send_initial_events: Option<bool>,
     /// `timeoutSeconds` (or the server's default).
     pub timeout: Duration,
 }
@@ -129,7 +130,8 @@ pub async fn start(
     // at one revision, and the watch continues right after it: no gap, no duplicate.
     let mut initial = Vec::new();
     let start_after = match (options.from, options.send_initial_events) {
-        (Some(from), false) => from,
+        (Some(from), None | Some(false)) => from,
+        (None, Some(false)) => storage.current_revision().await?,
         _ => {
             let page = storage
                 .range(RangeRequest {
@@ -160,7 +162,7 @@ pub async fn start(
                 return;
             }
         }
-        if options.send_initial_events
+        if options.send_initial_events == Some(true)
             && options.allow_bookmarks
             && !send(encoder.bookmark(start_after, true)).await
         {

@@ -351,6 +351,14 @@ async fn watches_translate_selectors_and_expire() -> anyhow::Result<()> {
         other => anyhow::bail!("expected DELETED, got {other:?}"),
     }
 
+    // resourceVersionMatch on a watch needs sendInitialEvents (422, as ValidateListOptions).
+    let path = "/api/v1/namespaces/default/configmaps?watch=true&resourceVersionMatch=NotOlderThan";
+    let (code, status, _) = raw(&h, "GET", path, "application/json", Vec::new()).await?;
+    ensure!(
+        code == 422 && status["reason"] == "Invalid",
+        "watch with a match: {code} {status}"
+    );
+
     // A watch from a compacted revision gets the 410 ERROR event.
     for i in 0..3 {
         api.create(
