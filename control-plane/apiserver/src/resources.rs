@@ -275,7 +275,7 @@ impl Resources {
                 },
                 Box::new(s::ServiceStrategy),
             ),
-            define::<core::Endpoints>(short(&["ep"]), Box::new(s::DefaultStrategy)),
+            define::<core::Endpoints>(short(&["ep"]), Box::new(s::EndpointsStrategy)),
             define::<core::ConfigMap>(short(&["cm"]), Box::new(s::ConfigMapStrategy)),
             define::<core::Secret>(PLAIN, Box::new(s::SecretStrategy)),
             define::<core::ServiceAccount>(short(&["sa"]), Box::new(s::ServiceAccountStrategy)),

@@ -1492,6 +1492,56 @@ impl Strategy for EndpointSliceStrategy {
     }
 }
 
+/// Endpoints: the ENDPOINTS column (`formatEndpoints`: the first three `ip:port`, then a count).
+pub struct EndpointsStrategy;
+impl Strategy for EndpointsStrategy {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_column(),
+            Column::new("Endpoints", "string", "Endpoints of the service", |o| {
+                json!(format_endpoints(o))
+            }),
+            age_column(),
+        ]
+    }
+}
+
+fn format_endpoints(endpoints: &Value) -> String {
+    const SHOWN: usize = 3;
+    let mut all = Vec::new();
+    for subset in at(endpoints, &["subsets"])
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let addresses = subset
+            .get("addresses")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let ports = subset
+            .get("ports")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for address in &addresses {
+            let ip = str_at(address, &["ip"]).unwrap_or("");
+            if ports.is_empty() {
+                all.push(ip.to_string());
+            }
+            for port in &ports {
+                let number = port.get("port").and_then(Value::as_i64).unwrap_or(0);
+                all.push(format!("{ip}:{number}"));
+            }
+        }
+    }
+    match all.len() {
+        0 => "<none>".to_string(),
+        n if n <= SHOWN => all.join(","),
+        n => format!("{} + {} more...", all[..SHOWN].join(","), n - SHOWN),
+    }
+}
+
 /// Leases.
 pub struct LeaseStrategy;
 impl Strategy for LeaseStrategy {
@@ -1582,6 +1632,25 @@ mod tests {
         assert_eq!(
             PodStrategy.graceful_delete_seconds(&json!({"spec": {}}), Some(30)),
             Some(0)
+        );
+    }
+
+    #[test]
+    fn endpoints_print_like_upstream() {
+        let ep = |ips: &[&str]| {
+            let addresses: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+            json!({"subsets": [{"addresses": addresses, "ports": [{"port": 80}]}]})
+        };
+        assert_eq!(format_endpoints(&json!({})), "<none>");
+        assert_eq!(
+            format_endpoints(&ep(&["10.0.0.1", "10.0.0.2"])),
+            "10.0.0.1:80,10.0.0.2:80"
+        );
+        assert_eq!(
+            format_endpoints(&ep(&[
+                "1.1.1.1", "1.1.1.2", "1.1.1.3", "1.1.1.4", "1.1.1.5"
+            ])),
+            "1.1.1.1:80,1.1.1.2:80,1.1.1.3:80 + 2 more..."
         );
     }
 
