@@ -163,6 +163,16 @@ fn json_response(
     response
 }
 
+/// An already-serialized JSON document (the OpenAPI documents, built once at start-up).
+fn json_bytes(body: &Bytes) -> Response {
+    let mut response = (StatusCode::OK, body.clone()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
 /// A plain JSON answer (discovery, version).
 pub fn plain_json(value: &Value) -> Response {
     json_response(StatusCode::OK, "application/json", value, &[])
@@ -196,61 +206,32 @@ async fn route(
 ) -> Result<Response, ApiError> {
     let resources = server.resources;
     let accept = call.header(header::ACCEPT);
-    let get_only = |call: &Call| {
-        if call.method == Method::GET {
-            Ok(())
-        } else {
-            Err(ApiError::method_not_allowed())
-        }
-    };
+    // Everything but a resource path is a read-only document.
+    let resource_path = matches!(rest, ["api", "v1", _, ..] | ["apis", _, _, _, ..]);
+    if !resource_path && call.method != Method::GET {
+        return Err(ApiError::method_not_allowed());
+    }
     match rest {
-        ["version"] => {
-            get_only(call)?;
-            Ok(plain_json(&discovery::version()))
-        }
+        ["version"] => Ok(plain_json(&discovery::version())),
         ["healthz"] | ["livez"] | ["readyz"] => Ok((StatusCode::OK, "ok").into_response()),
-        ["api"] => {
-            get_only(call)?;
-            Ok(discovery_root(server, accept, true))
-        }
-        ["apis"] => {
-            get_only(call)?;
-            Ok(discovery_root(server, accept, false))
-        }
-        ["api", "v1"] => {
-            get_only(call)?;
-            discovery::api_resource_list(resources, "", "v1")
-                .map(|v| plain_json(&v))
-                .ok_or_else(ApiError::no_such_path)
-        }
-        ["apis", group] => {
-            get_only(call)?;
-            discovery::api_group(resources, group)
-                .map(|v| plain_json(&v))
-                .ok_or_else(ApiError::no_such_path)
-        }
-        ["apis", group, version] => {
-            get_only(call)?;
-            discovery::api_resource_list(resources, group, version)
-                .map(|v| plain_json(&v))
-                .ok_or_else(ApiError::no_such_path)
-        }
-        ["openapi", "v2"] => {
-            get_only(call)?;
-            Ok(plain_json(server.openapi.v2()))
-        }
-        ["openapi", "v3"] => {
-            get_only(call)?;
-            Ok(plain_json(server.openapi.v3_index()))
-        }
-        ["openapi", "v3", path @ ..] => {
-            get_only(call)?;
-            server
-                .openapi
-                .v3_document(&path.join("/"))
-                .map(plain_json)
-                .ok_or_else(ApiError::no_such_path)
-        }
+        ["api"] => Ok(discovery_root(server, accept, true)),
+        ["apis"] => Ok(discovery_root(server, accept, false)),
+        ["api", "v1"] => discovery::api_resource_list(resources, "", "v1")
+            .map(|v| plain_json(&v))
+            .ok_or_else(ApiError::no_such_path),
+        ["apis", group] => discovery::api_group(resources, group)
+            .map(|v| plain_json(&v))
+            .ok_or_else(ApiError::no_such_path),
+        ["apis", group, version] => discovery::api_resource_list(resources, group, version)
+            .map(|v| plain_json(&v))
+            .ok_or_else(ApiError::no_such_path),
+        ["openapi", "v2"] => Ok(json_bytes(server.openapi.v2())),
+        ["openapi", "v3"] => Ok(json_bytes(server.openapi.v3_index())),
+        ["openapi", "v3", path @ ..] => server
+            .openapi
+            .v3_document(&path.join("/"))
+            .map(json_bytes)
+            .ok_or_else(ApiError::no_such_path),
         ["api", "v1", rest @ ..] => resource_request(server, tenant, "", "v1", rest, call).await,
         ["apis", group, version, rest @ ..] => {
             resource_request(server, tenant, group, version, rest, call).await
@@ -468,7 +449,6 @@ async fn resource_request(
                     },
                 )
                 .await?;
-            let updated = finalize_namespace_if_done(server, tenant, resource, updated).await?;
             respond(StatusCode::OK, updated, &warnings)
         }
         (&Method::PUT, Some(name), Some("scale")) => {
@@ -868,7 +848,6 @@ async fn patch_request(
         }
         Err(err) => return Err(err),
     };
-    let updated = finalize_namespace_if_done(server, tenant, resource, updated).await?;
     let (content_type, body) = negotiate::render(Some(resource), updated, representation, include);
     Ok(json_response(
         StatusCode::OK,
@@ -876,27 +855,6 @@ async fn patch_request(
         &body,
         &warnings,
     ))
-}
-
-/// A namespace whose `spec.finalizers` and `metadata.finalizers` are all gone while it is
-/// terminating is removed, as kube-apiserver's namespace registry does on `finalize`.
-async fn finalize_namespace_if_done(
-    server: &ApiServer,
-    tenant: &Tenant,
-    resource: &ResourceInfo,
-    obj: Value,
-) -> Result<Value, ApiError> {
-    if resource.kind != "Namespace" || !meta::is_terminating(&obj) {
-        return Ok(obj);
-    }
-    let spec_empty = meta::at(&obj, &["spec", "finalizers"])
-        .and_then(Value::as_array)
-        .is_none_or(Vec::is_empty);
-    if spec_empty && meta::finalizers(&obj).is_empty() {
-        let key = tenant.object_key(resource, "", meta::name(&obj));
-        let _ = server.store.storage().delete(&key, None).await?;
-    }
-    Ok(obj)
 }
 
 fn scale_of(obj: &Value, spec: &ScaleSubresource) -> Value {

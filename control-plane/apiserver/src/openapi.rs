@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::discovery::KUBERNETES_MINOR;
@@ -12,9 +13,14 @@ use flotilla_api_machinery::schema::{ListType, PatchMeta, PatchStrategy};
 
 /// The documents, built once at startup (they depend only on the resource table).
 pub struct OpenApi {
-    v2: Value,
-    v3_index: Value,
-    v3: BTreeMap<String, Value>,
+    v2: Bytes,
+    v3_index: Bytes,
+    v3: BTreeMap<String, Bytes>,
+}
+
+/// Documents are served as they are, so they are serialized once, not per request.
+fn serialized(doc: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(doc).unwrap_or_default())
 }
 
 fn generator(definitions_path: &'static str) -> schemars::SchemaGenerator {
@@ -311,7 +317,8 @@ impl OpenApi {
             }
             let mut schemas: Map<String, Value> = gen3.take_definitions(true).into_iter().collect();
             annotate(&mut schemas, resources);
-            v3.insert(gv, json!({"openapi": "3.0.0", "info": info, "paths": paths, "components": {"schemas": schemas}}));
+            let doc = json!({"openapi": "3.0.0", "info": info, "paths": paths, "components": {"schemas": schemas}});
+            v3.insert(gv, serialized(&doc));
         }
         let index: Map<String, Value> = v3
             .iter()
@@ -324,33 +331,32 @@ impl OpenApi {
             })
             .collect();
         OpenApi {
-            v2,
-            v3_index: json!({"paths": index}),
+            v2: serialized(&v2),
+            v3_index: serialized(&json!({"paths": index})),
             v3,
         }
     }
 
     /// `/openapi/v2`.
-    pub fn v2(&self) -> &Value {
+    pub fn v2(&self) -> &Bytes {
         &self.v2
     }
 
     /// `/openapi/v3`: the index of group-version documents.
-    pub fn v3_index(&self) -> &Value {
+    pub fn v3_index(&self) -> &Bytes {
         &self.v3_index
     }
 
     /// `/openapi/v3/{api/v1 | apis/g/v}`.
-    pub fn v3_document(&self, group_version: &str) -> Option<&Value> {
+    pub fn v3_document(&self, group_version: &str) -> Option<&Bytes> {
         self.v3.get(group_version)
     }
 }
 
 /// A stable content hash for cache-busting URLs (FNV-1a over the serialized document).
-fn content_hash(doc: &Value) -> String {
-    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+fn content_hash(bytes: &[u8]) -> String {
     let mut hash: u64 = 0xcbf29ce484222325;
-    for b in bytes {
+    for &b in bytes {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x100000001b3);
     }

@@ -15,6 +15,9 @@ use crate::meta;
 use crate::resources::ResourceInfo;
 use crate::selection::Selection;
 
+/// How many generated names a create tries before giving up.
+const GENERATE_NAME_ATTEMPTS: usize = 8;
+
 /// How long a namespace read as Active is trusted by creates in it.
 const NAMESPACE_CACHE_TTL: Duration = Duration::from_secs(1);
 
@@ -484,62 +487,69 @@ impl Store {
             operation,
         );
 
-        for attempt in 0..8 {
-            let mut candidate = obj.clone();
-            if generated {
-                let name = flotilla_api_machinery::names::generate_name(&generate_name);
-                meta::set_at(&mut candidate, &["metadata", "name"], json!(name));
-            }
-            let candidate =
-                self.canonicalize(resource, candidate, options.field_validation, &mut warnings)?;
-            let name = meta::name(&candidate).to_string();
-            let mut errors = validate_object_meta(resource, &candidate, generated);
-            errors.extend(resource.strategy.validate(&candidate));
-            if !errors.is_empty() {
-                return Err(ApiError::invalid(
-                    resource.group,
-                    resource.kind,
-                    &name,
-                    errors,
-                ));
-            }
-            if resource.namespaced {
-                self.check_namespace_open(tenant, namespaces, resource, namespace, &name)
-                    .await?;
-            }
-            let candidate = hooks
-                .before_create(self, tenant, resource, candidate, options.dry_run)
+        if generated {
+            let name = flotilla_api_machinery::names::generate_name(&generate_name);
+            meta::set_at(&mut obj, &["metadata", "name"], json!(name));
+        }
+        let mut candidate =
+            self.canonicalize(resource, obj, options.field_validation, &mut warnings)?;
+        let name = meta::name(&candidate).to_string();
+        let mut errors = validate_object_meta(resource, &candidate, generated);
+        errors.extend(resource.strategy.validate(&candidate));
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(
+                resource.group,
+                resource.kind,
+                &name,
+                errors,
+            ));
+        }
+        if resource.namespaced {
+            self.check_namespace_open(tenant, namespaces, resource, namespace, &name)
                 .await?;
-            if options.dry_run {
-                let key = tenant.object_key(resource, namespace, &name);
-                if self.storage.get(&key).await?.is_some() {
-                    return Err(ApiError::already_exists(&resource.group_resource(), &name));
-                }
-                return Ok(Written {
-                    object: candidate,
-                    warnings,
-                });
+        }
+        candidate = hooks
+            .before_create(self, tenant, resource, candidate, options.dry_run)
+            .await?;
+        if options.dry_run {
+            let key = tenant.object_key(resource, namespace, &name);
+            if self.storage.get(&key).await?.is_some() {
+                return Err(ApiError::already_exists(&resource.group_resource(), &name));
             }
+            return Ok(Written {
+                object: candidate,
+                warnings,
+            });
+        }
+        // Only the name can collide, and only a generated one is tried again; a generated
+        // name from a valid generateName stays valid, so nothing above needs to run again.
+        let mut attempt = 1;
+        loop {
+            let name = meta::name(&candidate).to_string();
             let key = tenant.object_key(resource, namespace, &name);
             match self.storage.create(&key, encode(&candidate)?).await? {
                 Outcome::Done(kv) => {
+                    meta::set_at(
+                        &mut candidate,
+                        &["metadata", "resourceVersion"],
+                        json!(kv.mod_revision.to_string()),
+                    );
                     return Ok(Written {
-                        object: decode(&KeyValue {
-                            value: encode(&candidate)?,
-                            ..kv
-                        })?,
+                        object: candidate,
                         warnings,
                     });
                 }
+                Outcome::Conflict(_) if generated && attempt < GENERATE_NAME_ATTEMPTS => {
+                    attempt += 1;
+                    let name = flotilla_api_machinery::names::generate_name(&generate_name);
+                    meta::set_at(&mut candidate, &["metadata", "name"], json!(name));
+                }
                 Outcome::Conflict(_) => {
                     hooks.release(self, tenant, resource, &candidate).await;
-                    if !generated || attempt == 7 {
-                        return Err(ApiError::already_exists(&resource.group_resource(), &name));
-                    }
+                    return Err(ApiError::already_exists(&resource.group_resource(), &name));
                 }
             }
         }
-        Err(ApiError::internal("could not generate a unique name"))
     }
 
     /// `Get`.

@@ -776,6 +776,24 @@ async fn subresources_generate_name_and_namespace_lifecycle() -> anyhow::Result<
         ),
         "{message}"
     );
+    // Clearing spec.finalizers through namespaces/finalize (the namespace controller's last
+    // step) removes the namespace.
+    let finalize = serde_json::to_vec(&json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "closing"}, "spec": {"finalizers": []},
+    }))?;
+    let (code, _, _) = raw(
+        &h,
+        "PUT",
+        "/api/v1/namespaces/closing/finalize",
+        "application/json",
+        finalize,
+    )
+    .await?;
+    ensure!(code == 200, "finalize answered {code}");
+    ensure!(
+        namespaces.get("closing").await.is_err(),
+        "a finalized namespace is gone"
+    );
     Ok(())
 }
 
