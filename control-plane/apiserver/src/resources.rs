@@ -52,13 +52,9 @@ pub trait Strategy: Send + Sync {
         self.validate(new)
     }
 
-    /// Field selector labels beyond `metadata.name` / `metadata.namespace` (`GetAttrs`).
-    fn field_labels(&self, _obj: &Value) -> Vec<(&'static str, String)> {
-        Vec::new()
-    }
-
-    /// The names `field_labels` can produce, to reject unsupported selectors up front.
-    fn supported_field_labels(&self) -> &'static [&'static str] {
+    /// Field selector labels beyond `metadata.name` / `metadata.namespace` (`GetAttrs`); a
+    /// selector on any other field is refused.
+    fn field_labels(&self) -> &'static [FieldLabel] {
         &[]
     }
 
@@ -82,6 +78,43 @@ pub trait Strategy: Send + Sync {
     /// Whether a create may carry a status (nodes do; most kinds reset it).
     fn keeps_status_on_create(&self) -> bool {
         false
+    }
+}
+
+/// One field a kind can be selected by, and where its value lives in the object.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldLabel {
+    /// The selector's field name (`spec.nodeName`).
+    pub name: &'static str,
+    /// Where the value is.
+    pub path: &'static [&'static str],
+    /// The value when the field is absent (`false` for a bool, `0` for a count).
+    pub default: &'static str,
+}
+
+impl FieldLabel {
+    /// A label whose absent value is "".
+    pub const fn new(name: &'static str, path: &'static [&'static str]) -> Self {
+        FieldLabel {
+            name,
+            path,
+            default: "",
+        }
+    }
+
+    /// The same label with another value for an absent field.
+    pub const fn or(mut self, default: &'static str) -> Self {
+        self.default = default;
+        self
+    }
+
+    /// The label's value in `obj`, as field selectors compare it.
+    pub fn value(&self, obj: &Value) -> String {
+        match crate::meta::at(obj, self.path) {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => self.default.to_string(),
+            Some(other) => other.to_string(),
+        }
     }
 }
 
@@ -389,5 +422,25 @@ impl Resources {
             }
         }
         groups
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn field_labels_render_values_as_selectors_compare_them() {
+        let host_network =
+            FieldLabel::new("spec.hostNetwork", &["spec", "hostNetwork"]).or("false");
+        assert_eq!(host_network.value(&json!({})), "false");
+        assert_eq!(
+            host_network.value(&json!({"spec": {"hostNetwork": true}})),
+            "true"
+        );
+        let node = FieldLabel::new("spec.nodeName", &["spec", "nodeName"]);
+        assert_eq!(node.value(&json!({"spec": {"nodeName": "n1"}})), "n1");
+        assert_eq!(node.value(&json!({"spec": {"nodeName": null}})), "");
     }
 }

@@ -32,11 +32,11 @@ impl Selection {
             Some(s) => {
                 let selector =
                     FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let supported = resource.strategy.supported_field_labels();
+                let labels = resource.strategy.field_labels();
                 for field in selector.fields() {
                     let generic = field == "metadata.name"
                         || (resource.namespaced && field == "metadata.namespace");
-                    if !generic && !supported.contains(&field.as_str()) {
+                    if !generic && !labels.iter().any(|l| l.name == field.as_str()) {
                         return Err(ApiError::bad_request(format!(
                             "field label not supported: {field}"
                         )));
@@ -76,8 +76,8 @@ impl Selection {
                     meta::namespace(obj).to_string(),
                 );
             }
-            for (k, v) in resource.strategy.field_labels(obj) {
-                values.insert(k.to_string(), v);
+            for label in resource.strategy.field_labels() {
+                values.insert(label.name.to_string(), label.value(obj));
             }
             if !fields.matches(&values) {
                 return false;

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::error::{FieldError, Path};
 use crate::meta::{self, at, str_at};
-use crate::resources::Strategy;
+use crate::resources::{FieldLabel, Strategy};
 use crate::table::{Column, age_column, int_at, name_column, or_none};
 
 /// Kinds with no behaviour beyond the generic store.
@@ -191,7 +191,12 @@ fn default_template(obj: &mut Value, path: &[&str]) {
 
 /// Namespaces: Active on create, the `kubernetes` finalizer, DNS-label names.
 pub struct NamespaceStrategy;
+const NAMESPACE_FIELDS: &[FieldLabel] = &[FieldLabel::new("status.phase", &["status", "phase"])];
+
 impl Strategy for NamespaceStrategy {
+    fn field_labels(&self) -> &'static [FieldLabel] {
+        NAMESPACE_FIELDS
+    }
     fn prepare_for_create(&self, obj: &mut Value) {
         meta::set_at(obj, &["status"], json!({"phase": "Active"}));
         meta::set_at(obj, &["spec", "finalizers"], json!(["kubernetes"]));
@@ -210,15 +215,6 @@ impl Strategy for NamespaceStrategy {
             .into_iter()
             .map(|p| FieldError::invalid(&Path::new("metadata.name"), json!(name), &p))
             .collect()
-    }
-    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
-        vec![(
-            "status.phase",
-            str_at(obj, &["status", "phase"]).unwrap_or("").to_string(),
-        )]
-    }
-    fn supported_field_labels(&self) -> &'static [&'static str] {
-        &["status.phase"]
     }
     fn columns(&self) -> Vec<Column> {
         vec![
@@ -286,7 +282,21 @@ fn pod_qos_class(pod: &Value) -> &'static str {
     }
 }
 
+const POD_FIELDS: &[FieldLabel] = &[
+    FieldLabel::new("spec.nodeName", &["spec", "nodeName"]),
+    FieldLabel::new("spec.restartPolicy", &["spec", "restartPolicy"]),
+    FieldLabel::new("spec.schedulerName", &["spec", "schedulerName"]),
+    FieldLabel::new("spec.serviceAccountName", &["spec", "serviceAccountName"]),
+    FieldLabel::new("spec.hostNetwork", &["spec", "hostNetwork"]).or("false"),
+    FieldLabel::new("status.phase", &["status", "phase"]),
+    FieldLabel::new("status.podIP", &["status", "podIP"]),
+    FieldLabel::new("status.nominatedNodeName", &["status", "nominatedNodeName"]),
+];
+
 impl Strategy for PodStrategy {
+    fn field_labels(&self) -> &'static [FieldLabel] {
+        POD_FIELDS
+    }
     fn prepare_for_create(&self, obj: &mut Value) {
         let qos = pod_qos_class(obj);
         meta::set_at(
@@ -362,43 +372,6 @@ impl Strategy for PodStrategy {
         }
         errors
     }
-    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
-        let s = |path: &[&str]| str_at(obj, path).unwrap_or("").to_string();
-        vec![
-            ("spec.nodeName", s(&["spec", "nodeName"])),
-            ("spec.restartPolicy", s(&["spec", "restartPolicy"])),
-            ("spec.schedulerName", s(&["spec", "schedulerName"])),
-            (
-                "spec.serviceAccountName",
-                s(&["spec", "serviceAccountName"]),
-            ),
-            (
-                "spec.hostNetwork",
-                at(obj, &["spec", "hostNetwork"])
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false)
-                    .to_string(),
-            ),
-            ("status.phase", s(&["status", "phase"])),
-            ("status.podIP", s(&["status", "podIP"])),
-            (
-                "status.nominatedNodeName",
-                s(&["status", "nominatedNodeName"]),
-            ),
-        ]
-    }
-    fn supported_field_labels(&self) -> &'static [&'static str] {
-        &[
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ]
-    }
     fn columns(&self) -> Vec<Column> {
         vec![
             name_column(),
@@ -473,18 +446,15 @@ impl Strategy for PodStrategy {
 
 /// Nodes: keep the status the kubelet registers with; Ready condition in the table.
 pub struct NodeStrategy;
+const NODE_FIELDS: &[FieldLabel] =
+    &[FieldLabel::new("spec.unschedulable", &["spec", "unschedulable"]).or("false")];
+
 impl Strategy for NodeStrategy {
+    fn field_labels(&self) -> &'static [FieldLabel] {
+        NODE_FIELDS
+    }
     fn keeps_status_on_create(&self) -> bool {
         true
-    }
-    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
-        let unschedulable = at(obj, &["spec", "unschedulable"])
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        vec![("spec.unschedulable", unschedulable.to_string())]
-    }
-    fn supported_field_labels(&self) -> &'static [&'static str] {
-        &["spec.unschedulable"]
     }
     fn columns(&self) -> Vec<Column> {
         vec![
@@ -790,15 +760,14 @@ impl Strategy for ConfigMapStrategy {
 
 /// Secrets: `Opaque` by default, the `type` field label.
 pub struct SecretStrategy;
+const SECRET_FIELDS: &[FieldLabel] = &[FieldLabel::new("type", &["type"])];
+
 impl Strategy for SecretStrategy {
+    fn field_labels(&self) -> &'static [FieldLabel] {
+        SECRET_FIELDS
+    }
     fn default(&self, obj: &mut Value) {
         set_default(obj, &["type"], json!("Opaque"));
-    }
-    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
-        vec![("type", str_at(obj, &["type"]).unwrap_or("").to_string())]
-    }
-    fn supported_field_labels(&self) -> &'static [&'static str] {
-        &["type"]
     }
     fn columns(&self) -> Vec<Column> {
         vec![
@@ -833,49 +802,29 @@ impl Strategy for ServiceAccountStrategy {
 
 /// core/v1 Events: involvedObject and reason field labels, the event table.
 pub struct CoreEventStrategy;
+const EVENT_FIELDS: &[FieldLabel] = &[
+    FieldLabel::new("involvedObject.kind", &["involvedObject", "kind"]),
+    FieldLabel::new("involvedObject.namespace", &["involvedObject", "namespace"]),
+    FieldLabel::new("involvedObject.name", &["involvedObject", "name"]),
+    FieldLabel::new("involvedObject.uid", &["involvedObject", "uid"]),
+    FieldLabel::new(
+        "involvedObject.apiVersion",
+        &["involvedObject", "apiVersion"],
+    ),
+    FieldLabel::new(
+        "involvedObject.resourceVersion",
+        &["involvedObject", "resourceVersion"],
+    ),
+    FieldLabel::new("involvedObject.fieldPath", &["involvedObject", "fieldPath"]),
+    FieldLabel::new("reason", &["reason"]),
+    FieldLabel::new("reportingComponent", &["reportingComponent"]),
+    FieldLabel::new("source", &["source", "component"]),
+    FieldLabel::new("type", &["type"]),
+];
+
 impl Strategy for CoreEventStrategy {
-    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
-        let s = |path: &[&str]| str_at(obj, path).unwrap_or("").to_string();
-        vec![
-            ("involvedObject.kind", s(&["involvedObject", "kind"])),
-            (
-                "involvedObject.namespace",
-                s(&["involvedObject", "namespace"]),
-            ),
-            ("involvedObject.name", s(&["involvedObject", "name"])),
-            ("involvedObject.uid", s(&["involvedObject", "uid"])),
-            (
-                "involvedObject.apiVersion",
-                s(&["involvedObject", "apiVersion"]),
-            ),
-            (
-                "involvedObject.resourceVersion",
-                s(&["involvedObject", "resourceVersion"]),
-            ),
-            (
-                "involvedObject.fieldPath",
-                s(&["involvedObject", "fieldPath"]),
-            ),
-            ("reason", s(&["reason"])),
-            ("reportingComponent", s(&["reportingComponent"])),
-            ("source", s(&["source", "component"])),
-            ("type", s(&["type"])),
-        ]
-    }
-    fn supported_field_labels(&self) -> &'static [&'static str] {
-        &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ]
+    fn field_labels(&self) -> &'static [FieldLabel] {
+        EVENT_FIELDS
     }
     fn columns(&self) -> Vec<Column> {
         vec![
@@ -1147,22 +1096,19 @@ pub fn selector_string(selector: Option<&Value>) -> String {
 
 /// ReplicaSets.
 pub struct ReplicaSetStrategy;
+const REPLICA_SET_FIELDS: &[FieldLabel] =
+    &[FieldLabel::new("status.replicas", &["status", "replicas"]).or("0")];
+
 impl Strategy for ReplicaSetStrategy {
+    fn field_labels(&self) -> &'static [FieldLabel] {
+        REPLICA_SET_FIELDS
+    }
     fn default(&self, obj: &mut Value) {
         set_default(obj, &["spec", "replicas"], json!(1));
         default_template(obj, &["spec", "template", "spec"]);
     }
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         validate_workload(obj, true)
-    }
-    fn field_labels(&self, obj: &Value) -> Vec<(&'static str, String)> {
-        vec![(
-            "status.replicas",
-            int_at(obj, &["status", "replicas"]).to_string(),
-        )]
-    }
-    fn supported_field_labels(&self) -> &'static [&'static str] {
-        &["status.replicas"]
     }
     fn columns(&self) -> Vec<Column> {
         vec![
