@@ -4,18 +4,10 @@ use serde_json::{Value, json};
 
 use crate::meta;
 
-/// Records that `manager` wrote `new` with `operation` (`Update`), moving ownership of the
-/// fields it changed to it, as the structured-merge-diff field manager does.
-pub fn record_update(
-    new: &mut Value,
-    old: Option<&Value>,
-    manager: &str,
-    api_version: &str,
-    operation: &str,
-) {
-    // Apply writes carry the ownership `managed_fields::apply` computed; re-recording them as an
-    // update would hand the applier's fields to a second entry.
-    if manager.is_empty() || operation == "Apply" {
+/// Records that `manager` wrote `new` with an `Update` (any write but an apply), moving
+/// ownership of the fields it changed to it, as the structured-merge-diff field manager does.
+pub fn record_update(new: &mut Value, old: Option<&Value>, manager: &str, api_version: &str) {
+    if manager.is_empty() {
         return;
     }
     let entries = meta::at(new, &["metadata", "managedFields"])
@@ -27,7 +19,7 @@ pub fn record_update(
         old,
         new,
         manager,
-        operation,
+        "Update",
         api_version,
         &meta::now_rfc3339(),
     );

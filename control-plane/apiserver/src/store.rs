@@ -478,14 +478,15 @@ impl Store {
         }
         resource.strategy.prepare_for_create(&mut obj);
         resource.strategy.default(&mut obj);
-        let operation = if options.apply { "Apply" } else { "Update" };
-        crate::managed::record_update(
-            &mut obj,
-            None,
-            &options.field_manager,
-            &resource.api_version(),
-            operation,
-        );
+        // An apply's ownership was computed by the apply itself.
+        if !options.apply {
+            crate::managed::record_update(
+                &mut obj,
+                None,
+                &options.field_manager,
+                &resource.api_version(),
+            );
+        }
 
         if generated {
             let name = flotilla_api_machinery::names::generate_name(&generate_name);
@@ -943,14 +944,15 @@ impl Store {
                 errors,
             ));
         }
-        let operation = if options.apply { "Apply" } else { "Update" };
-        crate::managed::record_update(
-            &mut new,
-            Some(current),
-            &options.field_manager,
-            &resource.api_version(),
-            operation,
-        );
+        // An apply's ownership was computed by the apply itself.
+        if !options.apply {
+            crate::managed::record_update(
+                &mut new,
+                Some(current),
+                &options.field_manager,
+                &resource.api_version(),
+            );
+        }
         Ok(new)
     }
 

@@ -188,6 +188,8 @@ async fn create_if_absent(
     options: &WriteOptions,
 ) -> Result<(), ApiError> {
     let key = tenant.object_key(resource, namespace, crate::meta::name(&obj));
+    // Checked first because a create runs its hooks before storing: re-creating the
+    // `kubernetes` Service would fail on its already reserved IP, not with AlreadyExists.
     if server.store.storage().get(&key).await?.is_some() {
         return Ok(());
     }

@@ -172,11 +172,19 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// A bound, configured server, not yet serving.
+struct Started {
+    server: Arc<ApiServer>,
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    serving_ca: CertificateAuthority,
+}
+
 async fn start(
     storage: Arc<dyn Storage>,
     listen: SocketAddr,
     extra_sans: &[String],
-) -> anyhow::Result<(Arc<ApiServer>, TcpListener, Arc<ServerConfig>)> {
+) -> anyhow::Result<Started> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
@@ -187,14 +195,24 @@ async fn start(
     let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
     let tls = flotilla_apiserver::serve::server_config(&chain, &serving.key_pem)?;
     spawn_compactor(storage);
-    Ok((server, listener, tls))
+    Ok(Started {
+        server,
+        listener,
+        tls,
+        serving_ca: ca,
+    })
 }
 
 async fn up(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
-    let (server, listener, tls) = start(storage.clone(), args.listen, &[]).await?;
+    let Started {
+        server,
+        listener,
+        tls,
+        serving_ca,
+    } = start(storage, args.listen, &[]).await?;
     let local = listener.local_addr()?;
     let tenant = server
         .tenants
@@ -204,7 +222,6 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let admin = tenant
         .issue_admin()
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let ca = serving_ca(&storage).await?;
     let host = if local.ip().is_unspecified() {
         "127.0.0.1".to_string()
     } else {
@@ -217,7 +234,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     let config = kubeconfig(
         DEMO_CLUSTER,
         &server_url,
-        &ca.cert_pem,
+        &serving_ca.cert_pem,
         "kubernetes-admin",
         &admin,
     );
@@ -232,7 +249,12 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let storage = open_storage(&args.etcd, None).await?;
-    let (server, listener, tls) = start(storage, args.listen, &args.tls_san).await?;
+    let Started {
+        server,
+        listener,
+        tls,
+        ..
+    } = start(storage, args.listen, &args.tls_san).await?;
     tracing::info!(address = %listener.local_addr()?, "flotilla is serving");
     flotilla_apiserver::serve::serve_tls(listener, tls, server.router(), shutdown_signal()).await;
     Ok(())
