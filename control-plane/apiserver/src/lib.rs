@@ -148,9 +148,9 @@ impl ApiServer {
             Err(_) => return ApiError::request_entity_too_large(MAX_BODY_BYTES).into_response(),
         };
         let call = Call {
-            method: parts.method.clone(),
+            method: parts.method,
             query: handler::parse_query(parts.uri.query()),
-            headers: parts.headers.clone(),
+            headers: parts.headers,
             body,
         };
         handler::tenant_request(self.clone(), tenant.tenant.clone(), rest, call)
