@@ -494,17 +494,13 @@ impl Store {
         }
         let mut candidate =
             self.canonicalize(resource, obj, options.field_validation, &mut warnings)?;
+        ensure_valid(
+            resource,
+            &candidate,
+            generated,
+            resource.strategy.validate(&candidate),
+        )?;
         let name = meta::name(&candidate).to_string();
-        let mut errors = validate_object_meta(resource, &candidate, generated);
-        errors.extend(resource.strategy.validate(&candidate));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(
-                resource.group,
-                resource.kind,
-                &name,
-                errors,
-            ));
-        }
         if resource.namespaced {
             self.check_namespace_open(tenant, namespaces, resource, namespace, &name)
                 .await?;
@@ -929,21 +925,14 @@ impl Store {
                 != meta::at(current, &["metadata", "annotations"]);
         if resource.tracks_generation && (spec_of(&new) != spec_of(current) || annotations_changed)
         {
-            let generation = meta::at(current, &["metadata", "generation"])
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            meta::set_at(&mut new, &["metadata", "generation"], json!(generation + 1));
+            set_next_generation(&mut new, current);
         }
-        let mut errors = validate_object_meta(resource, &new, false);
-        errors.extend(resource.strategy.validate_update(&new, current));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(
-                resource.group,
-                resource.kind,
-                &name,
-                errors,
-            ));
-        }
+        ensure_valid(
+            resource,
+            &new,
+            false,
+            resource.strategy.validate_update(&new, current),
+        )?;
         // An apply's ownership was computed by the apply itself.
         if !options.apply {
             crate::managed::record_update(
@@ -1042,14 +1031,7 @@ impl Store {
                         json!(grace),
                     );
                     if resource.tracks_generation {
-                        let generation = meta::at(&updated, &["metadata", "generation"])
-                            .and_then(Value::as_i64)
-                            .unwrap_or(0);
-                        meta::set_at(
-                            &mut updated,
-                            &["metadata", "generation"],
-                            json!(generation + 1),
-                        );
+                        set_next_generation(&mut updated, &current);
                     }
                 }
                 if resource.kind == "Namespace" {
@@ -1210,6 +1192,35 @@ fn check_type_meta(resource: &ResourceInfo, obj: &mut Value) -> Result<(), ApiEr
     map.insert("apiVersion".into(), json!(expected_version));
     map.insert("kind".into(), json!(resource.kind));
     Ok(())
+}
+
+/// `metadata.generation` one past `previous`'s.
+fn set_next_generation(obj: &mut Value, previous: &Value) {
+    let generation = meta::at(previous, &["metadata", "generation"])
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    meta::set_at(obj, &["metadata", "generation"], json!(generation + 1));
+}
+
+/// Object-meta validation plus the strategy's findings, as one 422 when anything is wrong.
+fn ensure_valid(
+    resource: &ResourceInfo,
+    obj: &Value,
+    generated: bool,
+    strategy_errors: Vec<FieldError>,
+) -> Result<(), ApiError> {
+    let mut errors = validate_object_meta(resource, obj, generated);
+    errors.extend(strategy_errors);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            resource.group,
+            resource.kind,
+            meta::name(obj),
+            errors,
+        ))
+    }
 }
 
 /// `ValidateObjectMeta`: name, labels, annotations, finalizers.
