@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rustls::server::WebPkiClientVerifier;
@@ -21,6 +22,13 @@ use crate::store::{Store, Tenant, WriteOptions};
 
 /// Where tenant records live: outside every tenant's own prefix.
 const TENANT_RECORDS: &str = "/flotilla/tenants/";
+
+/// How long a loaded tenant is served before its record is read again, so a cluster deleted
+/// through another replica stops answering here within this time.
+const TENANT_RECHECK: Duration = Duration::from_secs(5);
+
+/// Keys deleted per range while a tenant is destroyed.
+const DESTROY_BATCH: usize = 500;
 
 /// The stored record of one tenant cluster.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -88,7 +96,7 @@ impl TenantState {
 /// The tenants of this server, loaded lazily from storage so every replica sees them.
 pub struct Tenants {
     store: Store,
-    loaded: RwLock<HashMap<String, Arc<TenantState>>>,
+    loaded: RwLock<HashMap<String, (Arc<TenantState>, Instant)>>,
 }
 
 impl Tenants {
@@ -102,22 +110,62 @@ impl Tenants {
 
     /// The tenant `id`, if it exists.
     pub async fn get(&self, id: &str) -> Option<Arc<TenantState>> {
-        if let Some(state) = self.loaded.read().await.get(id) {
+        if let Some((state, loaded_at)) = self.loaded.read().await.get(id)
+            && loaded_at.elapsed() < TENANT_RECHECK
+        {
             return Some(state.clone());
         }
-        let kv = self
+        let record = match self
             .store
             .storage()
             .get(&format!("{TENANT_RECORDS}{id}"))
             .await
-            .ok()??;
-        let record: TenantRecord = serde_json::from_slice(&kv.value).ok()?;
-        let state = Arc::new(TenantState::load(record).ok()?);
-        self.loaded
-            .write()
-            .await
-            .insert(id.to_string(), state.clone());
+        {
+            Ok(Some(kv)) => serde_json::from_slice::<TenantRecord>(&kv.value).ok(),
+            Ok(None) => None,
+            // Storage trouble: keep serving what was loaded rather than failing every request.
+            Err(_) => return self.loaded.read().await.get(id).map(|(s, _)| s.clone()),
+        };
+        let Some(record) = record else {
+            self.loaded.write().await.remove(id);
+            return None;
+        };
+        let mut loaded = self.loaded.write().await;
+        // The same record as before keeps its state (and so its connections' cached verdicts).
+        let state = match loaded.get(id) {
+            Some((state, _)) if state.record.client_ca == record.client_ca => state.clone(),
+            _ => Arc::new(TenantState::load(record).ok()?),
+        };
+        loaded.insert(id.to_string(), (state.clone(), Instant::now()));
         Some(state)
+    }
+
+    /// Deletes tenant `id` for good: every key under its prefix (objects, allocations), then
+    /// its record, so its credentials open nothing any more. Idempotent: destroying a tenant
+    /// that is already gone, or half gone, finishes the job.
+    pub async fn destroy(&self, id: &str) -> Result<(), ApiError> {
+        let storage = self.store.storage();
+        let prefix = Tenant::new(id).key_prefix;
+        loop {
+            let page = storage
+                .range(flotilla_storage::RangeRequest {
+                    prefix: prefix.clone(),
+                    limit: DESTROY_BATCH,
+                    ..Default::default()
+                })
+                .await?;
+            if page.kvs.is_empty() {
+                break;
+            }
+            for kv in &page.kvs {
+                storage.delete(&kv.key, None).await?;
+            }
+        }
+        storage
+            .delete(&format!("{TENANT_RECORDS}{id}"), None)
+            .await?;
+        self.loaded.write().await.remove(id);
+        Ok(())
     }
 
     /// Creates tenant `id` (CA and default objects) unless it exists; returns it either way.

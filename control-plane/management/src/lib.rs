@@ -1,0 +1,1015 @@
+//! Flotilla's management API (`/v1/…`): accounts and API keys, clusters, node pools and admin
+//! kubeconfigs, modelled on EKS, and the reconciler that turns cluster records into tenants of
+//! the API server and destroys them again.
+//!
+//! Records live in the same storage as the tenants, under `/flotilla/…` (outside every tenant's
+//! prefix), so every replica of `flotilla serve` sees the same accounts and clusters. Status is
+//! asynchronous as in EKS: a create answers `CREATING` at once, the reconciler makes it
+//! `ACTIVE`; a delete answers `DELETING` and the reconciler removes every object and credential.
+
+pub mod error;
+pub mod model;
+mod openapi;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use flotilla_apiserver::ApiServer;
+use flotilla_storage::{KeyValue, Outcome, RangeRequest, Storage};
+use http::{HeaderMap, StatusCode};
+use rand::Rng;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ManagementError;
+use crate::model::*;
+
+/// Every management record's prefix.
+const ROOT: &str = "/flotilla/management/";
+/// How often the reconciler looks at every record even without a nudge.
+const RESYNC: Duration = Duration::from_secs(2);
+/// Length of the random suffix of a cluster id and of an API key.
+const ID_SUFFIX: usize = 6;
+const KEY_LENGTH: usize = 40;
+
+type Result<T, E = ManagementError> = std::result::Result<T, E>;
+
+fn accounts_prefix() -> String {
+    format!("{ROOT}accounts/")
+}
+fn account_key(id: &str) -> String {
+    format!("{ROOT}accounts/{id}")
+}
+fn api_key_key(hash: &str) -> String {
+    format!("{ROOT}apikeys/{hash}")
+}
+fn operator_key(hash: &str) -> String {
+    format!("{ROOT}operator-tokens/{hash}")
+}
+fn clusters_prefix(account: &str) -> String {
+    format!("{ROOT}clusters/{account}/")
+}
+fn cluster_key(account: &str, name: &str) -> String {
+    format!("{ROOT}clusters/{account}/{name}")
+}
+fn pools_prefix(account: &str, cluster: &str) -> String {
+    format!("{ROOT}nodepools/{account}/{cluster}/")
+}
+fn pool_key(account: &str, cluster: &str, pool: &str) -> String {
+    format!("{ROOT}nodepools/{account}/{cluster}/{pool}")
+}
+fn token_key(account: &str, kind: &str, token: &str) -> String {
+    format!(
+        "{ROOT}request-tokens/{account}/{kind}/{}",
+        sha256_hex(token)
+    )
+}
+
+fn sha256_hex(text: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn random_lowercase(length: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..length)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn to_bytes(value: &impl Serialize) -> Result<Bytes> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(ManagementError::internal)
+}
+
+fn from_kv<T: DeserializeOwned>(kv: &KeyValue) -> Result<T> {
+    serde_json::from_slice(&kv.value)
+        .map_err(|e| ManagementError::internal(format!("record {} is unreadable: {e}", kv.key)))
+}
+
+/// A request body as `T`, with a clear 400 for anything else.
+fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
+    serde_json::from_slice(body)
+        .map_err(|e| ManagementError::invalid_parameter(format!("invalid request body: {e}")))
+}
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Caller {
+    /// The service operator: manages accounts.
+    Operator,
+    /// An account, through one of its API keys.
+    Account(String),
+}
+
+impl Caller {
+    fn account(&self) -> Result<&str> {
+        match self {
+            Caller::Account(id) => Ok(id),
+            Caller::Operator => Err(ManagementError::access_denied(
+                "the operator token manages accounts; use an account's API key for clusters",
+            )),
+        }
+    }
+}
+
+/// Where the tenant API of a cluster is reached, for endpoints and kubeconfigs.
+#[derive(Debug, Clone)]
+pub struct PublicEndpoint {
+    /// `https://host:port`, without a path.
+    pub base_url: String,
+    /// The CA that signed the serving certificate (PEM).
+    pub ca_pem: String,
+}
+
+/// The management service.
+pub struct Management {
+    storage: Arc<dyn Storage>,
+    api: Arc<ApiServer>,
+    endpoint: PublicEndpoint,
+    wake: tokio::sync::Notify,
+}
+
+impl Management {
+    /// The service over the API server's storage.
+    pub fn new(api: Arc<ApiServer>, endpoint: PublicEndpoint) -> Arc<Self> {
+        Arc::new(Management {
+            storage: api.store().storage().clone(),
+            api,
+            endpoint,
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The axum router of `/v1/…`; mount it at the root.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/v1/openapi.json", get(openapi_document))
+            .route("/v1/accounts", get(list_accounts).post(create_account))
+            .route(
+                "/v1/accounts/{account}/apikeys",
+                axum::routing::post(create_api_key),
+            )
+            .route("/v1/clusters", get(list_clusters).post(create_cluster))
+            .route(
+                "/v1/clusters/{name}",
+                get(describe_cluster)
+                    .patch(update_cluster)
+                    .delete(delete_cluster),
+            )
+            .route("/v1/clusters/{name}/kubeconfig", get(cluster_kubeconfig))
+            .route(
+                "/v1/clusters/{name}/nodepools",
+                get(list_node_pools).post(create_node_pool),
+            )
+            .route(
+                "/v1/clusters/{name}/nodepools/{pool}",
+                get(describe_node_pool)
+                    .patch(update_node_pool)
+                    .delete(delete_node_pool),
+            )
+            .method_not_allowed_fallback(|| async { ManagementError::method_not_allowed() })
+            .with_state(self.clone())
+    }
+
+    /// Registers `token` as an operator credential (idempotent; only its hash is stored).
+    pub async fn register_operator_token(&self, token: &str) -> Result<()> {
+        if token.len() < 16 {
+            return Err(ManagementError::invalid_parameter(
+                "the operator token must be at least 16 characters",
+            ));
+        }
+        let _ = self
+            .storage
+            .create(&operator_key(&sha256_hex(token)), Bytes::from_static(b"{}"))
+            .await?;
+        Ok(())
+    }
+
+    /// A new random operator token, for a first start.
+    pub fn new_operator_token() -> String {
+        format!("flo_op_{}", random_lowercase(KEY_LENGTH))
+    }
+
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller> {
+        let token = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(ManagementError::unauthorized)?;
+        let hash = sha256_hex(token);
+        if let Some(kv) = self.storage.get(&api_key_key(&hash)).await? {
+            let issued: IssuedApiKey = from_kv(&kv)?;
+            return Ok(Caller::Account(issued.account_id));
+        }
+        if self.storage.get(&operator_key(&hash)).await?.is_some() {
+            return Ok(Caller::Operator);
+        }
+        Err(ManagementError::unauthorized())
+    }
+
+    /// Creates account `id` if absent.
+    pub async fn ensure_account(&self, id: &str) -> Result<Account> {
+        validate_name("account id", id)?;
+        let account = Account {
+            id: id.to_string(),
+            created_at: now(),
+        };
+        match self
+            .storage
+            .create(&account_key(id), to_bytes(&account)?)
+            .await?
+        {
+            Outcome::Done(_) => Ok(account),
+            Outcome::Conflict(Some(kv)) => from_kv(&kv),
+            Outcome::Conflict(None) => Err(ManagementError::internal("account vanished")),
+        }
+    }
+
+    /// A new API key for `account` (which must exist). The key is returned once.
+    pub async fn issue_api_key(&self, account: &str) -> Result<IssuedApiKey> {
+        if self.storage.get(&account_key(account)).await?.is_none() {
+            return Err(ManagementError::not_found(format!(
+                "no account {account:?}"
+            )));
+        }
+        let issued = IssuedApiKey {
+            account_id: account.to_string(),
+            api_key: format!("flo_{}", random_lowercase(KEY_LENGTH)),
+        };
+        let stored = IssuedApiKey {
+            api_key: String::new(),
+            ..issued.clone()
+        };
+        self.storage
+            .create(
+                &api_key_key(&sha256_hex(&issued.api_key)),
+                to_bytes(&stored)?,
+            )
+            .await?;
+        Ok(issued)
+    }
+
+    async fn cluster_record(&self, account: &str, name: &str) -> Result<(Cluster, i64)> {
+        let kv = self
+            .storage
+            .get(&cluster_key(account, name))
+            .await?
+            .ok_or_else(|| ManagementError::not_found(format!("no cluster named {name:?}")))?;
+        Ok((from_kv(&kv)?, kv.mod_revision))
+    }
+
+    async fn range_all<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<(T, i64)>> {
+        let mut out = Vec::new();
+        let mut start_key = None;
+        loop {
+            let page = self
+                .storage
+                .range(RangeRequest {
+                    prefix: prefix.to_string(),
+                    start_key: start_key.clone(),
+                    limit: 500,
+                    revision: 0,
+                })
+                .await?;
+            for kv in &page.kvs {
+                out.push((from_kv(kv)?, kv.mod_revision));
+            }
+            match (page.more, page.kvs.last()) {
+                (true, Some(last)) => start_key = Some(format!("{}\0", last.key)),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Claims `token` for a request with this fingerprint. `Ok(true)`: first use, go ahead;
+    /// `Ok(false)`: a retry of the same request, answer with the current state.
+    async fn claim_token(
+        &self,
+        account: &str,
+        kind: &str,
+        token: Option<&str>,
+        fingerprint: &impl Serialize,
+    ) -> Result<bool> {
+        let Some(token) = token else {
+            return Ok(true);
+        };
+        let fingerprint =
+            sha256_hex(&serde_json::to_string(fingerprint).map_err(ManagementError::internal)?);
+        let record = serde_json::json!({ "fingerprint": fingerprint });
+        match self
+            .storage
+            .create(&token_key(account, kind, token), to_bytes(&record)?)
+            .await?
+        {
+            Outcome::Done(_) => Ok(true),
+            Outcome::Conflict(Some(kv)) => {
+                let seen: serde_json::Value = from_kv(&kv)?;
+                if seen["fingerprint"] == fingerprint.as_str() {
+                    Ok(false)
+                } else {
+                    Err(ManagementError::idempotency_mismatch(token))
+                }
+            }
+            Outcome::Conflict(None) => Ok(true),
+        }
+    }
+
+    /// `CreateCluster`: stores the record as `CREATING`; the reconciler makes it `ACTIVE`.
+    pub async fn create_cluster(
+        &self,
+        account: &str,
+        request: CreateClusterRequest,
+    ) -> Result<Cluster> {
+        self.create_cluster_with_id(account, request, None).await
+    }
+
+    /// As [`Management::create_cluster`], with a fixed tenant id instead of a generated one
+    /// (`flotilla up`'s `demo` cluster keeps its `/clusters/demo` URL).
+    pub async fn create_cluster_with_id(
+        &self,
+        account: &str,
+        request: CreateClusterRequest,
+        id: Option<&str>,
+    ) -> Result<Cluster> {
+        request.validate()?;
+        let token = request.client_request_token.clone();
+        if !self
+            .claim_token(account, "cluster", token.as_deref(), &request)
+            .await?
+        {
+            return Ok(self.cluster_record(account, &request.name).await?.0);
+        }
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => format!("{}-{}", request.name, random_lowercase(ID_SUFFIX)),
+        };
+        let network = NetworkConfig {
+            service_ipv4_cidr: Some(
+                request
+                    .kubernetes_network_config
+                    .service_ipv4_cidr
+                    .unwrap_or_else(|| "10.96.0.0/12".into()),
+            ),
+            pod_ipv4_cidr: Some(
+                request
+                    .kubernetes_network_config
+                    .pod_ipv4_cidr
+                    .unwrap_or_else(|| "10.244.0.0/16".into()),
+            ),
+        };
+        let cluster = Cluster {
+            endpoint: format!("{}/clusters/{id}", self.endpoint.base_url),
+            id,
+            name: request.name.clone(),
+            account_id: account.to_string(),
+            version: request
+                .version
+                .unwrap_or_else(|| SUPPORTED_VERSIONS[0].to_string()),
+            status: ClusterStatus::Creating,
+            status_reason: None,
+            kubernetes_network_config: network,
+            endpoint_access: request.endpoint_access,
+            tags: request.tags,
+            cloud: request.cloud,
+            client_request_token: token,
+            created_at: now(),
+        };
+        match self
+            .storage
+            .create(&cluster_key(account, &cluster.name), to_bytes(&cluster)?)
+            .await?
+        {
+            Outcome::Done(_) => {
+                self.wake.notify_one();
+                Ok(cluster)
+            }
+            Outcome::Conflict(_) => Err(ManagementError::in_use(format!(
+                "cluster {:?} already exists",
+                cluster.name
+            ))),
+        }
+    }
+
+    /// Replaces a stored record by compare-and-swap on the revision it was read at.
+    async fn swap<T: Serialize>(&self, key: &str, value: &T, revision: i64) -> Result<bool> {
+        Ok(matches!(
+            self.storage.update(key, to_bytes(value)?, revision).await?,
+            Outcome::Done(_)
+        ))
+    }
+
+    /// Reads, changes and writes back one record, retrying on a concurrent write.
+    async fn modify<T: Serialize + DeserializeOwned>(
+        &self,
+        key: &str,
+        missing: impl Fn() -> ManagementError,
+        mut change: impl FnMut(&mut T) -> Result<()>,
+    ) -> Result<T> {
+        for _ in 0..16 {
+            let kv = self.storage.get(key).await?.ok_or_else(&missing)?;
+            let mut value: T = from_kv(&kv)?;
+            change(&mut value)?;
+            if self.swap(key, &value, kv.mod_revision).await? {
+                self.wake.notify_one();
+                return Ok(value);
+            }
+        }
+        Err(ManagementError::unavailable(
+            "too many concurrent changes; try again",
+        ))
+    }
+
+    /// `DeleteCluster`: marks it `DELETING`; the reconciler deletes its node pools, objects
+    /// and credentials, then the record.
+    pub async fn delete_cluster(&self, account: &str, name: &str) -> Result<Cluster> {
+        self.modify(
+            &cluster_key(account, name),
+            || ManagementError::not_found(format!("no cluster named {name:?}")),
+            |cluster: &mut Cluster| {
+                cluster.status = ClusterStatus::Deleting;
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    /// An admin kubeconfig for an `ACTIVE` cluster (a new client certificate each time).
+    pub async fn kubeconfig(&self, account: &str, name: &str) -> Result<String> {
+        let (cluster, _) = self.cluster_record(account, name).await?;
+        if cluster.status != ClusterStatus::Active {
+            return Err(ManagementError::invalid_request(format!(
+                "cluster {name:?} is {:?}; a kubeconfig is available once it is ACTIVE",
+                cluster.status
+            )));
+        }
+        let tenant = self
+            .api
+            .tenants
+            .get(&cluster.id)
+            .await
+            .ok_or_else(|| ManagementError::internal("the cluster's tenant is missing"))?;
+        let admin = tenant.issue_admin()?;
+        Ok(flotilla_apiserver::pki::kubeconfig(
+            &cluster.name,
+            &cluster.endpoint,
+            &self.endpoint.ca_pem,
+            "kubernetes-admin",
+            &admin,
+        ))
+    }
+
+    async fn require_active_cluster(&self, account: &str, name: &str) -> Result<Cluster> {
+        let (cluster, _) = self.cluster_record(account, name).await?;
+        match cluster.status {
+            ClusterStatus::Active => Ok(cluster),
+            status => Err(ManagementError::invalid_request(format!(
+                "cluster {name:?} is {status:?}; node pools can be changed once it is ACTIVE"
+            ))),
+        }
+    }
+
+    /// `CreateNodegroup`.
+    pub async fn create_node_pool(
+        &self,
+        account: &str,
+        cluster: &str,
+        mut request: CreateNodePoolRequest,
+    ) -> Result<NodePool> {
+        request.validate()?;
+        let cluster = self.require_active_cluster(account, cluster).await?;
+        if !self
+            .claim_token(
+                account,
+                &format!("nodepool/{}", cluster.name),
+                request.client_request_token.as_deref(),
+                &request,
+            )
+            .await?
+        {
+            return self.node_pool(account, &cluster.name, &request.name).await;
+        }
+        if request.instance_types.is_empty() {
+            request.instance_types = vec!["t3.medium".into()];
+        }
+        if request.subnets.is_empty() {
+            request.subnets = cluster.cloud.subnet_ids.clone();
+        }
+        let pool = NodePool {
+            name: request.name,
+            cluster_name: cluster.name.clone(),
+            instance_types: request.instance_types,
+            image_id: request.image_id,
+            scaling_config: request.scaling_config,
+            labels: request.labels,
+            taints: request.taints,
+            subnets: request.subnets,
+            status: NodePoolStatus::Creating,
+            status_reason: None,
+            instance_ids: Vec::new(),
+            client_request_token: request.client_request_token,
+            created_at: now(),
+        };
+        match self
+            .storage
+            .create(
+                &pool_key(account, &cluster.name, &pool.name),
+                to_bytes(&pool)?,
+            )
+            .await?
+        {
+            Outcome::Done(_) => {
+                self.wake.notify_one();
+                Ok(pool)
+            }
+            Outcome::Conflict(_) => Err(ManagementError::in_use(format!(
+                "node pool {:?} already exists in cluster {:?}",
+                pool.name, cluster.name
+            ))),
+        }
+    }
+
+    async fn node_pool(&self, account: &str, cluster: &str, pool: &str) -> Result<NodePool> {
+        // The cluster must be visible to this account first: its absence is the better 404.
+        self.cluster_record(account, cluster).await?;
+        let kv = self
+            .storage
+            .get(&pool_key(account, cluster, pool))
+            .await?
+            .ok_or_else(|| {
+                ManagementError::not_found(format!(
+                    "no node pool named {pool:?} in cluster {cluster:?}"
+                ))
+            })?;
+        from_kv(&kv)
+    }
+
+    /// The reconciler: level-based, so a missed nudge or a crashed replica only delays it.
+    pub fn spawn_reconciler(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(err) = this.reconcile_all().await {
+                    tracing::warn!(%err, "management reconcile failed; retrying");
+                }
+                let _ = tokio::time::timeout(RESYNC, this.wake.notified()).await;
+            }
+        })
+    }
+
+    /// One pass over every cluster and node pool.
+    pub async fn reconcile_all(&self) -> Result<()> {
+        let accounts: Vec<(Account, i64)> = self.range_all(&accounts_prefix()).await?;
+        for (account, _) in accounts {
+            let clusters: Vec<(Cluster, i64)> =
+                self.range_all(&clusters_prefix(&account.id)).await?;
+            for (cluster, revision) in clusters {
+                if let Err(err) = self.reconcile_cluster(cluster.clone(), revision).await {
+                    tracing::warn!(cluster = %cluster.id, %err, "cluster reconcile failed");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn reconcile_cluster(&self, mut cluster: Cluster, revision: i64) -> Result<()> {
+        let key = cluster_key(&cluster.account_id, &cluster.name);
+        match cluster.status {
+            ClusterStatus::Creating => {
+                match self.api.tenants.ensure(&self.api, &cluster.id).await {
+                    Ok(_) => cluster.status = ClusterStatus::Active,
+                    Err(err) => {
+                        cluster.status = ClusterStatus::Failed;
+                        cluster.status_reason = Some(err.message);
+                    }
+                }
+                self.swap(&key, &cluster, revision).await?;
+            }
+            ClusterStatus::Active => self.reconcile_node_pools(&cluster, false).await?,
+            ClusterStatus::Deleting => {
+                self.reconcile_node_pools(&cluster, true).await?;
+                self.api.tenants.destroy(&cluster.id).await?;
+                self.storage.delete(&key, Some(revision)).await?;
+                tracing::info!(cluster = %cluster.id, "cluster deleted");
+            }
+            ClusterStatus::Failed => {}
+        }
+        Ok(())
+    }
+
+    /// Node pools move to `ACTIVE` once recorded (instances are the cloud controller's job);
+    /// deleted ones, and all of them when the cluster goes, are removed.
+    async fn reconcile_node_pools(&self, cluster: &Cluster, cluster_deleting: bool) -> Result<()> {
+        let pools: Vec<(NodePool, i64)> = self
+            .range_all(&pools_prefix(&cluster.account_id, &cluster.name))
+            .await?;
+        for (mut pool, revision) in pools {
+            let key = pool_key(&cluster.account_id, &cluster.name, &pool.name);
+            if cluster_deleting || pool.status == NodePoolStatus::Deleting {
+                self.storage.delete(&key, None).await?;
+            } else if matches!(
+                pool.status,
+                NodePoolStatus::Creating | NodePoolStatus::Updating
+            ) {
+                pool.status = NodePoolStatus::Active;
+                self.swap(&key, &pool, revision).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP handlers: authenticate, parse, call the service, answer JSON.
+
+type Service = State<Arc<Management>>;
+
+fn json(status: StatusCode, value: &impl Serialize) -> Response {
+    (status, axum::Json(value)).into_response()
+}
+
+fn respond(result: Result<Response>) -> Response {
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn openapi_document() -> Response {
+    json(StatusCode::OK, &*openapi::DOCUMENT)
+}
+
+async fn list_accounts(State(m): Service, headers: HeaderMap) -> Response {
+    respond(
+        async {
+            if m.authenticate(&headers).await? != Caller::Operator {
+                return Err(ManagementError::access_denied(
+                    "only the operator lists accounts",
+                ));
+            }
+            let accounts: Vec<Account> = m
+                .range_all(&accounts_prefix())
+                .await?
+                .into_iter()
+                .map(|(a, _)| a)
+                .collect();
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "accounts": accounts }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn create_account(State(m): Service, headers: HeaderMap, body: Bytes) -> Response {
+    respond(
+        async {
+            if m.authenticate(&headers).await? != Caller::Operator {
+                return Err(ManagementError::access_denied(
+                    "only the operator creates accounts",
+                ));
+            }
+            let request: CreateAccountRequest = parse_body(&body)?;
+            validate_name("account id", &request.id)?;
+            if m.storage.get(&account_key(&request.id)).await?.is_some() {
+                return Err(ManagementError::in_use(format!(
+                    "account {:?} already exists",
+                    request.id
+                )));
+            }
+            m.ensure_account(&request.id).await?;
+            let key = m.issue_api_key(&request.id).await?;
+            Ok(json(StatusCode::CREATED, &key))
+        }
+        .await,
+    )
+}
+
+async fn create_api_key(
+    State(m): Service,
+    Path(account): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    respond(
+        async {
+            match m.authenticate(&headers).await? {
+                Caller::Operator => {}
+                Caller::Account(own) if own == account => {}
+                // Another account's existence is not revealed.
+                Caller::Account(_) => {
+                    return Err(ManagementError::not_found(format!(
+                        "no account {account:?}"
+                    )));
+                }
+            }
+            Ok(json(StatusCode::CREATED, &m.issue_api_key(&account).await?))
+        }
+        .await,
+    )
+}
+
+async fn list_clusters(State(m): Service, headers: HeaderMap) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let clusters: Vec<Cluster> = m
+                .range_all(&clusters_prefix(caller.account()?))
+                .await?
+                .into_iter()
+                .map(|(c, _): (Cluster, i64)| c.redacted())
+                .collect();
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "clusters": clusters }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn create_cluster(State(m): Service, headers: HeaderMap, body: Bytes) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let request: CreateClusterRequest = parse_body(&body)?;
+            let cluster = m.create_cluster(caller.account()?, request).await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "cluster": cluster.redacted() }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn describe_cluster(
+    State(m): Service,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let (cluster, _) = m.cluster_record(caller.account()?, &name).await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "cluster": cluster.redacted() }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn update_cluster(
+    State(m): Service,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let request: UpdateClusterRequest = parse_body(&body)?;
+            if let Some(access) = &request.endpoint_access {
+                access.validate()?;
+            }
+            let cluster = m
+                .modify(
+                    &cluster_key(caller.account()?, &name),
+                    || ManagementError::not_found(format!("no cluster named {name:?}")),
+                    |cluster: &mut Cluster| {
+                        if cluster.status != ClusterStatus::Active {
+                            return Err(ManagementError::invalid_request(format!(
+                                "cluster {name:?} is {:?}; it can be updated once it is ACTIVE",
+                                cluster.status
+                            )));
+                        }
+                        if let Some(access) = &request.endpoint_access {
+                            cluster.endpoint_access = access.clone();
+                        }
+                        for (key, value) in request.tags.iter().flatten() {
+                            match value {
+                                Some(value) => cluster.tags.insert(key.clone(), value.clone()),
+                                None => cluster.tags.remove(key),
+                            };
+                        }
+                        validate_tags(&cluster.tags)
+                    },
+                )
+                .await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "cluster": cluster.redacted() }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn delete_cluster(
+    State(m): Service,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let cluster = m.delete_cluster(caller.account()?, &name).await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "cluster": cluster.redacted() }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn cluster_kubeconfig(
+    State(m): Service,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let config = m.kubeconfig(caller.account()?, &name).await?;
+            Ok((
+                StatusCode::OK,
+                [(http::header::CONTENT_TYPE, "application/yaml")],
+                config,
+            )
+                .into_response())
+        }
+        .await,
+    )
+}
+
+async fn list_node_pools(
+    State(m): Service,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let account = caller.account()?;
+            m.cluster_record(account, &name).await?;
+            let pools: Vec<NodePool> = m
+                .range_all(&pools_prefix(account, &name))
+                .await?
+                .into_iter()
+                .map(|(p, _)| p)
+                .collect();
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "nodePools": pools }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn create_node_pool(
+    State(m): Service,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let request: CreateNodePoolRequest = parse_body(&body)?;
+            let pool = m
+                .create_node_pool(caller.account()?, &name, request)
+                .await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "nodePool": pool }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn describe_node_pool(
+    State(m): Service,
+    Path((name, pool)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let pool = m.node_pool(caller.account()?, &name, &pool).await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "nodePool": pool }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn update_node_pool(
+    State(m): Service,
+    Path((name, pool)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let account = caller.account()?;
+            let request: UpdateNodePoolRequest = parse_body(&body)?;
+            if let Some(scaling) = &request.scaling_config {
+                scaling.validate()?;
+            }
+            if let Some(labels) = &request.labels {
+                validate_labels(labels)?;
+            }
+            if let Some(taints) = &request.taints {
+                validate_taints(taints)?;
+            }
+            m.require_active_cluster(account, &name).await?;
+            let updated = m
+                .modify(
+                    &pool_key(account, &name, &pool),
+                    || {
+                        ManagementError::not_found(format!(
+                            "no node pool named {pool:?} in cluster {name:?}"
+                        ))
+                    },
+                    |record: &mut NodePool| {
+                        if record.status == NodePoolStatus::Deleting {
+                            return Err(ManagementError::invalid_request(format!(
+                                "node pool {pool:?} is being deleted"
+                            )));
+                        }
+                        if let Some(scaling) = request.scaling_config {
+                            record.scaling_config = scaling;
+                        }
+                        if let Some(labels) = &request.labels {
+                            record.labels = labels.clone();
+                        }
+                        if let Some(taints) = &request.taints {
+                            record.taints = taints.clone();
+                        }
+                        record.status = NodePoolStatus::Updating;
+                        Ok(())
+                    },
+                )
+                .await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "nodePool": updated }),
+            ))
+        }
+        .await,
+    )
+}
+
+async fn delete_node_pool(
+    State(m): Service,
+    Path((name, pool)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    respond(
+        async {
+            let caller = m.authenticate(&headers).await?;
+            let account = caller.account()?;
+            m.cluster_record(account, &name).await?;
+            let deleted = m
+                .modify(
+                    &pool_key(account, &name, &pool),
+                    || {
+                        ManagementError::not_found(format!(
+                            "no node pool named {pool:?} in cluster {name:?}"
+                        ))
+                    },
+                    |record: &mut NodePool| {
+                        record.status = NodePoolStatus::Deleting;
+                        Ok(())
+                    },
+                )
+                .await?;
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "nodePool": deleted }),
+            ))
+        }
+        .await,
+    )
+}
