@@ -101,6 +101,12 @@ fn from_kv<T: DeserializeOwned>(kv: &KeyValue) -> Result<T> {
         .map_err(|e| ManagementError::internal(format!("record {} is unreadable: {e}", kv.key)))
 }
 
+fn pool_not_found(pool: &str, cluster: &str) -> ManagementError {
+    ManagementError::not_found(format!(
+        "no node pool named {pool:?} in cluster {cluster:?}"
+    ))
+}
+
 /// A request body as `T`, with a clear 400 for anything else.
 fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
     serde_json::from_slice(body)
@@ -644,134 +650,100 @@ fn json(status: StatusCode, value: &impl Serialize) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
-fn respond(result: Result<Response>) -> Response {
-    result.unwrap_or_else(IntoResponse::into_response)
-}
-
 async fn openapi_document() -> Response {
     json(StatusCode::OK, &*openapi::DOCUMENT)
 }
 
-async fn list_accounts(State(m): Service, headers: HeaderMap) -> Response {
-    respond(
-        async {
-            if m.authenticate(&headers).await? != Caller::Operator {
-                return Err(ManagementError::access_denied(
-                    "only the operator lists accounts",
-                ));
-            }
-            let accounts: Vec<Account> = m
-                .range_all(&accounts_prefix())
-                .await?
-                .into_iter()
-                .map(|(a, _)| a)
-                .collect();
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "accounts": accounts }),
-            ))
-        }
-        .await,
-    )
+async fn list_accounts(State(m): Service, headers: HeaderMap) -> Result<Response> {
+    if m.authenticate(&headers).await? != Caller::Operator {
+        return Err(ManagementError::access_denied(
+            "only the operator lists accounts",
+        ));
+    }
+    let accounts: Vec<Account> = m
+        .range_all(&accounts_prefix())
+        .await?
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "accounts": accounts }),
+    ))
 }
 
-async fn create_account(State(m): Service, headers: HeaderMap, body: Bytes) -> Response {
-    respond(
-        async {
-            if m.authenticate(&headers).await? != Caller::Operator {
-                return Err(ManagementError::access_denied(
-                    "only the operator creates accounts",
-                ));
-            }
-            let request: CreateAccountRequest = parse_body(&body)?;
-            validate_name("account id", &request.id)?;
-            if m.storage.get(&account_key(&request.id)).await?.is_some() {
-                return Err(ManagementError::in_use(format!(
-                    "account {:?} already exists",
-                    request.id
-                )));
-            }
-            m.ensure_account(&request.id).await?;
-            let key = m.issue_api_key(&request.id).await?;
-            Ok(json(StatusCode::CREATED, &key))
-        }
-        .await,
-    )
+async fn create_account(State(m): Service, headers: HeaderMap, body: Bytes) -> Result<Response> {
+    if m.authenticate(&headers).await? != Caller::Operator {
+        return Err(ManagementError::access_denied(
+            "only the operator creates accounts",
+        ));
+    }
+    let request: CreateAccountRequest = parse_body(&body)?;
+    validate_name("account id", &request.id)?;
+    if m.storage.get(&account_key(&request.id)).await?.is_some() {
+        return Err(ManagementError::in_use(format!(
+            "account {:?} already exists",
+            request.id
+        )));
+    }
+    m.ensure_account(&request.id).await?;
+    let key = m.issue_api_key(&request.id).await?;
+    Ok(json(StatusCode::CREATED, &key))
 }
 
 async fn create_api_key(
     State(m): Service,
     Path(account): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    respond(
-        async {
-            match m.authenticate(&headers).await? {
-                Caller::Operator => {}
-                Caller::Account(own) if own == account => {}
-                // Another account's existence is not revealed.
-                Caller::Account(_) => {
-                    return Err(ManagementError::not_found(format!(
-                        "no account {account:?}"
-                    )));
-                }
-            }
-            Ok(json(StatusCode::CREATED, &m.issue_api_key(&account).await?))
+) -> Result<Response> {
+    match m.authenticate(&headers).await? {
+        Caller::Operator => {}
+        Caller::Account(own) if own == account => {}
+        // Another account's existence is not revealed.
+        Caller::Account(_) => {
+            return Err(ManagementError::not_found(format!(
+                "no account {account:?}"
+            )));
         }
-        .await,
-    )
+    }
+    Ok(json(StatusCode::CREATED, &m.issue_api_key(&account).await?))
 }
 
-async fn list_clusters(State(m): Service, headers: HeaderMap) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let clusters: Vec<Cluster> = m
-                .range_all(&clusters_prefix(caller.account()?))
-                .await?
-                .into_iter()
-                .map(|(c, _): (Cluster, i64)| c.redacted())
-                .collect();
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "clusters": clusters }),
-            ))
-        }
-        .await,
-    )
+async fn list_clusters(State(m): Service, headers: HeaderMap) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let clusters: Vec<Cluster> = m
+        .range_all(&clusters_prefix(caller.account()?))
+        .await?
+        .into_iter()
+        .map(|(c, _): (Cluster, i64)| c.redacted())
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "clusters": clusters }),
+    ))
 }
 
-async fn create_cluster(State(m): Service, headers: HeaderMap, body: Bytes) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let request: CreateClusterRequest = parse_body(&body)?;
-            let cluster = m.create_cluster(caller.account()?, request).await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "cluster": cluster.redacted() }),
-            ))
-        }
-        .await,
-    )
+async fn create_cluster(State(m): Service, headers: HeaderMap, body: Bytes) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let request: CreateClusterRequest = parse_body(&body)?;
+    let cluster = m.create_cluster(caller.account()?, request).await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "cluster": cluster.redacted() }),
+    ))
 }
 
 async fn describe_cluster(
     State(m): Service,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let (cluster, _) = m.cluster_record(caller.account()?, &name).await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "cluster": cluster.redacted() }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let (cluster, _) = m.cluster_record(caller.account()?, &name).await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "cluster": cluster.redacted() }),
+    ))
 }
 
 async fn update_cluster(
@@ -779,108 +751,88 @@ async fn update_cluster(
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let request: UpdateClusterRequest = parse_body(&body)?;
-            if let Some(access) = &request.endpoint_access {
-                access.validate()?;
-            }
-            let cluster = m
-                .modify(
-                    &cluster_key(caller.account()?, &name),
-                    || ManagementError::not_found(format!("no cluster named {name:?}")),
-                    |cluster: &mut Cluster| {
-                        if cluster.status != ClusterStatus::Active {
-                            return Err(ManagementError::invalid_request(format!(
-                                "cluster {name:?} is {:?}; it can be updated once it is ACTIVE",
-                                cluster.status
-                            )));
-                        }
-                        if let Some(access) = &request.endpoint_access {
-                            cluster.endpoint_access = access.clone();
-                        }
-                        for (key, value) in request.tags.iter().flatten() {
-                            match value {
-                                Some(value) => cluster.tags.insert(key.clone(), value.clone()),
-                                None => cluster.tags.remove(key),
-                            };
-                        }
-                        validate_tags(&cluster.tags)
-                    },
-                )
-                .await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "cluster": cluster.redacted() }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let request: UpdateClusterRequest = parse_body(&body)?;
+    if let Some(access) = &request.endpoint_access {
+        access.validate()?;
+    }
+    let cluster = m
+        .modify(
+            &cluster_key(caller.account()?, &name),
+            || ManagementError::not_found(format!("no cluster named {name:?}")),
+            |cluster: &mut Cluster| {
+                if cluster.status != ClusterStatus::Active {
+                    return Err(ManagementError::invalid_request(format!(
+                        "cluster {name:?} is {:?}; it can be updated once it is ACTIVE",
+                        cluster.status
+                    )));
+                }
+                if let Some(access) = &request.endpoint_access {
+                    cluster.endpoint_access = access.clone();
+                }
+                for (key, value) in request.tags.iter().flatten() {
+                    match value {
+                        Some(value) => cluster.tags.insert(key.clone(), value.clone()),
+                        None => cluster.tags.remove(key),
+                    };
+                }
+                validate_tags(&cluster.tags)
+            },
+        )
+        .await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "cluster": cluster.redacted() }),
+    ))
 }
 
 async fn delete_cluster(
     State(m): Service,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let cluster = m.delete_cluster(caller.account()?, &name).await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "cluster": cluster.redacted() }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let cluster = m.delete_cluster(caller.account()?, &name).await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "cluster": cluster.redacted() }),
+    ))
 }
 
 async fn cluster_kubeconfig(
     State(m): Service,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let config = m.kubeconfig(caller.account()?, &name).await?;
-            Ok((
-                StatusCode::OK,
-                [(http::header::CONTENT_TYPE, "application/yaml")],
-                config,
-            )
-                .into_response())
-        }
-        .await,
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let config = m.kubeconfig(caller.account()?, &name).await?;
+    Ok((
+        StatusCode::OK,
+        [(http::header::CONTENT_TYPE, "application/yaml")],
+        config,
     )
+        .into_response())
 }
 
 async fn list_node_pools(
     State(m): Service,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let account = caller.account()?;
-            m.cluster_record(account, &name).await?;
-            let pools: Vec<NodePool> = m
-                .range_all(&pools_prefix(account, &name))
-                .await?
-                .into_iter()
-                .map(|(p, _)| p)
-                .collect();
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "nodePools": pools }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let account = caller.account()?;
+    m.cluster_record(account, &name).await?;
+    let pools: Vec<NodePool> = m
+        .range_all(&pools_prefix(account, &name))
+        .await?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "nodePools": pools }),
+    ))
 }
 
 async fn create_node_pool(
@@ -888,39 +840,29 @@ async fn create_node_pool(
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let request: CreateNodePoolRequest = parse_body(&body)?;
-            let pool = m
-                .create_node_pool(caller.account()?, &name, request)
-                .await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "nodePool": pool }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let request: CreateNodePoolRequest = parse_body(&body)?;
+    let pool = m
+        .create_node_pool(caller.account()?, &name, request)
+        .await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "nodePool": pool }),
+    ))
 }
 
 async fn describe_node_pool(
     State(m): Service,
     Path((name, pool)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let pool = m.node_pool(caller.account()?, &name, &pool).await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "nodePool": pool }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let pool = m.node_pool(caller.account()?, &name, &pool).await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "nodePool": pool }),
+    ))
 }
 
 async fn update_node_pool(
@@ -928,88 +870,70 @@ async fn update_node_pool(
     Path((name, pool)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let account = caller.account()?;
-            let request: UpdateNodePoolRequest = parse_body(&body)?;
-            if let Some(scaling) = &request.scaling_config {
-                scaling.validate()?;
-            }
-            if let Some(labels) = &request.labels {
-                validate_labels(labels)?;
-            }
-            if let Some(taints) = &request.taints {
-                validate_taints(taints)?;
-            }
-            m.require_active_cluster(account, &name).await?;
-            let updated = m
-                .modify(
-                    &pool_key(account, &name, &pool),
-                    || {
-                        ManagementError::not_found(format!(
-                            "no node pool named {pool:?} in cluster {name:?}"
-                        ))
-                    },
-                    |record: &mut NodePool| {
-                        if record.status == NodePoolStatus::Deleting {
-                            return Err(ManagementError::invalid_request(format!(
-                                "node pool {pool:?} is being deleted"
-                            )));
-                        }
-                        if let Some(scaling) = request.scaling_config {
-                            record.scaling_config = scaling;
-                        }
-                        if let Some(labels) = &request.labels {
-                            record.labels = labels.clone();
-                        }
-                        if let Some(taints) = &request.taints {
-                            record.taints = taints.clone();
-                        }
-                        record.status = NodePoolStatus::Updating;
-                        Ok(())
-                    },
-                )
-                .await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "nodePool": updated }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let account = caller.account()?;
+    let request: UpdateNodePoolRequest = parse_body(&body)?;
+    if let Some(scaling) = &request.scaling_config {
+        scaling.validate()?;
+    }
+    if let Some(labels) = &request.labels {
+        validate_labels(labels)?;
+    }
+    if let Some(taints) = &request.taints {
+        validate_taints(taints)?;
+    }
+    m.require_active_cluster(account, &name).await?;
+    let updated = m
+        .modify(
+            &pool_key(account, &name, &pool),
+            || pool_not_found(&pool, &name),
+            |record: &mut NodePool| {
+                if record.status == NodePoolStatus::Deleting {
+                    return Err(ManagementError::invalid_request(format!(
+                        "node pool {pool:?} is being deleted"
+                    )));
+                }
+                if let Some(scaling) = request.scaling_config {
+                    record.scaling_config = scaling;
+                }
+                if let Some(labels) = &request.labels {
+                    record.labels = labels.clone();
+                }
+                if let Some(taints) = &request.taints {
+                    record.taints = taints.clone();
+                }
+                record.status = NodePoolStatus::Updating;
+                Ok(())
+            },
+        )
+        .await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "nodePool": updated }),
+    ))
 }
 
 async fn delete_node_pool(
     State(m): Service,
     Path((name, pool)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Response {
-    respond(
-        async {
-            let caller = m.authenticate(&headers).await?;
-            let account = caller.account()?;
-            m.cluster_record(account, &name).await?;
-            let deleted = m
-                .modify(
-                    &pool_key(account, &name, &pool),
-                    || {
-                        ManagementError::not_found(format!(
-                            "no node pool named {pool:?} in cluster {name:?}"
-                        ))
-                    },
-                    |record: &mut NodePool| {
-                        record.status = NodePoolStatus::Deleting;
-                        Ok(())
-                    },
-                )
-                .await?;
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "nodePool": deleted }),
-            ))
-        }
-        .await,
-    )
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let account = caller.account()?;
+    m.cluster_record(account, &name).await?;
+    let deleted = m
+        .modify(
+            &pool_key(account, &name, &pool),
+            || pool_not_found(&pool, &name),
+            |record: &mut NodePool| {
+                record.status = NodePoolStatus::Deleting;
+                Ok(())
+            },
+        )
+        .await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "nodePool": deleted }),
+    ))
 }
