@@ -558,11 +558,7 @@ impl Management {
             .storage
             .get(&pool_key(account, cluster, pool))
             .await?
-            .ok_or_else(|| {
-                ManagementError::not_found(format!(
-                    "no node pool named {pool:?} in cluster {cluster:?}"
-                ))
-            })?;
+            .ok_or_else(|| pool_not_found(pool, cluster))?;
         from_kv(&kv)
     }
 

@@ -15,10 +15,8 @@ fn build() -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
     let mut schemas = serde_json::Map::new();
     macro_rules! schema {
-        ($($t:ty),*) => {$(
-            let schema = generator.subschema_for::<$t>();
-            let _ = schema;
-        )*};
+        // Each call registers the type's schema among the generator's definitions.
+        ($($t:ty),*) => {$( let _ = generator.subschema_for::<$t>(); )*};
     }
     schema!(
         CreateAccountRequest,
