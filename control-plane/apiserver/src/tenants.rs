@@ -110,10 +110,12 @@ impl Tenants {
 
     /// The tenant `id`, if it exists.
     pub async fn get(&self, id: &str) -> Option<Arc<TenantState>> {
-        if let Some((state, loaded_at)) = self.loaded.read().await.get(id)
+        // The read guard must be gone before the write below (tokio's lock would wait on it).
+        let cached = self.loaded.read().await.get(id).cloned();
+        if let Some((state, loaded_at)) = cached
             && loaded_at.elapsed() < TENANT_RECHECK
         {
-            return Some(state.clone());
+            return Some(state);
         }
         let record = match self
             .store
@@ -256,6 +258,11 @@ async fn create_if_absent(
     {
         Ok(_) => Ok(()),
         Err(err) if err.reason == "AlreadyExists" => Ok(()),
-        Err(err) => Err(err),
+        // A concurrent bootstrap (another replica's reconciler) created it between the check
+        // and the create; its hooks may fail first (the IP is taken), so look again.
+        Err(err) => match server.store.storage().get(&key).await? {
+            Some(_) => Ok(()),
+            None => Err(err),
+        },
     }
 }

@@ -1,28 +1,16 @@
-//! The Flotilla service: `flotilla up` (one machine, embedded store, a `demo` cluster) and
-//! `flotilla serve` (the hosted service on etcd), wiring storage, the API server and TLS.
+//! The `flotilla` command line: the service (`up`, `serve`) and the management API's client
+//! commands (`account`, `cluster`, `nodepool`).
+
+mod client;
+mod commands;
+mod service;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::PathBuf;
 
-use anyhow::{Context, bail};
-use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use flotilla_apiserver::ApiServer;
-use flotilla_apiserver::pki::{CertificateAuthority, kubeconfig};
-use flotilla_apiserver::serve::ServerConfig;
-use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
-use tokio::net::TcpListener;
 
-/// How often old revisions are compacted away (kube-apiserver's default interval).
-const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
-
-/// Where the service's serving CA is kept, shared by every replica.
-const SERVING_CA_KEY: &str = "/flotilla/pki/serving-ca";
-
-/// The cluster `flotilla up` creates.
-const DEMO_CLUSTER: &str = "demo";
+pub use client::ClientConfig;
 
 /// Flotilla: hosted Kubernetes control planes.
 #[derive(Debug, Parser)]
@@ -36,16 +24,44 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the whole service on this machine with a `demo` cluster; writes DIR/kubeconfig.
+    /// Run the whole service on this machine with a `demo` cluster; writes DIR/kubeconfig
+    /// and DIR/flotilla.json (the client configuration of the other commands).
     Up(UpArgs),
     /// Run the hosted service on an etcd cluster.
     Serve(ServeArgs),
+    /// Accounts (operator only).
+    Account {
+        /// Where the management API is and who calls it.
+        #[command(flatten)]
+        client: ClientArgs,
+        /// What to do with accounts.
+        #[command(subcommand)]
+        command: AccountCommand,
+    },
+    /// Clusters of your account.
+    Cluster {
+        /// Where the management API is and who calls it.
+        #[command(flatten)]
+        client: ClientArgs,
+        /// What to do with clusters.
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Node pools of a cluster.
+    Nodepool {
+        /// Where the management API is and who calls it.
+        #[command(flatten)]
+        client: ClientArgs,
+        /// What to do with node pools.
+        #[command(subcommand)]
+        command: NodePoolCommand,
+    },
 }
 
 /// `flotilla up`.
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
-    /// Directory for the embedded store and the admin kubeconfig.
+    /// Directory for the embedded store, the admin kubeconfig and the client configuration.
     #[arg(long, default_value = "./flotilla-data")]
     pub data_dir: PathBuf,
     /// Address to listen on (port 0 picks a free one).
@@ -68,212 +84,227 @@ pub struct ServeArgs {
     /// Extra host names or IPs the serving certificate must cover.
     #[arg(long, value_delimiter = ',')]
     pub tls_san: Vec<String>,
+    /// The URL clients reach this service at (default: https://<first --tls-san or the
+    /// listen address>:<port>); cluster endpoints and kubeconfigs carry it.
+    #[arg(long)]
+    pub public_url: Option<String>,
+    /// A file holding the operator's bearer token (at least 16 characters). Without it, a
+    /// token is generated, registered and written to `operator-token` in the working
+    /// directory.
+    #[arg(long, env = "FLOTILLA_OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<PathBuf>,
+}
+
+/// How a client command reaches the management API. Flags and environment override the
+/// configuration file that `flotilla up` writes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// Client configuration file (JSON: endpoint, apiKey, caPem), as `flotilla up` writes it.
+    #[arg(long, global = true, env = "FLOTILLA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The service's URL, e.g. https://127.0.0.1:6443.
+    #[arg(long, global = true, env = "FLOTILLA_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// The bearer API key (or the operator token, for `account`).
+    #[arg(long, global = true, env = "FLOTILLA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// A PEM file with the CA that signed the service's certificate.
+    #[arg(long, global = true, env = "FLOTILLA_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, short, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Aligned columns.
+    Table,
+    /// The API's JSON.
+    Json,
+    /// The API's JSON as YAML.
+    Yaml,
+}
+
+/// `flotilla account …`.
+#[derive(Debug, Subcommand)]
+pub enum AccountCommand {
+    /// Create an account; prints its first API key.
+    Create {
+        /// Account id (a DNS label).
+        id: String,
+    },
+    /// List accounts.
+    List,
+    /// Issue another API key for an account.
+    NewKey {
+        /// Account id.
+        id: String,
+    },
+}
+
+/// `flotilla cluster …`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Create a cluster.
+    Create(ClusterCreateArgs),
+    /// List clusters.
+    List,
+    /// Show one cluster.
+    Get {
+        /// Cluster name.
+        name: String,
+    },
+    /// Delete a cluster with all of its objects, credentials and node pools.
+    Delete {
+        /// Cluster name.
+        name: String,
+        /// Wait until it is gone.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print (or write) an admin kubeconfig.
+    Kubeconfig {
+        /// Cluster name.
+        name: String,
+        /// Write it to this file (mode 0600) instead of standard output.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+}
+
+/// `flotilla cluster create`.
+#[derive(Debug, clap::Args)]
+pub struct ClusterCreateArgs {
+    /// Cluster name (a DNS label of at most 40 characters).
+    pub name: String,
+    /// Kubernetes minor version.
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Service ClusterIP range.
+    #[arg(long)]
+    pub service_cidr: Option<String>,
+    /// Pod network.
+    #[arg(long)]
+    pub pod_cidr: Option<String>,
+    /// CIDRs allowed to reach the public endpoint (repeatable).
+    #[arg(long = "public-access-cidr")]
+    pub public_access_cidrs: Vec<String>,
+    /// Tags as key=value (repeatable).
+    #[arg(long = "tag", value_parser = parse_key_value)]
+    pub tags: Vec<(String, String)>,
+    /// Cloud region.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Subnet ids (repeatable).
+    #[arg(long = "subnet")]
+    pub subnets: Vec<String>,
+    /// Cloud API endpoint override (e.g. LocalStack).
+    #[arg(long)]
+    pub cloud_endpoint: Option<String>,
+    /// Idempotency token: a retry with the same token returns the same cluster.
+    #[arg(long)]
+    pub client_request_token: Option<String>,
+    /// Wait until the cluster is ACTIVE.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// `flotilla nodepool …`.
+#[derive(Debug, Subcommand)]
+pub enum NodePoolCommand {
+    /// Create a node pool.
+    Create(NodePoolCreateArgs),
+    /// List a cluster's node pools.
+    List {
+        /// Cluster name.
+        cluster: String,
+    },
+    /// Change a node pool's size.
+    Scale {
+        /// Cluster name.
+        cluster: String,
+        /// Node pool name.
+        name: String,
+        /// Nodes wanted.
+        #[arg(long)]
+        desired: u32,
+        /// Fewest nodes (default: unchanged, lowered to --desired if needed).
+        #[arg(long)]
+        min: Option<u32>,
+        /// Most nodes (default: unchanged, raised to --desired if needed).
+        #[arg(long)]
+        max: Option<u32>,
+        /// Wait until the pool is ACTIVE again.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Delete a node pool.
+    Delete {
+        /// Cluster name.
+        cluster: String,
+        /// Node pool name.
+        name: String,
+        /// Wait until it is gone.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+/// `flotilla nodepool create`.
+#[derive(Debug, clap::Args)]
+pub struct NodePoolCreateArgs {
+    /// Cluster name.
+    pub cluster: String,
+    /// Node pool name.
+    pub name: String,
+    /// Instance type (repeatable).
+    #[arg(long = "instance-type")]
+    pub instance_types: Vec<String>,
+    /// Machine image id.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Fewest nodes.
+    #[arg(long, default_value_t = 1)]
+    pub min: u32,
+    /// Most nodes.
+    #[arg(long, default_value_t = 2)]
+    pub max: u32,
+    /// Nodes wanted.
+    #[arg(long, default_value_t = 2)]
+    pub desired: u32,
+    /// Node labels as key=value (repeatable).
+    #[arg(long = "label", value_parser = parse_key_value)]
+    pub labels: Vec<(String, String)>,
+    /// Node taints as key[=value]:EFFECT (repeatable), e.g. dedicated=gpu:NO_SCHEDULE.
+    #[arg(long = "taint")]
+    pub taints: Vec<String>,
+    /// Subnet ids (repeatable; default the cluster's).
+    #[arg(long = "subnet")]
+    pub subnets: Vec<String>,
+    /// Idempotency token.
+    #[arg(long)]
+    pub client_request_token: Option<String>,
+    /// Wait until the pool is ACTIVE.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected key=value, got {text:?}")),
+    }
 }
 
 /// Runs a parsed command line to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Up(args) => up(args).await,
-        Command::Serve(args) => serve(args).await,
+        Command::Up(args) => service::up(args).await,
+        Command::Serve(args) => service::serve(args).await,
+        Command::Account { client, command } => commands::account(&client, command).await,
+        Command::Cluster { client, command } => commands::cluster(&client, command).await,
+        Command::Nodepool { client, command } => commands::node_pool(&client, command).await,
     }
-}
-
-async fn open_storage(
-    etcd: &[String],
-    data_dir: Option<&Path>,
-) -> anyhow::Result<Arc<dyn Storage>> {
-    if !etcd.is_empty() {
-        let storage = EtcdStorage::connect(etcd, None)
-            .await
-            .context("connecting to etcd")?;
-        return Ok(Arc::new(storage));
-    }
-    let Some(dir) = data_dir else {
-        bail!("no storage: give --etcd or --data-dir");
-    };
-    let path = dir.join("store.redb");
-    let storage = tokio::task::spawn_blocking(move || EmbeddedStorage::open(&path))
-        .await
-        .context("opening the embedded store")?
-        .context("opening the embedded store")?;
-    Ok(Arc::new(storage))
-}
-
-/// The serving CA every replica shares: loaded from storage, or created there once.
-async fn serving_ca(storage: &Arc<dyn Storage>) -> anyhow::Result<CertificateAuthority> {
-    if let Some(kv) = storage.get(SERVING_CA_KEY).await? {
-        return serde_json::from_slice(&kv.value).context("stored serving CA is unreadable");
-    }
-    let ca = CertificateAuthority::generate("flotilla-serving-ca")?;
-    let bytes = Bytes::from(serde_json::to_vec(&ca)?);
-    match storage.create(SERVING_CA_KEY, bytes).await? {
-        flotilla_storage::Outcome::Done(_) => Ok(ca),
-        // Another replica created it first: use theirs.
-        flotilla_storage::Outcome::Conflict(Some(kv)) => {
-            serde_json::from_slice(&kv.value).context("stored serving CA is unreadable")
-        }
-        flotilla_storage::Outcome::Conflict(None) => {
-            bail!("serving CA vanished while being created")
-        }
-    }
-}
-
-fn serving_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
-    let mut hosts = vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ];
-    if !listen.ip().is_unspecified() {
-        hosts.push(listen.ip().to_string());
-    }
-    hosts.extend(extra.iter().cloned());
-    hosts.dedup();
-    hosts
-}
-
-/// Compacts history older than one interval, on every interval (kube-apiserver's scheme:
-/// compact to the revision seen at the previous tick).
-fn spawn_compactor(storage: Arc<dyn Storage>) {
-    tokio::spawn(async move {
-        let mut previous = None;
-        let mut ticker = tokio::time::interval(COMPACTION_INTERVAL);
-        loop {
-            ticker.tick().await;
-            if let Some(revision) = previous
-                && let Err(err) = storage.compact(revision).await
-            {
-                tracing::warn!(%err, revision, "compaction failed");
-            }
-            previous = storage.current_revision().await.ok();
-        }
-    });
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutting down");
-}
-
-/// A bound, configured server, not yet serving.
-struct Started {
-    server: Arc<ApiServer>,
-    listener: TcpListener,
-    tls: Arc<ServerConfig>,
-    serving_ca: CertificateAuthority,
-}
-
-async fn start(
-    storage: Arc<dyn Storage>,
-    listen: SocketAddr,
-    extra_sans: &[String],
-) -> anyhow::Result<Started> {
-    let listener = TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listening on {listen}"))?;
-    let local = listener.local_addr()?;
-    let server = ApiServer::new(storage.clone(), &local.to_string());
-    let ca = serving_ca(&storage).await?;
-    let serving = ca.issue_serving("flotilla", &serving_hosts(local, extra_sans))?;
-    let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
-    let tls = flotilla_apiserver::serve::server_config(&chain, &serving.key_pem)?;
-    spawn_compactor(storage);
-    Ok(Started {
-        server,
-        listener,
-        tls,
-        serving_ca: ca,
-    })
-}
-
-async fn up(args: UpArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
-    let Started {
-        server,
-        listener,
-        tls,
-        serving_ca,
-    } = start(storage, args.listen, &[]).await?;
-    let local = listener.local_addr()?;
-    let tenant = server
-        .tenants
-        .ensure(&server, DEMO_CLUSTER)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let admin = tenant
-        .issue_admin()
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let host = if local.ip().is_unspecified() {
-        "127.0.0.1".to_string()
-    } else {
-        local.ip().to_string()
-    };
-    let server_url = format!(
-        "https://{}/clusters/{DEMO_CLUSTER}",
-        SocketAddr::new(host.parse()?, local.port())
-    );
-    let config = kubeconfig(
-        DEMO_CLUSTER,
-        &server_url,
-        &serving_ca.cert_pem,
-        "kubernetes-admin",
-        &admin,
-    );
-    let path = args.data_dir.join("kubeconfig");
-    write_private(&path, &config)?;
-    let absolute = std::fs::canonicalize(&path).unwrap_or(path);
-    println!("{}", absolute.display());
-    tracing::info!(url = %server_url, kubeconfig = %absolute.display(), "flotilla is up");
-    flotilla_apiserver::serve::serve_tls(listener, tls, server.router(), shutdown_signal()).await;
-    Ok(())
-}
-
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let storage = open_storage(&args.etcd, None).await?;
-    let Started {
-        server,
-        listener,
-        tls,
-        ..
-    } = start(storage, args.listen, &args.tls_san).await?;
-    tracing::info!(address = %listener.local_addr()?, "flotilla is serving");
-    flotilla_apiserver::serve::serve_tls(listener, tls, server.router(), shutdown_signal()).await;
-    Ok(())
-}
-
-/// Writes a file readable by its owner only (it holds a private key).
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()?;
-    Ok(())
 }

@@ -461,8 +461,12 @@ impl Management {
         let (cluster, _) = self.cluster_record(account, name).await?;
         if cluster.status != ClusterStatus::Active {
             return Err(ManagementError::invalid_request(format!(
-                "cluster {name:?} is {:?}; a kubeconfig is available once it is ACTIVE",
-                cluster.status
+                "cluster {name:?} is {}{}; a kubeconfig is available once it is ACTIVE",
+                cluster.status,
+                cluster
+                    .status_reason
+                    .map(|reason| format!(" ({reason})"))
+                    .unwrap_or_default()
             )));
         }
         let tenant = self
@@ -486,7 +490,7 @@ impl Management {
         match cluster.status {
             ClusterStatus::Active => Ok(cluster),
             status => Err(ManagementError::invalid_request(format!(
-                "cluster {name:?} is {status:?}; node pools can be changed once it is ACTIVE"
+                "cluster {name:?} is {status}; node pools can be changed once it is ACTIVE"
             ))),
         }
     }
@@ -760,7 +764,7 @@ async fn update_cluster(
             |cluster: &mut Cluster| {
                 if cluster.status != ClusterStatus::Active {
                     return Err(ManagementError::invalid_request(format!(
-                        "cluster {name:?} is {:?}; it can be updated once it is ACTIVE",
+                        "cluster {name:?} is {}; it can be updated once it is ACTIVE",
                         cluster.status
                     )));
                 }

@@ -57,6 +57,17 @@ pub enum ClusterStatus {
     Failed,
 }
 
+impl std::fmt::Display for ClusterStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClusterStatus::Creating => "CREATING",
+            ClusterStatus::Active => "ACTIVE",
+            ClusterStatus::Deleting => "DELETING",
+            ClusterStatus::Failed => "FAILED",
+        })
+    }
+}
+
 /// Service and pod networks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

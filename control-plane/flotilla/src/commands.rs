@@ -1,0 +1,502 @@
+//! The client commands (`account`, `cluster`, `nodepool`): build the request, call the
+//! management API, wait when asked (with progress on standard error), print the result as a
+//! table, JSON or YAML.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use http::Method;
+use serde_json::{Value, json};
+
+use crate::client::{ManagementClient, ServiceError};
+use crate::{
+    AccountCommand, ClientArgs, ClusterCommand, ClusterCreateArgs, NodePoolCommand,
+    NodePoolCreateArgs, Output,
+};
+
+/// How often `--wait` polls.
+const POLL: Duration = Duration::from_millis(500);
+/// How long `--wait` waits before giving up.
+const WAIT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// `flotilla account …`.
+pub async fn account(args: &ClientArgs, command: AccountCommand) -> anyhow::Result<()> {
+    let client = ManagementClient::from_args(args)?;
+    match command {
+        AccountCommand::Create { id } => {
+            let key = client
+                .call_json(Method::POST, "/v1/accounts", Some(&json!({ "id": id })))
+                .await?;
+            print_one(args.output, &key, &ACCOUNT_KEY_COLUMNS)
+        }
+        AccountCommand::List => {
+            let list = client.call_json(Method::GET, "/v1/accounts", None).await?;
+            print_many(args.output, &list, "accounts", &ACCOUNT_COLUMNS)
+        }
+        AccountCommand::NewKey { id } => {
+            let key = client
+                .call_json(Method::POST, &format!("/v1/accounts/{id}/apikeys"), None)
+                .await?;
+            print_one(args.output, &key, &ACCOUNT_KEY_COLUMNS)
+        }
+    }
+}
+
+/// `flotilla cluster …`.
+pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Result<()> {
+    let client = ManagementClient::from_args(args)?;
+    match command {
+        ClusterCommand::Create(create) => {
+            let wait = create.wait;
+            let name = create.name.clone();
+            let answer = client
+                .call_json(Method::POST, "/v1/clusters", Some(&cluster_request(create)))
+                .await?;
+            let cluster = if wait {
+                wait_for(
+                    &client,
+                    &format!("cluster {name}"),
+                    &cluster_path(&name),
+                    "cluster",
+                    "ACTIVE",
+                )
+                .await?
+            } else {
+                answer["cluster"].clone()
+            };
+            print_one(args.output, &cluster, &CLUSTER_COLUMNS)
+        }
+        ClusterCommand::List => {
+            let list = client.call_json(Method::GET, "/v1/clusters", None).await?;
+            print_many(args.output, &list, "clusters", &CLUSTER_COLUMNS)
+        }
+        ClusterCommand::Get { name } => {
+            let answer = client
+                .call_json(Method::GET, &cluster_path(&name), None)
+                .await?;
+            print_one(args.output, &answer["cluster"], &CLUSTER_COLUMNS)
+        }
+        ClusterCommand::Delete { name, wait } => {
+            let answer = client
+                .call_json(Method::DELETE, &cluster_path(&name), None)
+                .await?;
+            if wait {
+                wait_until_gone(
+                    &client,
+                    &format!("cluster {name}"),
+                    &cluster_path(&name),
+                    "cluster",
+                )
+                .await?;
+                eprintln!("cluster {name} deleted");
+                return Ok(());
+            }
+            print_one(args.output, &answer["cluster"], &CLUSTER_COLUMNS)
+        }
+        ClusterCommand::Kubeconfig { name, file } => {
+            let config = client
+                .call(
+                    Method::GET,
+                    &format!("{}/kubeconfig", cluster_path(&name)),
+                    None,
+                )
+                .await?;
+            let text = String::from_utf8(config.to_vec()).context("the kubeconfig is not UTF-8")?;
+            match file {
+                Some(path) => {
+                    crate::service::write_private(&path, &text)?;
+                    eprintln!("wrote {}", path.display());
+                }
+                None => print!("{text}"),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `flotilla nodepool …`.
+pub async fn node_pool(args: &ClientArgs, command: NodePoolCommand) -> anyhow::Result<()> {
+    let client = ManagementClient::from_args(args)?;
+    match command {
+        NodePoolCommand::Create(create) => {
+            let wait = create.wait;
+            let path = pool_path(&create.cluster, &create.name);
+            let what = format!("node pool {}/{}", create.cluster, create.name);
+            let request = node_pool_request(&create)?;
+            let answer = client
+                .call_json(
+                    Method::POST,
+                    &format!("{}/nodepools", cluster_path(&create.cluster)),
+                    Some(&request),
+                )
+                .await?;
+            let pool = if wait {
+                wait_for(&client, &what, &path, "nodePool", "ACTIVE").await?
+            } else {
+                answer["nodePool"].clone()
+            };
+            print_one(args.output, &pool, &POOL_COLUMNS)
+        }
+        NodePoolCommand::List { cluster } => {
+            let list = client
+                .call_json(
+                    Method::GET,
+                    &format!("{}/nodepools", cluster_path(&cluster)),
+                    None,
+                )
+                .await?;
+            print_many(args.output, &list, "nodePools", &POOL_COLUMNS)
+        }
+        NodePoolCommand::Scale {
+            cluster,
+            name,
+            desired,
+            min,
+            max,
+            wait,
+        } => {
+            let path = pool_path(&cluster, &name);
+            let current = client.call_json(Method::GET, &path, None).await?;
+            let scaling = &current["nodePool"]["scalingConfig"];
+            let size = |field: &str| {
+                scaling[field]
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(desired)
+            };
+            let (current_min, current_max) = (size("minSize"), size("maxSize"));
+            let request = json!({ "scalingConfig": {
+                "minSize": min.unwrap_or(current_min.min(desired)),
+                "maxSize": max.unwrap_or(current_max.max(desired)),
+                "desiredSize": desired,
+            }});
+            let answer = client
+                .call_json(Method::PATCH, &path, Some(&request))
+                .await?;
+            let pool = if wait {
+                wait_for(
+                    &client,
+                    &format!("node pool {cluster}/{name}"),
+                    &path,
+                    "nodePool",
+                    "ACTIVE",
+                )
+                .await?
+            } else {
+                answer["nodePool"].clone()
+            };
+            print_one(args.output, &pool, &POOL_COLUMNS)
+        }
+        NodePoolCommand::Delete {
+            cluster,
+            name,
+            wait,
+        } => {
+            let path = pool_path(&cluster, &name);
+            let answer = client.call_json(Method::DELETE, &path, None).await?;
+            if wait {
+                let what = format!("node pool {cluster}/{name}");
+                wait_until_gone(&client, &what, &path, "nodePool").await?;
+                eprintln!("{what} deleted");
+                return Ok(());
+            }
+            print_one(args.output, &answer["nodePool"], &POOL_COLUMNS)
+        }
+    }
+}
+
+fn cluster_path(name: &str) -> String {
+    format!("/v1/clusters/{name}")
+}
+
+fn pool_path(cluster: &str, pool: &str) -> String {
+    format!("/v1/clusters/{cluster}/nodepools/{pool}")
+}
+
+fn cluster_request(args: ClusterCreateArgs) -> Value {
+    let mut request = json!({
+        "name": args.name,
+        "tags": args.tags.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "kubernetesNetworkConfig": {},
+        "cloud": {},
+    });
+    if let Some(version) = args.version {
+        request["version"] = json!(version);
+    }
+    if let Some(cidr) = args.service_cidr {
+        request["kubernetesNetworkConfig"]["serviceIpv4Cidr"] = json!(cidr);
+    }
+    if let Some(cidr) = args.pod_cidr {
+        request["kubernetesNetworkConfig"]["podIpv4Cidr"] = json!(cidr);
+    }
+    if !args.public_access_cidrs.is_empty() {
+        request["endpointAccess"] = json!({ "publicAccessCidrs": args.public_access_cidrs });
+    }
+    if let Some(region) = args.region {
+        request["cloud"]["region"] = json!(region);
+    }
+    if !args.subnets.is_empty() {
+        request["cloud"]["subnetIds"] = json!(args.subnets);
+    }
+    if let Some(endpoint) = args.cloud_endpoint {
+        request["cloud"]["endpointOverride"] = json!(endpoint);
+    }
+    if let Some(token) = args.client_request_token {
+        request["clientRequestToken"] = json!(token);
+    }
+    request
+}
+
+fn node_pool_request(args: &NodePoolCreateArgs) -> anyhow::Result<Value> {
+    let taints = args
+        .taints
+        .iter()
+        .map(|text| parse_taint(text))
+        .collect::<anyhow::Result<Vec<Value>>>()?;
+    let mut request = json!({
+        "name": args.name,
+        "instanceTypes": args.instance_types,
+        "scalingConfig": { "minSize": args.min, "maxSize": args.max, "desiredSize": args.desired },
+        "labels": args.labels.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        "taints": taints,
+        "subnets": args.subnets,
+    });
+    if let Some(image) = &args.image {
+        request["imageId"] = json!(image);
+    }
+    if let Some(token) = &args.client_request_token {
+        request["clientRequestToken"] = json!(token);
+    }
+    Ok(request)
+}
+
+/// `key[=value]:EFFECT`, kubectl taint's spelling with EKS's effect names.
+fn parse_taint(text: &str) -> anyhow::Result<Value> {
+    let Some((key_value, effect)) = text.rsplit_once(':') else {
+        bail!("taint {text:?} must look like key[=value]:EFFECT");
+    };
+    let mut taint = json!({ "effect": effect });
+    match key_value.split_once('=') {
+        Some((key, value)) => {
+            taint["key"] = json!(key);
+            taint["value"] = json!(value);
+        }
+        None => taint["key"] = json!(key_value),
+    }
+    Ok(taint)
+}
+
+/// Polls `path` until its `field.status` is `wanted`, showing each status change on standard
+/// error; a `FAILED` status ends the wait with its reason.
+async fn wait_for(
+    client: &ManagementClient,
+    what: &str,
+    path: &str,
+    field: &str,
+    wanted: &str,
+) -> anyhow::Result<Value> {
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let answer = client.call_json(Method::GET, path, None).await?;
+        let object = &answer[field];
+        let status = object["status"].as_str().unwrap_or("UNKNOWN").to_string();
+        if status != last {
+            progress(what, &status, started);
+            last = status.clone();
+        }
+        if status == wanted {
+            return Ok(object.clone());
+        }
+        if status == "FAILED" {
+            let reason = object["statusReason"].as_str().unwrap_or("no reason given");
+            bail!("{what} FAILED: {reason}");
+        }
+        if started.elapsed() > WAIT_TIMEOUT {
+            bail!(
+                "{what} is still {status} after {} s",
+                WAIT_TIMEOUT.as_secs()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `path` until it answers 404, showing status changes on standard error.
+async fn wait_until_gone(
+    client: &ManagementClient,
+    what: &str,
+    path: &str,
+    field: &str,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        match client.call_json(Method::GET, path, None).await {
+            Ok(answer) => {
+                let status = answer[field]["status"]
+                    .as_str()
+                    .unwrap_or("UNKNOWN")
+                    .to_string();
+                if status != last {
+                    progress(what, &status, started);
+                    last = status;
+                }
+            }
+            Err(err)
+                if err
+                    .downcast_ref::<ServiceError>()
+                    .is_some_and(|e| e.status == http::StatusCode::NOT_FOUND) =>
+            {
+                return Ok(());
+            }
+            Err(err) => return Err(err),
+        }
+        if started.elapsed() > WAIT_TIMEOUT {
+            bail!("{what} still exists after {} s", WAIT_TIMEOUT.as_secs());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn progress(what: &str, status: &str, started: Instant) {
+    eprintln!(
+        "{what}: {status} ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A table column: its heading and where its value is in the object.
+type Column = (&'static str, &'static [&'static str]);
+
+const CLUSTER_COLUMNS: [Column; 5] = [
+    ("NAME", &["name"]),
+    ("STATUS", &["status"]),
+    ("VERSION", &["version"]),
+    ("ENDPOINT", &["endpoint"]),
+    ("CREATED", &["createdAt"]),
+];
+const POOL_COLUMNS: [Column; 6] = [
+    ("NAME", &["name"]),
+    ("STATUS", &["status"]),
+    ("DESIRED", &["scalingConfig", "desiredSize"]),
+    ("MIN", &["scalingConfig", "minSize"]),
+    ("MAX", &["scalingConfig", "maxSize"]),
+    ("INSTANCE TYPES", &["instanceTypes"]),
+];
+const ACCOUNT_COLUMNS: [Column; 2] = [("ID", &["id"]), ("CREATED", &["createdAt"])];
+const ACCOUNT_KEY_COLUMNS: [Column; 2] = [("ACCOUNT", &["accountId"]), ("API KEY", &["apiKey"])];
+
+fn print_one(output: Output, object: &Value, columns: &[Column]) -> anyhow::Result<()> {
+    match output {
+        Output::Table => print_table(std::slice::from_ref(object), columns),
+        _ => print_document(output, object),
+    }
+}
+
+fn print_many(
+    output: Output,
+    answer: &Value,
+    field: &str,
+    columns: &[Column],
+) -> anyhow::Result<()> {
+    match output {
+        Output::Table => {
+            let items = answer[field].as_array().cloned().unwrap_or_default();
+            print_table(&items, columns)
+        }
+        _ => print_document(output, answer),
+    }
+}
+
+fn print_document(output: Output, value: &Value) -> anyhow::Result<()> {
+    let text = match output {
+        Output::Yaml => serde_yaml::to_string(value)?,
+        _ => format!("{}\n", serde_json::to_string_pretty(value)?),
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn cell(object: &Value, path: &[&str]) -> String {
+    let value = path.iter().fold(object, |value, key| &value[*key]);
+    match value {
+        Value::Null => "<none>".to_string(),
+        Value::String(text) => text.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map_or_else(|| item.to_string(), str::to_string)
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    }
+}
+
+fn print_table(items: &[Value], columns: &[Column]) -> anyhow::Result<()> {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|item| columns.iter().map(|(_, path)| cell(item, path)).collect())
+        .collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (heading, _))| {
+            rows.iter()
+                .map(|row| row[i].len())
+                .chain([heading.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut text = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect::<Vec<_>>()
+            .join("   ");
+        text.truncate(text.trim_end().len());
+        text
+    };
+    let mut out = String::new();
+    out.push_str(&line(columns.iter().map(|(heading, _)| *heading).collect()));
+    out.push('\n');
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    std::io::stdout().write_all(out.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints_parse_with_and_without_a_value() -> anyhow::Result<()> {
+        assert_eq!(
+            parse_taint("dedicated=gpu:NO_SCHEDULE")?,
+            json!({"key": "dedicated", "value": "gpu", "effect": "NO_SCHEDULE"})
+        );
+        assert_eq!(
+            parse_taint("spot:NO_EXECUTE")?,
+            json!({"key": "spot", "effect": "NO_EXECUTE"})
+        );
+        assert!(parse_taint("no-effect").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn cells_show_nested_values_lists_and_absence() {
+        let pool =
+            json!({"scalingConfig": {"desiredSize": 3}, "instanceTypes": ["t3.small", "t3.large"]});
+        assert_eq!(cell(&pool, &["scalingConfig", "desiredSize"]), "3");
+        assert_eq!(cell(&pool, &["instanceTypes"]), "t3.small,t3.large");
+        assert_eq!(cell(&pool, &["status"]), "<none>");
+    }
+}

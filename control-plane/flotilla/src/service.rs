@@ -1,0 +1,320 @@
+//! The Flotilla service: `flotilla up` (one machine, embedded store, a `demo` cluster) and
+//! `flotilla serve` (the hosted service on etcd), wiring storage, the API server, the
+//! management API and TLS.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use flotilla_apiserver::ApiServer;
+use flotilla_apiserver::pki::CertificateAuthority;
+use flotilla_apiserver::serve::ServerConfig;
+use flotilla_management::model::CreateClusterRequest;
+use flotilla_management::{Management, PublicEndpoint};
+use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
+use tokio::net::TcpListener;
+
+use crate::client::ClientConfig;
+use crate::{ServeArgs, UpArgs};
+
+/// How often old revisions are compacted away (kube-apiserver's default interval).
+const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Where the service's serving CA is kept, shared by every replica.
+const SERVING_CA_KEY: &str = "/flotilla/pki/serving-ca";
+
+/// The cluster `flotilla up` creates.
+const DEMO_CLUSTER: &str = "demo";
+/// The account `flotilla up` creates it in, whose API key it writes for the CLI.
+const LOCAL_ACCOUNT: &str = "default";
+/// How long `flotilla up` waits for the demo cluster's control plane.
+const DEMO_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn open_storage(
+    etcd: &[String],
+    data_dir: Option<&Path>,
+) -> anyhow::Result<Arc<dyn Storage>> {
+    if !etcd.is_empty() {
+        let storage = EtcdStorage::connect(etcd, None)
+            .await
+            .context("connecting to etcd")?;
+        return Ok(Arc::new(storage));
+    }
+    let Some(dir) = data_dir else {
+        bail!("no storage: give --etcd or --data-dir");
+    };
+    let path = dir.join("store.redb");
+    let storage = tokio::task::spawn_blocking(move || EmbeddedStorage::open(&path))
+        .await
+        .context("opening the embedded store")?
+        .context("opening the embedded store")?;
+    Ok(Arc::new(storage))
+}
+
+/// The serving CA every replica shares: loaded from storage, or created there once.
+async fn serving_ca(storage: &Arc<dyn Storage>) -> anyhow::Result<CertificateAuthority> {
+    if let Some(kv) = storage.get(SERVING_CA_KEY).await? {
+        return serde_json::from_slice(&kv.value).context("stored serving CA is unreadable");
+    }
+    let ca = CertificateAuthority::generate("flotilla-serving-ca")?;
+    let bytes = Bytes::from(serde_json::to_vec(&ca)?);
+    match storage.create(SERVING_CA_KEY, bytes).await? {
+        flotilla_storage::Outcome::Done(_) => Ok(ca),
+        // Another replica created it first: use theirs.
+        flotilla_storage::Outcome::Conflict(Some(kv)) => {
+            serde_json::from_slice(&kv.value).context("stored serving CA is unreadable")
+        }
+        flotilla_storage::Outcome::Conflict(None) => {
+            bail!("serving CA vanished while being created")
+        }
+    }
+}
+
+fn serving_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut hosts = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    if !listen.ip().is_unspecified() {
+        hosts.push(listen.ip().to_string());
+    }
+    hosts.extend(extra.iter().cloned());
+    hosts.dedup();
+    hosts
+}
+
+/// Compacts history older than one interval, on every interval (kube-apiserver's scheme:
+/// compact to the revision seen at the previous tick).
+fn spawn_compactor(storage: Arc<dyn Storage>) {
+    tokio::spawn(async move {
+        let mut previous = None;
+        let mut ticker = tokio::time::interval(COMPACTION_INTERVAL);
+        loop {
+            ticker.tick().await;
+            if let Some(revision) = previous
+                && let Err(err) = storage.compact(revision).await
+            {
+                tracing::warn!(%err, revision, "compaction failed");
+            }
+            previous = storage.current_revision().await.ok();
+        }
+    });
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}
+
+/// A bound, configured service, not yet serving.
+struct Started {
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    management: Arc<Management>,
+    router: axum::Router,
+    /// `https://host:port`: what clients put in front of `/v1/…` and `/clusters/{id}`.
+    public_url: String,
+    serving_ca: CertificateAuthority,
+}
+
+async fn start(
+    storage: Arc<dyn Storage>,
+    listen: SocketAddr,
+    extra_sans: &[String],
+    public_url: Option<String>,
+) -> anyhow::Result<Started> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    let local = listener.local_addr()?;
+    let server = ApiServer::new(storage.clone(), &local.to_string());
+    let ca = serving_ca(&storage).await?;
+    let serving = ca.issue_serving("flotilla", &serving_hosts(local, extra_sans))?;
+    let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
+    let tls = flotilla_apiserver::serve::server_config(&chain, &serving.key_pem)?;
+    let public_url = public_url.unwrap_or_else(|| default_public_url(local, extra_sans));
+    let management = Management::new(
+        server.clone(),
+        PublicEndpoint {
+            base_url: public_url.trim_end_matches('/').to_string(),
+            ca_pem: ca.cert_pem.clone(),
+        },
+    );
+    management.spawn_reconciler();
+    // The management API owns `/v1/…`; everything else is the API server's.
+    let router = management.router().merge(server.router());
+    spawn_compactor(storage);
+    Ok(Started {
+        listener,
+        tls,
+        management,
+        router,
+        public_url,
+        serving_ca: ca,
+    })
+}
+
+/// `https://host:port` for a listener: the first extra SAN, else its address (loopback when
+/// it listens on every interface).
+fn default_public_url(local: SocketAddr, extra_sans: &[String]) -> String {
+    let host = match extra_sans.first() {
+        Some(san) => san.clone(),
+        None if local.ip().is_unspecified() => "127.0.0.1".to_string(),
+        None => local.ip().to_string(),
+    };
+    let host = if host.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    format!("https://{host}:{}", local.port())
+}
+
+pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
+    let started = start(storage, args.listen, &[], None).await?;
+    let management = &started.management;
+
+    // The local operator, a `default` account with an API key for the CLI, and `demo`.
+    let operator = operator_token(&args.data_dir.join("operator-token"))?;
+    management.register_operator_token(&operator).await?;
+    management.ensure_account(LOCAL_ACCOUNT).await?;
+    let client_config = args.data_dir.join("flotilla.json");
+    if !client_config.exists() {
+        let key = management.issue_api_key(LOCAL_ACCOUNT).await?;
+        let config = ClientConfig {
+            endpoint: Some(started.public_url.clone()),
+            api_key: Some(key.api_key),
+            ca_pem: Some(started.serving_ca.cert_pem.clone()),
+        };
+        write_private(&client_config, &serde_json::to_string_pretty(&config)?)?;
+    }
+    let kubeconfig = demo_kubeconfig(management).await?;
+    let path = args.data_dir.join("kubeconfig");
+    write_private(&path, &kubeconfig)?;
+    let absolute = std::fs::canonicalize(&path).unwrap_or(path);
+    println!("{}", absolute.display());
+    tracing::info!(
+        url = %format!("{}/clusters/{DEMO_CLUSTER}", started.public_url),
+        kubeconfig = %absolute.display(),
+        client_config = %client_config.display(),
+        "flotilla is up"
+    );
+    flotilla_apiserver::serve::serve_tls(
+        started.listener,
+        started.tls,
+        started.router,
+        shutdown_signal(),
+    )
+    .await;
+    Ok(())
+}
+
+/// Creates the `demo` cluster once (it keeps the id `demo`, so its URL is stable), waits
+/// until it is ACTIVE and returns an admin kubeconfig for it.
+async fn demo_kubeconfig(management: &Management) -> anyhow::Result<String> {
+    let request: CreateClusterRequest =
+        serde_json::from_value(serde_json::json!({ "name": DEMO_CLUSTER }))?;
+    match management
+        .create_cluster_with_id(LOCAL_ACCOUNT, request, Some(DEMO_CLUSTER))
+        .await
+    {
+        Ok(_) => {}
+        // A restart: it exists already.
+        Err(err) if err.status == http::StatusCode::CONFLICT => {}
+        Err(err) => return Err(err.into()),
+    }
+    let deadline = tokio::time::Instant::now() + DEMO_READY_TIMEOUT;
+    loop {
+        management.reconcile_all().await?;
+        match management.kubeconfig(LOCAL_ACCOUNT, DEMO_CLUSTER).await {
+            Ok(config) => return Ok(config),
+            Err(err) if tokio::time::Instant::now() >= deadline => {
+                bail!("the demo cluster did not become ACTIVE: {err}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// The operator token in `path`, generated and written there (mode 0600) on first use.
+fn operator_token(path: &Path) -> anyhow::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(token) => Ok(token.trim().to_string()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            let token = Management::new_operator_token();
+            write_private(path, &format!("{token}\n"))?;
+            Ok(token)
+        }
+        Err(err) => Err(err).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let storage = open_storage(&args.etcd, None).await?;
+    let started = start(storage, args.listen, &args.tls_san, args.public_url).await?;
+    let token_file = args
+        .operator_token_file
+        .unwrap_or_else(|| PathBuf::from("operator-token"));
+    let operator = operator_token(&token_file)?;
+    started
+        .management
+        .register_operator_token(&operator)
+        .await
+        .with_context(|| format!("registering the operator token in {}", token_file.display()))?;
+    tracing::info!(
+        address = %started.listener.local_addr()?,
+        public_url = %started.public_url,
+        operator_token_file = %token_file.display(),
+        "flotilla is serving"
+    );
+    flotilla_apiserver::serve::serve_tls(
+        started.listener,
+        started.tls,
+        started.router,
+        shutdown_signal(),
+    )
+    .await;
+    Ok(())
+}
+
+/// Writes a file readable by its owner only (it holds a private key).
+pub(crate) fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}
