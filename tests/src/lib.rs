@@ -143,11 +143,11 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// kubectl's stdout when it exited zero, else an error carrying its stderr.
-fn succeeded(args: &[&str], out: Output) -> anyhow::Result<String> {
+/// A command's stdout when it exited zero, else an error carrying its stderr.
+fn succeeded(program: &str, args: &[&str], out: Output) -> anyhow::Result<String> {
     if !out.status.success() {
         bail!(
-            "kubectl {} failed: {}",
+            "{program} {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -243,13 +243,48 @@ impl Flotilla {
         self.start()
     }
 
-    /// Runs kubectl 1.32 against this cluster.
-    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<Output> {
-        self.kubectl_with(args, None, &[])
+    /// kubectl 1.32 with this service's admin kubeconfig.
+    pub fn kubectl(&self) -> Kubectl {
+        Kubectl::new(&self.kubeconfig)
+    }
+
+    /// Runs kubectl and returns stdout, failing with stderr when it exits non-zero.
+    pub fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
+        self.kubectl().ok(args)
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> anyhow::Result<String> {
+        self.kubectl().fails(args)
+    }
+
+    /// Runs kubectl with a manifest on standard input (`-f -`).
+    pub fn ok_stdin(&self, args: &[&str], manifest: &str) -> anyhow::Result<String> {
+        self.kubectl().ok_stdin(args, manifest)
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Stock kubectl 1.32 with one kubeconfig.
+pub struct Kubectl {
+    /// The kubeconfig it uses.
+    pub kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    /// kubectl with `kubeconfig`.
+    pub fn new(kubeconfig: &Path) -> Self {
+        Kubectl {
+            kubeconfig: kubeconfig.to_path_buf(),
+        }
     }
 
     /// Runs kubectl with optional standard input and extra environment.
-    pub fn kubectl_with(
+    pub fn run(
         &self,
         args: &[&str],
         stdin: Option<&str>,
@@ -260,45 +295,220 @@ impl Flotilla {
         for (k, v) in env {
             command.env(k, v);
         }
-        command.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = command.spawn().context("running kubectl")?;
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            use std::io::Write;
-            pipe.write_all(input.as_bytes())?;
-        }
-        Ok(child.wait_with_output()?)
+        run_with_stdin(command, stdin)
     }
 
     /// Runs kubectl and returns stdout, failing with stderr when it exits non-zero.
     pub fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
-        succeeded(args, self.kubectl(args)?)
+        succeeded("kubectl", args, self.run(args, None, &[])?)
     }
 
     /// Runs kubectl expecting failure; returns stderr.
     pub fn fails(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = self.kubectl(args)?;
-        if out.status.success() {
-            bail!(
-                "kubectl {} unexpectedly succeeded: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stdout)
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+        failed("kubectl", args, self.run(args, None, &[])?)
     }
 
     /// Runs kubectl with a manifest on standard input (`-f -`).
     pub fn ok_stdin(&self, args: &[&str], manifest: &str) -> anyhow::Result<String> {
-        succeeded(args, self.kubectl_with(args, Some(manifest), &[])?)
+        succeeded("kubectl", args, self.run(args, Some(manifest), &[])?)
     }
 
-    /// The data directory.
-    pub fn data_dir(&self) -> &Path {
+    /// `GET server-URL + path` with this kubeconfig's credentials, through curl: (HTTP status,
+    /// body). kubectl's own `get --raw` cannot do this: it drops the path of the server URL
+    /// (`/clusters/{id}`) and sends `path` alone.
+    pub fn raw_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let config: serde_json::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig)?)?;
+        let cluster = &config["clusters"][0]["cluster"];
+        let user = &config["users"][0]["user"];
+        let dir = tempfile::tempdir()?;
+        let mut files = Vec::new();
+        for (field, value) in [
+            ("ca", &cluster["certificate-authority-data"]),
+            ("cert", &user["client-certificate-data"]),
+            ("key", &user["client-key-data"]),
+        ] {
+            use base64::Engine;
+            let data = value
+                .as_str()
+                .with_context(|| format!("kubeconfig lacks {field}"))?;
+            let path = dir.path().join(field);
+            std::fs::write(
+                &path,
+                base64::engine::general_purpose::STANDARD.decode(data)?,
+            )?;
+            files.push(path);
+        }
+        let server = cluster["server"]
+            .as_str()
+            .context("kubeconfig lacks a server")?;
+        let out = Command::new("curl")
+            .args(["-sS", "-w", "\n%{http_code}", "--cacert"])
+            .arg(&files[0])
+            .arg("--cert")
+            .arg(&files[1])
+            .arg("--key")
+            .arg(&files[2])
+            .arg(format!("{server}{path}"))
+            .output()
+            .context("running curl")?;
+        if !out.status.success() {
+            bail!("curl failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let text = String::from_utf8(out.stdout)?;
+        let (body, status) = text.rsplit_once('\n').context("curl printed no status")?;
+        Ok((status.trim().parse()?, body.to_string()))
+    }
+}
+
+fn run_with_stdin(mut command: Command, stdin: Option<&str>) -> anyhow::Result<Output> {
+    command.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("running {:?}", command.get_program()))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        use std::io::Write;
+        pipe.write_all(input.as_bytes())?;
+    }
+    Ok(child.wait_with_output()?)
+}
+
+/// stderr of a command that was expected to fail, or an error if it succeeded.
+fn failed(program: &str, args: &[&str], out: Output) -> anyhow::Result<String> {
+    if out.status.success() {
+        bail!(
+            "{program} {} unexpectedly succeeded: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The `flotilla` client commands with one client configuration (`FLOTILLA_CONFIG`).
+pub struct FlotillaCli {
+    /// The client configuration file.
+    pub config: PathBuf,
+}
+
+impl FlotillaCli {
+    /// Runs `flotilla ARGS`; returns stdout, failing with stderr when it exits non-zero.
+    pub fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
+        succeeded("flotilla", args, self.run(args)?)
+    }
+
+    /// Runs `flotilla ARGS` expecting failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> anyhow::Result<String> {
+        failed("flotilla", args, self.run(args)?)
+    }
+
+    fn run(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let mut command = Command::new(flotilla_bin()?);
+        command
+            .args(args)
+            .env("FLOTILLA_CONFIG", &self.config)
+            .env_remove("FLOTILLA_ENDPOINT")
+            .env_remove("FLOTILLA_API_KEY")
+            .env_remove("FLOTILLA_CA_FILE");
+        run_with_stdin(command, None)
+    }
+
+    /// The configuration's fields (endpoint, apiKey, caPem).
+    pub fn settings(&self) -> anyhow::Result<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.config)?;
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+/// A running `flotilla serve` on etcd, and its operator's client configuration.
+pub struct Serve {
+    process: Option<Process>,
+    dir: tempfile::TempDir,
+    etcd: String,
+    /// The port it listens on (loopback).
+    pub port: u16,
+}
+
+impl Serve {
+    /// Starts `flotilla serve --etcd ETCD` on a free loopback port and waits until it serves.
+    pub fn start(etcd: &str) -> anyhow::Result<Self> {
+        let mut serve = Serve {
+            process: None,
+            dir: tempfile::tempdir()?,
+            etcd: etcd.to_string(),
+            port: free_port()?,
+        };
+        serve.launch()?;
+        Ok(serve)
+    }
+
+    fn launch(&mut self) -> anyhow::Result<()> {
+        let operator = self.operator_config();
+        let _ = std::fs::remove_file(&operator);
+        let child = Command::new(flotilla_bin()?)
+            .arg("serve")
+            .arg("--etcd")
+            .arg(&self.etcd)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--operator-config")
+            .arg(&operator)
+            .env("FLOTILLA_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting flotilla serve")?;
+        self.process = Some(Process { child });
+        let deadline = Instant::now() + READY_TIMEOUT;
+        // The operator configuration is written once the service is set up.
+        while !operator.exists() || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
+        {
+            if Instant::now() > deadline {
+                bail!("flotilla serve did not come up within {READY_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The operator's client configuration file.
+    pub fn operator_config(&self) -> PathBuf {
+        self.dir.path().join("operator.json")
+    }
+
+    /// The client commands as the operator.
+    pub fn operator(&self) -> FlotillaCli {
+        FlotillaCli {
+            config: self.operator_config(),
+        }
+    }
+
+    /// Creates account `id` and returns the client commands with its first API key.
+    pub fn account(&self, id: &str) -> anyhow::Result<FlotillaCli> {
+        let operator = self.operator();
+        let key: serde_json::Value =
+            serde_json::from_str(&operator.ok(&["account", "create", id, "-o", "json"])?)?;
+        let mut settings = operator.settings()?;
+        settings["apiKey"] = key["apiKey"].clone();
+        let config = self.dir.path().join(format!("{id}.json"));
+        std::fs::write(&config, serde_json::to_vec_pretty(&settings)?)?;
+        Ok(FlotillaCli { config })
+    }
+
+    /// A scratch directory that lives as long as the service.
+    pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Kills the service with SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! End-to-end suites: the `flotilla` binary on the embedded store and on real etcd, driven by
-//! stock kubectl 1.32, asserting on what kubectl prints.
+//! stock kubectl 1.32 and the `flotilla` CLI, asserting on what they print.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
+
+#[path = "e2e/tenancy.rs"]
+mod tenancy;
 
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1
@@ -98,7 +101,7 @@ fn kubectl_workflow(f: &Flotilla) -> anyhow::Result<()> {
         "configmap/settings serverside-applied",
     )?;
     let other = cm.replace("fast", "slow");
-    let out = f.kubectl_with(
+    let out = f.kubectl().run(
         &["apply", "--server-side", "--field-manager=other", "-f", "-"],
         Some(&other),
         &[],
@@ -245,7 +248,7 @@ fn kubectl_workflow(f: &Flotilla) -> anyhow::Result<()> {
         .arg(&editor)
         .status()?;
     let editor = editor.to_string_lossy().into_owned();
-    let out = f.kubectl_with(
+    let out = f.kubectl().run(
         &["edit", "cm", "chunk-0"],
         None,
         &[("KUBE_EDITOR", &editor)],
@@ -308,7 +311,7 @@ fn kubectl_workflow(f: &Flotilla) -> anyhow::Result<()> {
 
     // diff: exit 1 and the change shown
     let diffed = DEPLOYMENT.replace("nginx:1.25", "nginx:1.27");
-    let out = f.kubectl_with(&["diff", "-f", "-"], Some(&diffed), &[])?;
+    let out = f.kubectl().run(&["diff", "-f", "-"], Some(&diffed), &[])?;
     ensure!(
         out.status.code() == Some(1),
         "diff exit code {:?}: {}",

@@ -26,6 +26,8 @@ const TENANT_RECORDS: &str = "/flotilla/tenants/";
 /// How long a loaded tenant is served before its record is read again, so a cluster deleted
 /// through another replica stops answering here within this time.
 const TENANT_RECHECK: Duration = Duration::from_secs(5);
+/// How many times (50 ms apart) a failed bootstrap create looks for a concurrent one's object.
+const CONCURRENT_BOOTSTRAP_CHECKS: usize = 40;
 
 /// Keys deleted per range while a tenant is destroyed.
 const DESTROY_BATCH: usize = 500;
@@ -258,11 +260,16 @@ async fn create_if_absent(
     {
         Ok(_) => Ok(()),
         Err(err) if err.reason == "AlreadyExists" => Ok(()),
-        // A concurrent bootstrap (another replica's reconciler) created it between the check
-        // and the create; its hooks may fail first (the IP is taken), so look again.
-        Err(err) => match server.store.storage().get(&key).await? {
-            Some(_) => Ok(()),
-            None => Err(err),
-        },
+        // A concurrent bootstrap (another replica's reconciler) may be creating it: its
+        // hooks already hold what ours need (the IP), so ours fail first. Wait for its write.
+        Err(err) => {
+            for _ in 0..CONCURRENT_BOOTSTRAP_CHECKS {
+                if server.store.storage().get(&key).await?.is_some() {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err)
+        }
     }
 }

@@ -24,8 +24,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the whole service on this machine with a `demo` cluster; writes DIR/kubeconfig
-    /// and DIR/flotilla.json (the client configuration of the other commands).
+    /// Run the whole service on this machine with a `demo` cluster; writes DIR/kubeconfig,
+    /// DIR/flotilla.json (the `default` account's client configuration for the other
+    /// commands) and DIR/operator.json (the operator's).
     Up(UpArgs),
     /// Run the hosted service on an etcd cluster.
     Serve(ServeArgs),
@@ -88,11 +89,16 @@ pub struct ServeArgs {
     /// listen address>:<port>); cluster endpoints and kubeconfigs carry it.
     #[arg(long)]
     pub public_url: Option<String>,
-    /// A file holding the operator's bearer token (at least 16 characters). Without it, a
-    /// token is generated, registered and written to `operator-token` in the working
-    /// directory.
-    #[arg(long, env = "FLOTILLA_OPERATOR_TOKEN_FILE")]
-    pub operator_token_file: Option<PathBuf>,
+    /// The operator's client configuration (JSON: endpoint, apiKey, caPem, as the client
+    /// commands read it). Its token is registered as the operator's; a missing file is
+    /// created with a new token (mode 0600), so `FLOTILLA_CONFIG=FILE flotilla account create
+    /// ID` works at once.
+    #[arg(
+        long,
+        env = "FLOTILLA_OPERATOR_CONFIG",
+        default_value = "./flotilla-operator.json"
+    )]
+    pub operator_config: PathBuf,
 }
 
 /// How a client command reaches the management API. Flags and environment override the

@@ -3,7 +3,7 @@
 //! management API and TLS.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -199,18 +199,12 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     let management = &started.management;
 
     // The local operator, a `default` account with an API key for the CLI, and `demo`.
-    let operator = operator_token(&args.data_dir.join("operator-token"))?;
-    management.register_operator_token(&operator).await?;
+    operator_config(management, &args.data_dir.join("operator.json"), &started).await?;
     management.ensure_account(LOCAL_ACCOUNT).await?;
     let client_config = args.data_dir.join("flotilla.json");
     if !client_config.exists() {
         let key = management.issue_api_key(LOCAL_ACCOUNT).await?;
-        let config = ClientConfig {
-            endpoint: Some(started.public_url.clone()),
-            api_key: Some(key.api_key),
-            ca_pem: Some(started.serving_ca.cert_pem.clone()),
-        };
-        write_private(&client_config, &serde_json::to_string_pretty(&config)?)?;
+        write_client_config(&client_config, &started, key.api_key)?;
     }
     let kubeconfig = demo_kubeconfig(management).await?;
     let path = args.data_dir.join("kubeconfig");
@@ -249,46 +243,57 @@ async fn demo_kubeconfig(management: &Management) -> anyhow::Result<String> {
     }
     let deadline = tokio::time::Instant::now() + DEMO_READY_TIMEOUT;
     loop {
-        management.reconcile_all().await?;
         match management.kubeconfig(LOCAL_ACCOUNT, DEMO_CLUSTER).await {
             Ok(config) => return Ok(config),
             Err(err) if tokio::time::Instant::now() >= deadline => {
                 bail!("the demo cluster did not become ACTIVE: {err}")
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            // The reconciler was nudged by the create; it has not finished yet.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
 }
 
-/// The operator token in `path`, generated and written there (mode 0600) on first use.
-fn operator_token(path: &Path) -> anyhow::Result<String> {
-    match std::fs::read_to_string(path) {
-        Ok(token) => Ok(token.trim().to_string()),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            let token = Management::new_operator_token();
-            write_private(path, &format!("{token}\n"))?;
-            Ok(token)
-        }
-        Err(err) => Err(err).with_context(|| format!("reading {}", path.display())),
-    }
+/// Registers the operator token of the client configuration at `path`, creating the file
+/// with a new token first if it does not exist; the endpoint and CA are kept current.
+async fn operator_config(
+    management: &Management,
+    path: &Path,
+    started: &Started,
+) -> anyhow::Result<()> {
+    let token = match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str::<ClientConfig>(&text)
+            .with_context(|| format!("{} is not a client configuration", path.display()))?
+            .api_key
+            .with_context(|| format!("{} has no apiKey", path.display()))?,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Management::new_operator_token(),
+        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+    };
+    management
+        .register_operator_token(&token)
+        .await
+        .with_context(|| format!("registering the operator token of {}", path.display()))?;
+    write_client_config(path, started, token)
+}
+
+/// Writes a client configuration (mode 0600: it holds a bearer token).
+fn write_client_config(path: &Path, started: &Started, api_key: String) -> anyhow::Result<()> {
+    let config = ClientConfig {
+        endpoint: Some(started.public_url.clone()),
+        api_key: Some(api_key),
+        ca_pem: Some(started.serving_ca.cert_pem.clone()),
+    };
+    write_private(path, &serde_json::to_string_pretty(&config)?)
 }
 
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let storage = open_storage(&args.etcd, None).await?;
     let started = start(storage, args.listen, &args.tls_san, args.public_url).await?;
-    let token_file = args
-        .operator_token_file
-        .unwrap_or_else(|| PathBuf::from("operator-token"));
-    let operator = operator_token(&token_file)?;
-    started
-        .management
-        .register_operator_token(&operator)
-        .await
-        .with_context(|| format!("registering the operator token in {}", token_file.display()))?;
+    operator_config(&started.management, &args.operator_config, &started).await?;
     tracing::info!(
         address = %started.listener.local_addr()?,
         public_url = %started.public_url,
-        operator_token_file = %token_file.display(),
+        operator_config = %args.operator_config.display(),
         "flotilla is serving"
     );
     flotilla_apiserver::serve::serve_tls(

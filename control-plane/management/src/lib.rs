@@ -33,6 +33,8 @@ use crate::model::*;
 const ROOT: &str = "/flotilla/management/";
 /// How often the reconciler looks at every record even without a nudge.
 const RESYNC: Duration = Duration::from_secs(2);
+/// How long a cluster may stay `CREATING` (setup retried on every pass) before it is `FAILED`.
+const CREATE_DEADLINE: Duration = Duration::from_secs(300);
 /// Length of the random suffix of a cluster id and of an API key.
 const ID_SUFFIX: usize = 6;
 const KEY_LENGTH: usize = 40;
@@ -88,6 +90,16 @@ fn random_lowercase(length: usize) -> String {
 
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Whether `cluster` has been `CREATING` for longer than [`CREATE_DEADLINE`].
+fn creation_expired(cluster: &Cluster) -> bool {
+    chrono::DateTime::parse_from_rfc3339(&cluster.created_at)
+        .map(|created| {
+            chrono::Utc::now().signed_duration_since(created)
+                > chrono::Duration::from_std(CREATE_DEADLINE).unwrap_or(chrono::Duration::MAX)
+        })
+        .unwrap_or(true)
 }
 
 fn to_bytes(value: &impl Serialize) -> Result<Bytes> {
@@ -599,7 +611,16 @@ impl Management {
         match cluster.status {
             ClusterStatus::Creating => {
                 match self.api.tenants.ensure(&self.api, &cluster.id).await {
-                    Ok(_) => cluster.status = ClusterStatus::Active,
+                    Ok(_) => {
+                        cluster.status = ClusterStatus::Active;
+                        cluster.status_reason = None;
+                    }
+                    // Another replica bootstrapping the same tenant, or storage trouble:
+                    // try again on the next pass, until the deadline makes it final.
+                    Err(err) if !creation_expired(&cluster) => {
+                        tracing::info!(cluster = %cluster.id, err = %err.message, "cluster setup will be retried");
+                        cluster.status_reason = Some(format!("retrying: {}", err.message));
+                    }
                     Err(err) => {
                         cluster.status = ClusterStatus::Failed;
                         cluster.status_reason = Some(err.message);

@@ -1,0 +1,310 @@
+//! The hosted service end to end: `flotilla serve` on real etcd, clusters made through the
+//! management API with the `flotilla` CLI, stock kubectl per cluster, and every way one
+//! tenant or account could reach another's data refused.
+
+use std::process::Command;
+
+use anyhow::{Context, ensure};
+use base64::Engine;
+use flotilla_e2e::{Etcd, FlotillaCli, Kubectl, Serve};
+use serde_json::{Value, json};
+
+use crate::contains;
+
+/// A cluster made through the CLI: its id and an admin kubeconfig.
+struct Cluster {
+    id: String,
+    kubectl: Kubectl,
+}
+
+fn create_cluster(service: &Serve, account: &FlotillaCli, name: &str) -> anyhow::Result<Cluster> {
+    let table = account.ok(&["cluster", "create", name, "--tag", "team=e2e", "--wait"])?;
+    contains(&table, "ACTIVE")?;
+    let described: Value =
+        serde_json::from_str(&account.ok(&["cluster", "get", name, "-o", "json"])?)?;
+    let id = described["id"].as_str().context("cluster id")?.to_string();
+    ensure!(described["status"] == "ACTIVE", "{described}");
+    let kubeconfig = service.dir().join(format!("{id}.kubeconfig"));
+    account.ok(&[
+        "cluster",
+        "kubeconfig",
+        name,
+        "--file",
+        kubeconfig.to_str().context("path")?,
+    ])?;
+    Ok(Cluster {
+        id,
+        kubectl: Kubectl::new(&kubeconfig),
+    })
+}
+
+/// `curl` against the management API: (HTTP status, body).
+fn management_call(
+    cli: &FlotillaCli,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    authenticated: bool,
+) -> anyhow::Result<(u16, Value)> {
+    let settings = cli.settings()?;
+    let ca = cli.config.with_extension("ca.pem");
+    std::fs::write(&ca, settings["caPem"].as_str().context("caPem")?)?;
+    let url = format!(
+        "{}{path}",
+        settings["endpoint"].as_str().context("endpoint")?
+    );
+    let mut command = Command::new("curl");
+    command
+        .args(["-sS", "--cacert"])
+        .arg(&ca)
+        .args(["-X", method, "-w", "\n%{http_code}"]);
+    if authenticated {
+        let key = settings["apiKey"].as_str().context("apiKey")?;
+        command.args(["-H", &format!("Authorization: Bearer {key}")]);
+    }
+    if let Some(body) = body {
+        command.args([
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &body.to_string(),
+        ]);
+    }
+    let out = command.arg(&url).output().context("running curl")?;
+    ensure!(
+        out.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let (body, status) = text.rsplit_once('\n').context("curl output")?;
+    let body = if body.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body).with_context(|| format!("not JSON: {body}"))?
+    };
+    Ok((status.parse()?, body))
+}
+
+/// Replaces the `start` key of a continue token.
+fn forge_continue(token: &str, start: &str) -> anyhow::Result<String> {
+    let engine = base64::engine::general_purpose::URL_SAFE;
+    let mut decoded: Value = serde_json::from_slice(&engine.decode(token)?)?;
+    decoded["start"] = json!(start);
+    Ok(engine.encode(serde_json::to_vec(&decoded)?))
+}
+
+#[test]
+fn clusters_are_isolated_from_each_other_and_from_other_accounts() -> anyhow::Result<()> {
+    let etcd = Etcd::start()?;
+    let service = Serve::start(&etcd.endpoint)?;
+    let x = service.account("x")?;
+    let y = service.account("y")?;
+
+    // Two clusters of account X, each with its own API.
+    let a = create_cluster(&service, &x, "a")?;
+    let b = create_cluster(&service, &x, "b")?;
+    let listed = x.ok(&["cluster", "list"])?;
+    contains(&listed, &format!("/clusters/{}", a.id))?;
+    contains(&listed, &format!("/clusters/{}", b.id))?;
+    contains(&x.ok(&["cluster", "list", "-o", "yaml"])?, "team: e2e")?;
+
+    // Each sees only its own objects.
+    for i in 0..3 {
+        a.kubectl
+            .ok(&["create", "configmap", &format!("only-in-a-{i}")])?;
+    }
+    b.kubectl
+        .ok(&["create", "configmap", "only-in-b", "--from-literal=k=v"])?;
+    contains(
+        &b.kubectl.fails(&["get", "configmap", "only-in-a-0"])?,
+        "NotFound",
+    )?;
+    let b_all = b.kubectl.ok(&["get", "configmaps", "-A"])?;
+    ensure!(
+        !b_all.contains("only-in-a"),
+        "B lists A's objects:\n{b_all}"
+    );
+    let a_all = a.kubectl.ok(&["get", "configmaps", "-A"])?;
+    ensure!(
+        !a_all.contains("only-in-b"),
+        "A lists B's objects:\n{a_all}"
+    );
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        contains(&a.kubectl.ok(&["get", "ns"])?, ns)?;
+    }
+
+    // A's admin certificate on B's path: 401, as kubectl reports it.
+    let a_config = std::fs::read_to_string(&a.kubectl.kubeconfig)?;
+    let crossed_path = service.dir().join("a-creds-on-b.kubeconfig");
+    std::fs::write(
+        &crossed_path,
+        a_config.replace(
+            &format!("/clusters/{}", a.id),
+            &format!("/clusters/{}", b.id),
+        ),
+    )?;
+    let crossed = Kubectl::new(&crossed_path);
+    contains(
+        &crossed.fails(&["get", "configmaps"])?,
+        "You must be logged in to the server (Unauthorized)",
+    )?;
+    let (status, body) = crossed.raw_get("/api/v1/namespaces/default/configmaps/only-in-b")?;
+    ensure!(
+        status == 401 && body.contains("\"reason\":\"Unauthorized\"") && !body.contains("\"data\""),
+        "A's certificate on B's object: {status} {body}"
+    );
+
+    // A continue token forged to climb out of A's prefix into B's: 400, never B's data.
+    let (status, page) = a
+        .kubectl
+        .raw_get("/api/v1/namespaces/default/configmaps?limit=1")?;
+    ensure!(status == 200, "{status} {page}");
+    let page: Value = serde_json::from_str(&page)?;
+    let token = page["metadata"]["continue"]
+        .as_str()
+        .context("a continue token")?;
+    for start in [
+        format!("../../../{}/configmaps/default/only-in-b", b.id),
+        format!("/{}/configmaps/default/", b.id),
+        "../".to_string(),
+    ] {
+        let forged = forge_continue(token, &start)?;
+        let (status, body) = a.kubectl.raw_get(&format!(
+            "/api/v1/namespaces/default/configmaps?limit=1&continue={forged}"
+        ))?;
+        ensure!(
+            status == 400 && body.contains("BadRequest") && !body.contains("only-in-b"),
+            "forged continue {start:?}: {status} {body}"
+        );
+    }
+
+    // B's resourceVersion used on A's path reads A's keys at that revision, never B's.
+    let b_rv = b.kubectl.ok(&[
+        "get",
+        "configmap",
+        "only-in-b",
+        "-o",
+        "jsonpath={.metadata.resourceVersion}",
+    ])?;
+    let (status, body) = a.kubectl.raw_get(&format!(
+        "/api/v1/namespaces/default/configmaps/only-in-b?resourceVersion={b_rv}"
+    ))?;
+    ensure!(
+        status == 404,
+        "B's object by B's RV on A's path: {status} {body}"
+    );
+    let (status, at_b_revision) = a.kubectl.raw_get(&format!(
+        "/api/v1/configmaps?resourceVersion={b_rv}&resourceVersionMatch=Exact"
+    ))?;
+    ensure!(
+        status == 200
+            && !at_b_revision.contains("only-in-b")
+            && at_b_revision.contains("only-in-a-0"),
+        "A's list at B's revision: {status} {at_b_revision}"
+    );
+    // A watch from the first revision on A's path streams only A's events.
+    let (status, watched) = a
+        .kubectl
+        .raw_get("/api/v1/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1")?;
+    ensure!(
+        status == 200 && watched.contains("only-in-a-0") && !watched.contains("only-in-b"),
+        "A's watch from revision 1: {status} {watched}"
+    );
+
+    // Account Y cannot see, read, change or delete X's clusters: 404 as if absent.
+    let y_list = y.ok(&["cluster", "list", "-o", "json"])?;
+    ensure!(
+        !y_list.contains(&a.id) && !y_list.contains(&b.id),
+        "Y lists X's clusters: {y_list}"
+    );
+    for args in [
+        vec!["cluster", "get", "a"],
+        vec!["cluster", "kubeconfig", "a"],
+        vec!["cluster", "delete", "a"],
+        vec!["nodepool", "list", "a"],
+        vec!["nodepool", "create", "a", "pool"],
+    ] {
+        contains(&y.fails(&args)?, "ResourceNotFoundException (404)")?;
+    }
+    contains(&x.ok(&["cluster", "get", "a"])?, "ACTIVE")?;
+    a.kubectl.ok(&["get", "configmap", "only-in-a-0"])?;
+
+    // Bad input on the management API: precise 4xx, nothing created.
+    let cases: [(&str, Option<Value>, bool, u16, &str); 6] = [
+        (
+            "POST",
+            Some(json!({"name": "c", "colour": "red"})),
+            true,
+            400,
+            "InvalidParameterException",
+        ),
+        (
+            "POST",
+            Some(
+                json!({"name": "c", "kubernetesNetworkConfig": {"serviceIpv4Cidr": "10.96.0.1/12"}}),
+            ),
+            true,
+            400,
+            "InvalidParameterException",
+        ),
+        (
+            "POST",
+            Some(json!({"name": "c", "kubernetesNetworkConfig": {"podIpv4Cidr": "not-a-cidr"}})),
+            true,
+            400,
+            "InvalidParameterException",
+        ),
+        (
+            "POST",
+            Some(json!({"name": "a"})),
+            true,
+            409,
+            "ResourceInUseException",
+        ),
+        (
+            "POST",
+            Some(json!({"name": "c"})),
+            false,
+            401,
+            "UnauthorizedException",
+        ),
+        ("DELETE", None, true, 404, "ResourceNotFoundException"),
+    ];
+    for (method, body, authenticated, status, code) in cases {
+        let path = if method == "DELETE" {
+            "/v1/clusters/c"
+        } else {
+            "/v1/clusters"
+        };
+        let (got, answer) = management_call(&x, method, path, body.as_ref(), authenticated)?;
+        ensure!(
+            got == status && answer["code"] == code,
+            "{method} {path} {body:?}: expected {status} {code}, got {got} {answer}"
+        );
+    }
+    let (status, answer) = management_call(&y, "GET", "/v1/accounts", None, true)?;
+    ensure!(
+        status == 403,
+        "an account listed accounts: {status} {answer}"
+    );
+    let after = x.ok(&["cluster", "list"])?;
+    ensure!(
+        after.lines().count() == 3,
+        "bad requests changed X's clusters:\n{after}"
+    );
+
+    // Deleting B removes its API and everything in it; A is untouched.
+    x.ok(&["cluster", "delete", "b", "--wait"])?;
+    contains(
+        &x.fails(&["cluster", "get", "b"])?,
+        "ResourceNotFoundException (404)",
+    )?;
+    let gone = b.kubectl.fails(&["get", "configmaps"])?;
+    ensure!(
+        gone.contains("NotFound") || gone.contains("Unauthorized") || gone.contains("not find"),
+        "B still answers after deletion: {gone}"
+    );
+    a.kubectl.ok(&["get", "configmap", "only-in-a-0"])?;
+    Ok(())
+}
