@@ -9,6 +9,7 @@ pub mod allocator;
 pub mod discovery;
 pub mod error;
 pub mod handler;
+pub mod limits;
 pub mod local;
 pub mod managed;
 pub mod meta;
@@ -39,6 +40,7 @@ use tracing::Instrument;
 use crate::allocator::{ServiceAllocator, ServiceNetwork};
 use crate::error::ApiError;
 use crate::handler::{Call, MAX_BODY_BYTES};
+use crate::limits::TenantLimits;
 use crate::metrics::Metrics;
 use crate::openapi::OpenApi;
 use crate::resources::{ResourceInfo, Resources};
@@ -57,12 +59,22 @@ pub struct ApiServer {
     pub(crate) advertise_address: String,
     /// The tenant clusters this server knows.
     pub tenants: Tenants,
+    limits: TenantLimits,
     metrics: Metrics,
 }
 
 impl ApiServer {
     /// A server over `storage`, advertising `advertise_address` (`host:port`) in discovery.
     pub fn new(storage: Arc<dyn Storage>, advertise_address: &str) -> Arc<Self> {
+        Self::with_limits(storage, advertise_address, TenantLimits::UNLIMITED)
+    }
+
+    /// As [`ApiServer::new`], with `limits` applied to every tenant.
+    pub fn with_limits(
+        storage: Arc<dyn Storage>,
+        advertise_address: &str,
+        limits: TenantLimits,
+    ) -> Arc<Self> {
         let store = Store::new(storage);
         Arc::new(ApiServer {
             tenants: Tenants::new(store.clone()),
@@ -71,6 +83,7 @@ impl ApiServer {
             allocator: ServiceAllocator::new(ServiceNetwork::default()),
             openapi: OpenApi::build(&RESOURCES),
             advertise_address: advertise_address.to_string(),
+            limits,
             metrics: Metrics::default(),
         })
     }
@@ -140,6 +153,9 @@ impl ApiServer {
         let identity = tenant.authenticate(&peer);
         if identity.is_none() && !public {
             return ApiError::unauthorized().into_response();
+        }
+        if let Err(refused) = tenant.limiter.admit(&self.limits) {
+            return refused.into_response();
         }
         let span = tracing::debug_span!("request", tenant = cluster, method = %parts.method, path = %path,
             user = identity.as_ref().map(|i| i.user.as_str()).unwrap_or("system:anonymous"));

@@ -48,6 +48,8 @@ pub struct TenantState {
     /// The stored record.
     pub record: TenantRecord,
     verifier: Arc<dyn ClientCertVerifier>,
+    /// Its request budget (kept while the record is unchanged).
+    pub limiter: crate::limits::RateLimiter,
 }
 
 impl TenantState {
@@ -71,6 +73,7 @@ impl TenantState {
             tenant: Tenant::new(&record.id),
             record,
             verifier,
+            limiter: Default::default(),
         })
     }
 

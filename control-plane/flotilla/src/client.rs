@@ -70,6 +70,17 @@ impl ManagementClient {
         })
     }
 
+    /// A client configured by the file at `path` alone (as `flotilla up` and `serve` write).
+    pub fn from_config_file(path: &Path) -> anyhow::Result<Self> {
+        Self::from_args(&ClientArgs {
+            config: Some(path.to_path_buf()),
+            endpoint: None,
+            api_key: None,
+            ca_file: None,
+            output: crate::Output::Json,
+        })
+    }
+
     /// Sends one request; a 2xx answer's body is returned, anything else is an error carrying
     /// the service's code and message.
     pub async fn call(

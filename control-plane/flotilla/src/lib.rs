@@ -1,7 +1,7 @@
 //! The `flotilla` command line: the service (`up`, `serve`) and the management API's client
 //! commands (`account`, `cluster`, `nodepool`).
 
-mod client;
+pub mod client;
 mod commands;
 mod service;
 
@@ -9,8 +9,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-
-pub use client::ClientConfig;
 
 /// Flotilla: hosted Kubernetes control planes.
 #[derive(Debug, Parser)]
@@ -99,6 +97,13 @@ pub struct ServeArgs {
         default_value = "./flotilla-operator.json"
     )]
     pub operator_config: PathBuf,
+    /// Sustained requests per second each cluster's API accepts before answering 429 with
+    /// Retry-After (0: no limit).
+    #[arg(long, default_value_t = 200.0)]
+    pub tenant_qps: f64,
+    /// Requests above the sustained rate each cluster may make at once.
+    #[arg(long, default_value_t = 400)]
+    pub tenant_burst: u32,
 }
 
 /// How a client command reaches the management API. Flags and environment override the

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use flotilla_apiserver::ApiServer;
+use flotilla_apiserver::limits::TenantLimits;
 use flotilla_apiserver::pki::CertificateAuthority;
 use flotilla_apiserver::serve::ServerConfig;
 use flotilla_management::model::CreateClusterRequest;
@@ -143,12 +144,13 @@ async fn start(
     listen: SocketAddr,
     extra_sans: &[String],
     public_url: Option<String>,
+    limits: TenantLimits,
 ) -> anyhow::Result<Started> {
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let local = listener.local_addr()?;
-    let server = ApiServer::new(storage.clone(), &local.to_string());
+    let server = ApiServer::with_limits(storage.clone(), &local.to_string(), limits);
     let ca = serving_ca(&storage).await?;
     let serving = ca.issue_serving("flotilla", &serving_hosts(local, extra_sans))?;
     let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
@@ -195,7 +197,8 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
-    let started = start(storage, args.listen, &[], None).await?;
+    // One user on one machine: no per-cluster request limit.
+    let started = start(storage, args.listen, &[], None, TenantLimits::UNLIMITED).await?;
     let management = &started.management;
 
     // The local operator, a `default` account with an API key for the CLI, and `demo`.
@@ -288,7 +291,14 @@ fn write_client_config(path: &Path, started: &Started, api_key: String) -> anyho
 
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let storage = open_storage(&args.etcd, None).await?;
-    let started = start(storage, args.listen, &args.tls_san, args.public_url).await?;
+    if !(args.tenant_qps.is_finite() && args.tenant_qps >= 0.0) {
+        bail!("--tenant-qps must be a non-negative number");
+    }
+    let limits = TenantLimits {
+        requests_per_second: (args.tenant_qps > 0.0).then_some(args.tenant_qps),
+        burst: args.tenant_burst,
+    };
+    let started = start(storage, args.listen, &args.tls_san, args.public_url, limits).await?;
     operator_config(&started.management, &args.operator_config, &started).await?;
     tracing::info!(
         address = %started.listener.local_addr()?,

@@ -59,6 +59,9 @@ fn clusters_prefix(account: &str) -> String {
 fn cluster_key(account: &str, name: &str) -> String {
     format!("{ROOT}clusters/{account}/{name}")
 }
+fn account_pools_prefix(account: &str) -> String {
+    format!("{ROOT}nodepools/{account}/")
+}
 fn pools_prefix(account: &str, cluster: &str) -> String {
     format!("{ROOT}nodepools/{account}/{cluster}/")
 }
@@ -591,14 +594,21 @@ impl Management {
         })
     }
 
-    /// One pass over every cluster and node pool.
+    /// One pass over every cluster and node pool: two range reads per account, so an idle
+    /// fleet costs little; only records in a transitional state cause writes.
     pub async fn reconcile_all(&self) -> Result<()> {
         let accounts: Vec<(Account, i64)> = self.range_all(&accounts_prefix()).await?;
         for (account, _) in accounts {
             let clusters: Vec<(Cluster, i64)> =
                 self.range_all(&clusters_prefix(&account.id)).await?;
+            let mut pools: Vec<(NodePool, i64)> =
+                self.range_all(&account_pools_prefix(&account.id)).await?;
             for (cluster, revision) in clusters {
-                if let Err(err) = self.reconcile_cluster(cluster.clone(), revision).await {
+                let (own, others): (Vec<_>, Vec<_>) = pools
+                    .into_iter()
+                    .partition(|(pool, _)| pool.cluster_name == cluster.name);
+                pools = others;
+                if let Err(err) = self.reconcile_cluster(cluster.clone(), revision, own).await {
                     tracing::warn!(cluster = %cluster.id, %err, "cluster reconcile failed");
                 }
             }
@@ -606,7 +616,12 @@ impl Management {
         Ok(())
     }
 
-    async fn reconcile_cluster(&self, mut cluster: Cluster, revision: i64) -> Result<()> {
+    async fn reconcile_cluster(
+        &self,
+        mut cluster: Cluster,
+        revision: i64,
+        pools: Vec<(NodePool, i64)>,
+    ) -> Result<()> {
         let key = cluster_key(&cluster.account_id, &cluster.name);
         match cluster.status {
             ClusterStatus::Creating => {
@@ -628,9 +643,9 @@ impl Management {
                 }
                 self.swap(&key, &cluster, revision).await?;
             }
-            ClusterStatus::Active => self.reconcile_node_pools(&cluster, false).await?,
+            ClusterStatus::Active => self.reconcile_node_pools(&cluster, pools, false).await?,
             ClusterStatus::Deleting => {
-                self.reconcile_node_pools(&cluster, true).await?;
+                self.reconcile_node_pools(&cluster, pools, true).await?;
                 self.api.tenants.destroy(&cluster.id).await?;
                 self.storage.delete(&key, Some(revision)).await?;
                 tracing::info!(cluster = %cluster.id, "cluster deleted");
@@ -642,10 +657,12 @@ impl Management {
 
     /// Node pools move to `ACTIVE` once recorded (instances are the cloud controller's job);
     /// deleted ones, and all of them when the cluster goes, are removed.
-    async fn reconcile_node_pools(&self, cluster: &Cluster, cluster_deleting: bool) -> Result<()> {
-        let pools: Vec<(NodePool, i64)> = self
-            .range_all(&pools_prefix(&cluster.account_id, &cluster.name))
-            .await?;
+    async fn reconcile_node_pools(
+        &self,
+        cluster: &Cluster,
+        pools: Vec<(NodePool, i64)>,
+        cluster_deleting: bool,
+    ) -> Result<()> {
         for (mut pool, revision) in pools {
             let key = pool_key(&cluster.account_id, &cluster.name, &pool.name);
             if cluster_deleting || pool.status == NodePoolStatus::Deleting {

@@ -1,0 +1,426 @@
+//! Tenancy benchmark: `cargo bench -p flotilla --bench tenancy`.
+//!
+//! Runs the real `flotilla serve` binary on an etcd the bench starts, and measures, through its
+//! HTTPS APIs only:
+//!
+//! - **create → ready**: from `POST /v1/clusters` to the new cluster's API answering a
+//!   namespace list (what `kubectl get ns` sends), polling the cluster until `ACTIVE`, fetching
+//!   its kubeconfig and connecting with it — the steps a user takes;
+//! - **memory**: the resident set of the `flotilla serve` process with no clusters, then 1,
+//!   100 and 1000 idle clusters, and the increment per cluster;
+//! - **noisy neighbour**: the latency of cluster B's single reader (100 GETs/s of one
+//!   ConfigMap) alone, then while cluster A is flooded with ConfigMap creates by many clients, which wait
+//!   out a 429's Retry-After as client-go does. The service runs with its default per-cluster
+//!   request limit.
+//!
+//! The references, in the same run: memory against the empty service; B's latency under the
+//! flood against B alone. It prints figures, ratios and the issue's targets; it never asserts.
+
+#[path = "../../storage/tests/conformance/etcd_server.rs"]
+#[allow(dead_code)] // shared with the storage tests; this bench needs only start and endpoint
+mod etcd_server;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use flotilla::client::ManagementClient;
+use http::Method;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+/// Clusters created one at a time for the create → ready figure.
+const READY_SAMPLES: usize = 40;
+/// Fleet sizes at which memory is read.
+const FLEET_SIZES: [usize; 3] = [1, 100, 1000];
+/// Clusters created concurrently while growing the fleet.
+const CREATE_CONCURRENCY: usize = 16;
+/// How long B's reader runs, alone and under the flood.
+const PROBE_RUN: Duration = Duration::from_secs(5);
+/// B's GETs per second.
+const PROBE_RATE: u32 = 100;
+/// Clients flooding cluster A.
+const FLOOD_CLIENTS: usize = 64;
+/// How long to wait for one cluster to become ready before the bench gives up.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Targets of the tenancy issue.
+const TARGET_READY_P50: Duration = Duration::from_millis(100);
+const TARGET_READY_P99: Duration = Duration::from_millis(500);
+const TARGET_MIB_PER_TENANT: f64 = 2.0;
+const TARGET_NOISY_RATIO: f64 = 2.0;
+
+/// A `flotilla serve` child process, killed on drop.
+struct Service {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Service {
+    fn start(etcd: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let operator = dir.path().join("operator.json");
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["serve", "--etcd", etcd, "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--operator-config")
+            .arg(&operator)
+            .env("FLOTILLA_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("start flotilla serve")?;
+        let service = Service { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !operator.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                bail!("flotilla serve did not come up");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(service)
+    }
+
+    fn operator_config(&self) -> PathBuf {
+        self.dir.path().join("operator.json")
+    }
+
+    /// Resident memory of the service process, in bytes (Linux `/proc`).
+    fn rss(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .context("no VmRSS in /proc/PID/status")?;
+        Ok(kib * 1024)
+    }
+}
+
+/// An account's management client and where its configuration is.
+async fn account(service: &Service, id: &str) -> anyhow::Result<ManagementClient> {
+    let operator = ManagementClient::from_config_file(&service.operator_config())?;
+    let key = operator
+        .call_json(Method::POST, "/v1/accounts", Some(&json!({ "id": id })))
+        .await?;
+    let mut settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(service.operator_config())?)?;
+    settings["apiKey"] = key["apiKey"].clone();
+    let path = service.dir.path().join(format!("{id}.json"));
+    std::fs::write(&path, serde_json::to_vec(&settings)?)?;
+    ManagementClient::from_config_file(&path)
+}
+
+/// Creates cluster `name` and waits until it is ACTIVE; returns a kube client for it.
+async fn create_ready(client: &ManagementClient, name: &str) -> anyhow::Result<kube::Client> {
+    client
+        .call_json(Method::POST, "/v1/clusters", Some(&json!({ "name": name })))
+        .await?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let described = client
+            .call_json(Method::GET, &format!("/v1/clusters/{name}"), None)
+            .await?;
+        match described["cluster"]["status"].as_str() {
+            Some("ACTIVE") => break,
+            Some("FAILED") => bail!("cluster {name} FAILED: {}", described["cluster"]),
+            _ if Instant::now() > deadline => bail!("cluster {name} not ACTIVE in time"),
+            _ => tokio::time::sleep(Duration::from_millis(2)).await,
+        }
+    }
+    let kubeconfig = client
+        .call(
+            Method::GET,
+            &format!("/v1/clusters/{name}/kubeconfig"),
+            None,
+        )
+        .await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&kubeconfig)?)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let kube = kube::Client::try_from(config)?;
+    Api::<Namespace>::all(kube.clone())
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list namespaces of {name}"))?;
+    Ok(kube)
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "MET" } else { "NOT MET" }
+}
+
+/// GETs of one ConfigMap, `PROBE_RATE` a second (well inside the per-cluster limit, so what
+/// is measured is latency, not B's own throttling) for `PROBE_RUN`: sorted latencies.
+async fn probe(client: &kube::Client) -> anyhow::Result<Vec<Duration>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut latencies = Vec::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1) / PROBE_RATE);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let started = Instant::now();
+    while started.elapsed() < PROBE_RUN {
+        ticker.tick().await;
+        let sent = Instant::now();
+        api.get("probe").await.context("probe GET")?;
+        latencies.push(sent.elapsed());
+    }
+    latencies.sort();
+    Ok(latencies)
+}
+
+fn config_map(name: String) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("payload".to_string(), "x".repeat(1024))])),
+        ..Default::default()
+    }
+}
+
+/// Runs `FLOOD_CLIENTS` ConfigMap creators against `client` until `stop`; counts outcomes.
+fn flood(
+    client: &kube::Client,
+    stop: &Arc<AtomicBool>,
+    done: &Arc<AtomicU64>,
+    refused: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..FLOOD_CLIENTS)
+        .map(|task| {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+            let (stop, done, refused) = (stop.clone(), done.clone(), refused.clone());
+            tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    match api
+                        .create(&PostParams::default(), &config_map(format!("f-{task}-{i}")))
+                        .await
+                    {
+                        Ok(_) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // As client-go does: wait out the Retry-After second of a 429.
+                        Err(kube::Error::Api(status)) if status.code == 429 => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        Err(_) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+async fn run(service: &Service) -> anyhow::Result<()> {
+    let client = account(service, "bench").await?;
+    let empty = service.rss()?;
+
+    // Create → ready, one cluster at a time.
+    eprintln!("create → ready: {READY_SAMPLES} clusters, one at a time…");
+    let mut ready = Vec::new();
+    let mut clients = Vec::new();
+    for i in 0..READY_SAMPLES {
+        let started = Instant::now();
+        let kube = create_ready(&client, &format!("ready-{i}")).await?;
+        ready.push(started.elapsed());
+        if i < 2 {
+            clients.push(kube);
+        }
+    }
+    ready.sort();
+    let mut fleet = READY_SAMPLES;
+
+    // Noisy neighbour, before the fleet grows: A = ready-0 floods, B = ready-1 reads.
+    let (a, b) = (&clients[0], &clients[1]);
+    Api::<ConfigMap>::namespaced(b.clone(), "default")
+        .create(&PostParams::default(), &config_map("probe".into()))
+        .await?;
+    eprintln!("noisy neighbour: B alone, then B while A is flooded by {FLOOD_CLIENTS} clients…");
+    let alone = probe(b).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let flooders = flood(a, &stop, &done, &refused);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flood_started = Instant::now();
+    let done_before = done.load(Ordering::Relaxed);
+    let refused_before = refused.load(Ordering::Relaxed);
+    let flooded = probe(b).await?;
+    let flood_secs = flood_started.elapsed().as_secs_f64();
+    let flood_done = done.load(Ordering::Relaxed) - done_before;
+    let flood_refused = refused.load(Ordering::Relaxed) - refused_before;
+    stop.store(true, Ordering::Relaxed);
+    for flooder in flooders {
+        let _ = flooder.await;
+    }
+
+    // Memory with a growing fleet of idle clusters.
+    let mut memory = vec![(0usize, empty)];
+    for size in FLEET_SIZES {
+        if fleet < size {
+            eprintln!("growing the fleet to {size} clusters…");
+        }
+        while fleet < size {
+            let batch = (size - fleet).min(CREATE_CONCURRENCY);
+            let creates = (fleet..fleet + batch).map(|i| {
+                let client = &client;
+                async move { create_ready(client, &format!("idle-{i}")).await.map(|_| ()) }
+            });
+            for outcome in futures::future::join_all(creates).await {
+                outcome?;
+            }
+            fleet += batch;
+        }
+        // Let the fleet settle (reconciler passes, connection pools) before reading.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        memory.push((size.max(fleet), service.rss()?));
+    }
+    // The first reading above the empty service may have been taken with more clusters
+    // than asked for (the create → ready samples); the table says how many.
+    report(
+        &ready,
+        &memory,
+        &alone,
+        &flooded,
+        (flood_done, flood_refused, flood_secs),
+    );
+    Ok(())
+}
+
+fn report(
+    ready: &[Duration],
+    memory: &[(usize, u64)],
+    alone: &[Duration],
+    flooded: &[Duration],
+    (flood_done, flood_refused, flood_secs): (u64, u64, f64),
+) {
+    let (ready_p50, ready_p99) = (percentile(ready, 0.5), percentile(ready, 0.99));
+    println!(
+        "\ncreate → ready ({} clusters, POST /v1/clusters → ACTIVE → kubeconfig → namespaces listed)",
+        ready.len()
+    );
+    println!(
+        "  p50 {}   p99 {}   max {}",
+        ms(ready_p50),
+        ms(ready_p99),
+        ms(percentile(ready, 1.0))
+    );
+
+    println!("\nresident memory of flotilla serve");
+    println!(
+        "  {:>8}  {:>10}  {:>16}",
+        "clusters", "RSS MiB", "MiB per cluster"
+    );
+    let (_, empty) = memory[0];
+    for &(clusters, rss) in memory {
+        let per = if clusters == 0 {
+            String::from("-")
+        } else {
+            format!("{:.3}", mib(rss.saturating_sub(empty)) / clusters as f64)
+        };
+        println!("  {clusters:>8}  {:>10.1}  {per:>16}", mib(rss));
+    }
+    let increment = match (memory.iter().rev().nth(1), memory.last()) {
+        (Some(&(n1, r1)), Some(&(n2, r2))) if n2 > n1 => {
+            mib(r2.saturating_sub(r1)) / (n2 - n1) as f64
+        }
+        _ => f64::NAN,
+    };
+    println!("  increment between the last two sizes: {increment:.3} MiB per idle cluster");
+
+    let (alone_p99, flooded_p99) = (percentile(alone, 0.99), percentile(flooded, 0.99));
+    let ratio = flooded_p99.as_secs_f64() / alone_p99.as_secs_f64().max(1e-9);
+    println!("\nnoisy neighbour: cluster B's GET latency");
+    println!(
+        "  B alone:         {} GETs, p50 {}, p99 {}",
+        alone.len(),
+        ms(percentile(alone, 0.5)),
+        ms(alone_p99)
+    );
+    println!(
+        "  B while A floods: {} GETs, p50 {}, p99 {}   (A: {:.0} creates/s accepted, {:.0}/s refused)",
+        flooded.len(),
+        ms(percentile(flooded, 0.5)),
+        ms(flooded_p99),
+        flood_done as f64 / flood_secs,
+        flood_refused as f64 / flood_secs
+    );
+    println!("  p99 under flood / alone = {ratio:.2}");
+
+    println!("\ntargets:");
+    println!(
+        "  create → ready p50 < {} and p99 < {}: {} / {} — {}",
+        ms(TARGET_READY_P50),
+        ms(TARGET_READY_P99),
+        ms(ready_p50),
+        ms(ready_p99),
+        verdict(ready_p50 < TARGET_READY_P50 && ready_p99 < TARGET_READY_P99)
+    );
+    println!(
+        "  ≤ {TARGET_MIB_PER_TENANT} MiB per idle cluster: {increment:.3} MiB — {}",
+        verdict(increment <= TARGET_MIB_PER_TENANT)
+    );
+    println!(
+        "  B's p99 under A's flood within {TARGET_NOISY_RATIO}× of B alone: {ratio:.2}× — {}",
+        verdict(ratio <= TARGET_NOISY_RATIO)
+    );
+}
+
+fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let outcome = (|| -> anyhow::Result<()> {
+        let etcd = etcd_server::EtcdServer::start()
+            .context("start etcd for the benchmark (is the `etcd` binary on PATH?)")?;
+        let service = Service::start(&etcd.endpoint())?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let began = Instant::now();
+        runtime.block_on(run(&service))?;
+        println!("\n(measured in {:.0} s)", began.elapsed().as_secs_f64());
+        Ok(())
+    })();
+    if let Err(err) = outcome {
+        eprintln!("tenancy bench failed: {err:#}");
+        std::process::exit(1);
+    }
+}
