@@ -430,6 +430,7 @@ pub struct Serve {
     process: Option<Process>,
     dir: tempfile::TempDir,
     etcd: String,
+    args: Vec<String>,
     /// The port it listens on (loopback).
     pub port: u16,
 }
@@ -437,11 +438,17 @@ pub struct Serve {
 impl Serve {
     /// Starts `flotilla serve --etcd ETCD` on a free loopback port and waits until it serves.
     pub fn start(etcd: &str) -> anyhow::Result<Self> {
+        Self::start_with(etcd, &[])
+    }
+
+    /// [`Serve::start`] with extra command-line arguments.
+    pub fn start_with(etcd: &str, args: &[&str]) -> anyhow::Result<Self> {
         let mut serve = Serve {
             process: None,
             dir: tempfile::tempdir()?,
             etcd: etcd.to_string(),
             port: free_port()?,
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         serve.launch()?;
         Ok(serve)
@@ -458,6 +465,7 @@ impl Serve {
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--operator-config")
             .arg(&operator)
+            .args(&self.args)
             .env("FLOTILLA_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -308,3 +308,44 @@ fn clusters_are_isolated_from_each_other_and_from_other_accounts() -> anyhow::Re
     a.kubectl.ok(&["get", "configmap", "only-in-a-0"])?;
     Ok(())
 }
+
+/// One cluster over its request budget gets 429 TooManyRequests with a retry hint; another
+/// cluster of the same service is unaffected.
+#[test]
+fn a_cluster_over_its_request_limit_gets_429_and_others_do_not() -> anyhow::Result<()> {
+    let etcd = Etcd::start()?;
+    let service = Serve::start_with(
+        &etcd.endpoint,
+        &["--tenant-qps", "1", "--tenant-burst", "3"],
+    )?;
+    let x = service.account("x")?;
+    let a = create_cluster(&service, &x, "noisy")?;
+    let b = create_cluster(&service, &x, "quiet")?;
+    // create_cluster listed nothing through the tenant APIs: each bucket is full (3).
+    let mut statuses = Vec::new();
+    let mut refusal = String::new();
+    for _ in 0..6 {
+        let (status, body) = a.kubectl.raw_get("/api/v1/namespaces")?;
+        if status == 429 {
+            refusal = body;
+        }
+        statuses.push(status);
+    }
+    ensure!(
+        statuses.contains(&429) && statuses[0] == 200,
+        "statuses of 6 quick requests: {statuses:?}"
+    );
+    let status: Value = serde_json::from_str(&refusal)?;
+    ensure!(
+        status["reason"] == "TooManyRequests"
+            && status["code"] == 429
+            && status["details"]["retryAfterSeconds"] == 1,
+        "{status}"
+    );
+    let (status, body) = b.kubectl.raw_get("/api/v1/namespaces")?;
+    ensure!(
+        status == 200,
+        "the quiet cluster was limited too: {status} {body}"
+    );
+    Ok(())
+}
