@@ -80,57 +80,74 @@ impl Drop for Process {
     }
 }
 
-/// A real etcd on loopback with its own data directory.
+/// A real etcd on loopback (one member or several), each member with its own data directory.
 pub struct Etcd {
-    _process: Process,
+    _members: Vec<Process>,
     _dir: tempfile::TempDir,
-    /// Its client URL.
+    /// The first member's client URL.
     pub endpoint: String,
+    /// Every member's client URL.
+    pub endpoints: Vec<String>,
 }
 
 impl Etcd {
-    /// Starts etcd (the Debian `etcd-server` package) and waits until it answers.
+    /// Starts a one-member etcd (the Debian `etcd-server` package) and waits until it answers.
     pub fn start() -> anyhow::Result<Self> {
+        Self::cluster(1)
+    }
+
+    /// Starts an etcd cluster of `size` members on loopback ports and waits until each
+    /// member answers.
+    pub fn cluster(size: usize) -> anyhow::Result<Self> {
         let binary = which("etcd")
             .context("etcd not found on PATH: install etcd-server (tests/run does this)")?;
         let dir = tempfile::tempdir()?;
-        let client = free_port()?;
-        let peer = free_port()?;
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let child = Command::new(binary)
-            .arg("--data-dir")
-            .arg(dir.path().join("etcd"))
-            .args([
-                "--listen-client-urls",
-                &endpoint,
-                "--advertise-client-urls",
-                &endpoint,
-            ])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args([
-                "--initial-advertise-peer-urls",
-                &format!("http://127.0.0.1:{peer}"),
-            ])
-            .args([
-                "--initial-cluster",
-                &format!("default=http://127.0.0.1:{peer}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting etcd")?;
-        let process = Process { child };
+        let ports = (0..size)
+            .map(|_| Ok((free_port()?, free_port()?)))
+            .collect::<anyhow::Result<Vec<(u16, u16)>>>()?;
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members = Vec::new();
+        let mut endpoints = Vec::new();
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let endpoint = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let child = Command::new(&binary)
+                .arg("--name")
+                .arg(format!("m{i}"))
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("m{i}")))
+                .args(["--listen-client-urls", &endpoint])
+                .args(["--advertise-client-urls", &endpoint])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &initial_cluster])
+                .args(["--initial-cluster-state", "new"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting etcd")?;
+            members.push(Process { child });
+            endpoints.push(endpoint);
+        }
         let deadline = Instant::now() + READY_TIMEOUT;
-        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            if Instant::now() > deadline {
-                bail!("etcd did not start listening on {endpoint} within {READY_TIMEOUT:?}");
+        for (client, _) in &ports {
+            while std::net::TcpStream::connect(("127.0.0.1", *client)).is_err() {
+                if Instant::now() > deadline {
+                    bail!("etcd member on port {client} did not listen within {READY_TIMEOUT:?}");
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
         Ok(Etcd {
-            _process: process,
+            _members: members,
             _dir: dir,
-            endpoint,
+            endpoint: endpoints[0].clone(),
+            endpoints,
         })
     }
 }
@@ -313,6 +330,27 @@ impl Kubectl {
         succeeded("kubectl", args, self.run(args, Some(manifest), &[])?)
     }
 
+    /// The same credentials against another `https://host:port` (another replica).
+    pub fn via(&self, url: &str) -> anyhow::Result<Kubectl> {
+        let mut config: serde_json::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig)?)?;
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .context("kubeconfig lacks a server")?;
+        let path = server
+            .find("/clusters/")
+            .map(|at| &server[at..])
+            .unwrap_or_default()
+            .to_string();
+        config["clusters"][0]["cluster"]["server"] = serde_json::json!(format!("{url}{path}"));
+        let port = url.rsplit(':').next().unwrap_or("other");
+        let file = self
+            .kubeconfig
+            .with_extension(format!("via-{port}.kubeconfig"));
+        std::fs::write(&file, serde_yaml::to_string(&config)?)?;
+        Ok(Kubectl::new(&file))
+    }
+
     /// `GET server-URL + path` with this kubeconfig's credentials, through curl: (HTTP status,
     /// body). kubectl's own `get --raw` cannot do this: it drops the path of the server URL
     /// (`/clusters/{id}`) and sends `path` alone.
@@ -418,6 +456,22 @@ impl FlotillaCli {
         run_with_stdin(command, None)
     }
 
+    /// The same caller through another replica of the service.
+    pub fn via(&self, replica: &Serve) -> anyhow::Result<FlotillaCli> {
+        let mut settings = self.settings()?;
+        settings["endpoint"] = serde_json::json!(replica.url());
+        let stem = self
+            .config
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("client");
+        let config = replica
+            .dir()
+            .join(format!("{stem}-via-{}.json", replica.port));
+        std::fs::write(&config, serde_json::to_vec_pretty(&settings)?)?;
+        Ok(FlotillaCli { config })
+    }
+
     /// The configuration's fields (endpoint, apiKey, caPem).
     pub fn settings(&self) -> anyhow::Result<serde_json::Value> {
         let text = std::fs::read_to_string(&self.config)?;
@@ -482,6 +536,11 @@ impl Serve {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
     }
 
     /// The operator's client configuration file.

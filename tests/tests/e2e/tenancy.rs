@@ -349,3 +349,62 @@ fn a_cluster_over_its_request_limit_gets_429_and_others_do_not() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// Two replicas of `flotilla serve` on a three-member etcd: one is killed with SIGKILL while a
+/// client writes through it; every write it acknowledged is served by the other replica, which
+/// goes on serving every cluster and the management API.
+#[test]
+fn a_replica_killed_mid_write_loses_nothing_and_the_other_serves_every_cluster()
+-> anyhow::Result<()> {
+    let etcd = Etcd::cluster(3)?;
+    let endpoints = etcd.endpoints.join(",");
+    let mut first = Serve::start(&endpoints)?;
+    let second = Serve::start(&endpoints)?;
+    let x = first.account("x")?;
+    let a = create_cluster(&first, &x, "a")?;
+    let b = create_cluster(&first, &x, "b")?;
+    let (a2, b2) = (a.kubectl.via(&second.url())?, b.kubectl.via(&second.url())?);
+    // Both replicas serve a cluster from the moment it exists.
+    a.kubectl.ok(&["create", "configmap", "before"])?;
+    contains(&a2.ok(&["get", "configmap", "before"])?, "before")?;
+
+    // A writer through the first replica; the replica dies under it.
+    let writer_config = a.kubectl.kubeconfig.clone();
+    let writer = std::thread::spawn(move || {
+        let kubectl = Kubectl::new(&writer_config);
+        let mut acknowledged = Vec::new();
+        for i in 0..200 {
+            let name = format!("acked-{i}");
+            match kubectl.ok(&["create", "configmap", &name]) {
+                Ok(_) => acknowledged.push(name),
+                Err(_) => break,
+            }
+        }
+        acknowledged
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    first.kill();
+    let acknowledged = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("writer panicked"))?;
+    ensure!(
+        acknowledged.len() >= 3 && acknowledged.len() < 200,
+        "the kill should land mid-stream: {} writes acknowledged",
+        acknowledged.len()
+    );
+    let listed = a2.ok(&["get", "configmaps", "-o", "name"])?;
+    for name in &acknowledged {
+        contains(&listed, &format!("configmap/{name}\n"))?;
+    }
+
+    // The survivor serves every cluster, reads and writes, and the management API.
+    b2.ok(&["create", "configmap", "after-failover"])?;
+    contains(&b2.ok(&["get", "configmaps"])?, "after-failover")?;
+    let x2 = x.via(&second)?;
+    contains(&x2.ok(&["cluster", "create", "c", "--wait"])?, "ACTIVE")?;
+    let clusters = x2.ok(&["cluster", "list"])?;
+    for name in ["a ", "b ", "c "] {
+        contains(&clusters, name)?;
+    }
+    Ok(())
+}
