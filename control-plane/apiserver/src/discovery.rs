@@ -28,6 +28,9 @@ pub fn version() -> Value {
 }
 
 fn verbs(resource: &ResourceInfo) -> Vec<&'static str> {
+    if resource.create_only {
+        return vec!["create"];
+    }
     let mut verbs = vec!["create", "delete"];
     if resource.kind != "Namespace" {
         verbs.push("deletecollection");
@@ -65,6 +68,15 @@ fn subresources(
     }
     if resource.kind == "Namespace" {
         out.push(("finalize", "", "v1", "Namespace", vec!["update"]));
+    }
+    if resource.kind == "ServiceAccount" {
+        out.push((
+            "token",
+            "authentication.k8s.io",
+            "v1",
+            "TokenRequest",
+            vec!["create"],
+        ));
     }
     out
 }

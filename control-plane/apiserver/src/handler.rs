@@ -23,6 +23,7 @@ use crate::store::{
     UpdateTarget, WriteOptions,
 };
 use crate::table::IncludeObject;
+use crate::tenants::TenantState;
 use crate::watch::{self, WatchOptions};
 
 /// Largest request body accepted (upstream's 3 MiB JSON limit).
@@ -53,6 +54,8 @@ pub struct Call {
     pub headers: HeaderMap,
     /// The raw body.
     pub body: Bytes,
+    /// Who sent it.
+    pub user: crate::authn::UserInfo,
 }
 
 impl Call {
@@ -188,7 +191,7 @@ fn success_status(resource: &ResourceInfo, obj: &Value) -> Value {
 /// Routes a request below `/clusters/{id}/` (the part after the prefix is `rest`).
 pub async fn tenant_request(
     server: Arc<ApiServer>,
-    tenant: Tenant,
+    tenant: Arc<TenantState>,
     rest: &[&str],
     call: Call,
 ) -> Response {
@@ -200,7 +203,7 @@ pub async fn tenant_request(
 
 async fn route(
     server: &ApiServer,
-    tenant: &Tenant,
+    state: &TenantState,
     rest: &[&str],
     call: &Call,
 ) -> Result<Response, ApiError> {
@@ -214,6 +217,18 @@ async fn route(
     match rest {
         ["version"] => Ok(plain_json(&discovery::version())),
         ["healthz"] | ["livez"] | ["readyz"] => Ok((StatusCode::OK, "ok").into_response()),
+        [".well-known", "openid-configuration"] => Ok(plain_json(
+            &crate::authn::openid_configuration(&state.issuer()),
+        )),
+        ["openid", "v1", "jwks"] => {
+            let key = state.signing_key().ok_or_else(ApiError::no_such_path)?;
+            let mut response = plain_json(&key.jwks());
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/jwk-set+json"),
+            );
+            Ok(response)
+        }
         ["api"] => Ok(discovery_root(server, accept, true)),
         ["apis"] => Ok(discovery_root(server, accept, false)),
         ["api", "v1"] => discovery::api_resource_list(resources, "", "v1")
@@ -232,12 +247,53 @@ async fn route(
             .v3_document(&path.join("/"))
             .map(json_bytes)
             .ok_or_else(ApiError::no_such_path),
-        ["api", "v1", rest @ ..] => resource_request(server, tenant, "", "v1", rest, call).await,
+        ["api", "v1", rest @ ..] => resource_request(server, state, "", "v1", rest, call).await,
         ["apis", group, version, rest @ ..] => {
-            resource_request(server, tenant, group, version, rest, call).await
+            resource_request(server, state, group, version, rest, call).await
         }
         _ => Err(ApiError::no_such_path()),
     }
+}
+
+/// A request-only kind: `POST` of the collection, answered without storing anything.
+async fn create_only_request(
+    server: &ApiServer,
+    state: &TenantState,
+    resource: &ResourceInfo,
+    target: &Target<'_>,
+    call: &Call,
+) -> Result<Response, ApiError> {
+    if call.method != Method::POST || target.name.is_some() {
+        let verb = if call.method == Method::GET {
+            "get"
+        } else {
+            "update"
+        };
+        return Err(ApiError::method_not_supported(
+            &resource.group_resource(),
+            verb,
+        ));
+    }
+    let body = call.body_json()?;
+    check_body_kind(&body, &resource.api_version(), resource.kind)?;
+    let answer = match resource.kind {
+        "SelfSubjectReview" => crate::reviews::self_subject_review(&call.user),
+        "TokenReview" => crate::reviews::token_review(server, state, body).await?,
+        _ => return Err(ApiError::no_such_path()),
+    };
+    plain_with(StatusCode::CREATED, &answer)
+}
+
+/// A request body's `apiVersion`/`kind`, when given, must be the endpoint's.
+fn check_body_kind(body: &Value, api_version: &str, kind: &str) -> Result<(), ApiError> {
+    let given_kind = body["kind"].as_str().unwrap_or(kind);
+    let given_version = body["apiVersion"].as_str().unwrap_or(api_version);
+    if given_kind != kind || given_version != api_version {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({given_version}) does not match the expected API version ({api_version})"
+        )));
+    }
+    Ok(())
 }
 
 /// `/api` (core) or `/apis`: aggregated discovery when the client asks for it, else the
@@ -309,17 +365,21 @@ fn parse_target<'a>(mut rest: &[&'a str]) -> Option<Target<'a>> {
 
 async fn resource_request(
     server: &ApiServer,
-    tenant: &Tenant,
+    state: &TenantState,
     group: &str,
     version: &str,
     rest: &[&str],
     call: &Call,
 ) -> Result<Response, ApiError> {
+    let tenant = &state.tenant;
     let target = parse_target(rest).ok_or_else(ApiError::no_such_path)?;
     let resource = server
         .resources
         .find(group, version, target.plural)
         .ok_or_else(ApiError::no_such_path)?;
+    if resource.create_only {
+        return create_only_request(server, state, resource, &target, call).await;
+    }
     if resource.namespaced != target.namespace.is_some() && target.name.is_some() {
         return Err(ApiError::no_such_path());
     }
@@ -393,6 +453,13 @@ async fn resource_request(
                 )
                 .await?;
             respond(StatusCode::CREATED, written.object, &written.warnings)
+        }
+        (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
+            let request = call.body_json()?;
+            check_body_kind(&request, "authentication.k8s.io/v1", "TokenRequest")?;
+            let answer =
+                crate::reviews::token_request(server, state, namespace, name, request).await?;
+            plain_with(StatusCode::CREATED, &answer)
         }
         (&Method::POST, Some(name), Some("binding")) if resource.kind == "Pod" => {
             bind_pod(server, tenant, resource, namespace, name, call).await
@@ -583,12 +650,11 @@ async fn resource_request(
 }
 
 fn plain(value: Value) -> Result<Response, ApiError> {
-    Ok(json_response(
-        StatusCode::OK,
-        "application/json",
-        &value,
-        &[],
-    ))
+    plain_with(StatusCode::OK, &value)
+}
+
+fn plain_with(code: StatusCode, value: &Value) -> Result<Response, ApiError> {
+    Ok(json_response(code, "application/json", value, &[]))
 }
 
 fn check_subresource(resource: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {

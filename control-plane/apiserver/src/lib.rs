@@ -6,6 +6,7 @@
 //! links axum.
 
 pub mod allocator;
+pub mod authn;
 pub mod discovery;
 pub mod error;
 pub mod handler;
@@ -19,6 +20,7 @@ pub mod openapi;
 pub mod patching;
 pub mod pki;
 pub mod resources;
+pub mod reviews;
 pub mod selection;
 pub mod serve;
 pub mod store;
@@ -38,6 +40,7 @@ use http::{Request, StatusCode};
 use tracing::Instrument;
 
 use crate::allocator::{ServiceAllocator, ServiceNetwork};
+use crate::authn::UserInfo;
 use crate::error::ApiError;
 use crate::handler::{Call, MAX_BODY_BYTES};
 use crate::limits::TenantLimits;
@@ -49,6 +52,18 @@ use crate::store::Store;
 use crate::tenants::Tenants;
 
 static RESOURCES: LazyLock<Resources> = LazyLock::new(Resources::builtin);
+
+/// How an [`ApiServer`] presents itself and what it allows each tenant.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// `host:port` advertised in discovery (the `kubernetes` endpoints).
+    pub advertise_address: String,
+    /// `https://host:port` clients reach the service at: each cluster's URL, service-account
+    /// issuer and OIDC discovery documents are below it.
+    pub public_url: String,
+    /// Per-tenant request limits.
+    pub limits: TenantLimits,
+}
 
 /// The whole API surface of the process: every tenant's Kubernetes API.
 pub struct ApiServer {
@@ -66,18 +81,27 @@ pub struct ApiServer {
 impl ApiServer {
     /// A server over `storage`, advertising `advertise_address` (`host:port`) in discovery.
     pub fn new(storage: Arc<dyn Storage>, advertise_address: &str) -> Arc<Self> {
-        Self::with_limits(storage, advertise_address, TenantLimits::UNLIMITED)
+        Self::with_options(
+            storage,
+            ServerOptions {
+                advertise_address: advertise_address.to_string(),
+                public_url: format!("https://{advertise_address}"),
+                limits: TenantLimits::UNLIMITED,
+            },
+        )
     }
 
-    /// As [`ApiServer::new`], with `limits` applied to every tenant.
-    pub fn with_limits(
-        storage: Arc<dyn Storage>,
-        advertise_address: &str,
-        limits: TenantLimits,
-    ) -> Arc<Self> {
+    /// A server over `storage` configured by `options`.
+    pub fn with_options(storage: Arc<dyn Storage>, options: ServerOptions) -> Arc<Self> {
+        let ServerOptions {
+            advertise_address,
+            public_url,
+            limits,
+        } = options;
+        let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
         Arc::new(ApiServer {
-            tenants: Tenants::new(store.clone()),
+            tenants: Tenants::new(store.clone(), &public_url),
             store,
             resources: &RESOURCES,
             allocator: ServiceAllocator::new(ServiceNetwork::default()),
@@ -144,21 +168,41 @@ impl ApiServer {
         let Some(tenant) = self.tenants.get(cluster).await else {
             return ApiError::no_such_path().into_response();
         };
-        let public = matches!(rest, ["version"] | ["healthz"] | ["livez"] | ["readyz"]);
+        // Health, version and the OIDC documents a cloud IAM reads are open to anyone.
+        let public = matches!(
+            rest,
+            ["version"]
+                | ["healthz"]
+                | ["livez"]
+                | ["readyz"]
+                | [".well-known", "openid-configuration"]
+                | ["openid", "v1", "jwks"]
+        );
         let peer = parts
             .extensions
             .get::<PeerCertificates>()
             .cloned()
             .unwrap_or_default();
-        let identity = tenant.authenticate(&peer);
-        if identity.is_none() && !public {
-            return ApiError::unauthorized().into_response();
-        }
+        let user = match tenant.authenticate(&peer) {
+            Some(identity) => UserInfo::from_certificate(identity),
+            None => match bearer_token(&parts.headers) {
+                // A credential that fails is refused even where anonymous would be served.
+                Some(token) => match authn::authenticate_token(self, &tenant, token, None).await {
+                    Ok((user, _)) => user,
+                    Err(err) => {
+                        tracing::debug!(tenant = cluster, %err, "bearer token refused");
+                        return ApiError::unauthorized().into_response();
+                    }
+                },
+                None if public => UserInfo::anonymous(),
+                None => return ApiError::unauthorized().into_response(),
+            },
+        };
         if let Err(refused) = tenant.limiter.admit(&self.limits) {
             return refused.into_response();
         }
         let span = tracing::debug_span!("request", tenant = cluster, method = %parts.method, path = %path,
-            user = identity.as_ref().map(|i| i.user.as_str()).unwrap_or("system:anonymous"));
+            user = %user.name);
         let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
             Ok(bytes) => bytes,
             Err(_) => return ApiError::request_entity_too_large(MAX_BODY_BYTES).into_response(),
@@ -168,9 +212,18 @@ impl ApiServer {
             query: handler::parse_query(parts.uri.query()),
             headers: parts.headers,
             body,
+            user,
         };
-        handler::tenant_request(self.clone(), tenant.tenant.clone(), rest, call)
+        handler::tenant_request(self.clone(), tenant, rest, call)
             .instrument(span)
             .await
     }
+}
+
+/// The token of an `Authorization: Bearer …` header.
+fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }

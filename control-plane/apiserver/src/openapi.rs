@@ -265,6 +265,12 @@ fn operations(resource: &ResourceInfo, reference: &Value, v3: bool) -> Vec<(Stri
     };
     collection_ops["parameters"] = path_params(false);
     item_ops["parameters"] = path_params(true);
+    if resource.create_only {
+        if let Some(ops) = collection_ops.as_object_mut() {
+            ops.remove("get");
+        }
+        return vec![(collection, collection_ops)];
+    }
     vec![(collection, collection_ops), (item, item_ops)]
 }
 

@@ -155,6 +155,9 @@ pub struct ResourceInfo {
     pub scale: Option<ScaleSubresource>,
     /// Whether `metadata.generation` tracks spec changes.
     pub tracks_generation: bool,
+    /// A request-only kind (TokenReview, SelfSubjectReview, the access reviews): only
+    /// `create` is served, answered by the server and never stored.
+    pub create_only: bool,
     /// Kind-specific behaviour.
     pub strategy: Box<dyn Strategy>,
     /// Decodes into the k8s-openapi type and encodes back: the canonical form, which also
@@ -244,7 +247,35 @@ where
         status_subresource: names.status,
         scale: names.scale,
         tracks_generation: names.generation,
+        create_only: false,
         strategy,
+        canonicalize: canonicalize_as::<T>,
+        schema: |generator| generator.subschema_for::<T>(),
+        schema_name: T::schema_name().into_owned(),
+    }
+}
+
+/// A request-only kind: `create` is its one verb, and nothing is stored.
+fn define_create_only<T>() -> ResourceInfo
+where
+    T: k8s_openapi::Resource + DeserializeOwned + Serialize + schemars::JsonSchema,
+    T::Scope: 'static,
+{
+    ResourceInfo {
+        group: T::GROUP,
+        version: T::VERSION,
+        kind: T::KIND,
+        list_kind: "",
+        plural: T::URL_PATH_SEGMENT,
+        singular: T::KIND.to_lowercase(),
+        namespaced: TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
+        short_names: &[],
+        categories: &[],
+        status_subresource: false,
+        scale: None,
+        tracks_generation: false,
+        create_only: true,
+        strategy: Box::new(strategies::DefaultStrategy),
         canonicalize: canonicalize_as::<T>,
         schema: |generator| generator.subschema_for::<T>(),
         schema_name: T::schema_name().into_owned(),
@@ -260,10 +291,11 @@ impl Resources {
     /// The built-in resources Flotilla serves.
     pub fn builtin() -> Self {
         use k8s_openapi::api::{
-            apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch,
-            coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-            events::v1 as events, networking::v1 as networking, policy::v1 as policy,
-            rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+            apps::v1 as apps, authentication::v1 as authentication, autoscaling::v2 as autoscaling,
+            batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
+            discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
+            policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+            storage::v1 as storage,
         };
         use strategies as s;
         let all_cat: &'static [&'static str] = &["all"];
@@ -388,6 +420,8 @@ impl Resources {
             define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::ClusterRole>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::ClusterRoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
+            define_create_only::<authentication::TokenReview>(),
+            define_create_only::<authentication::SelfSubjectReview>(),
         ];
         Resources { all }
     }

@@ -13,6 +13,7 @@ use rustls_pki_types::{CertificateDer, UnixTime};
 use serde_json::json;
 use tokio::sync::RwLock;
 
+use crate::authn::SigningKey;
 use crate::error::ApiError;
 use crate::pki::{
     CertificateAuthority, CertificateIdentity, IssuedCertificate, certificate_identity,
@@ -39,6 +40,10 @@ pub struct TenantRecord {
     pub id: String,
     /// The cluster's client CA: it signs the certificates of this cluster's users only.
     pub client_ca: CertificateAuthority,
+    /// The cluster's service-account signing key (PKCS#8, base64; see [`SigningKey`]). Empty
+    /// in records written before tokens existed; the first load adds one.
+    #[serde(default)]
+    pub service_account_key: String,
 }
 
 /// A loaded tenant: where its keys are and how its clients are authenticated.
@@ -48,12 +53,14 @@ pub struct TenantState {
     /// The stored record.
     pub record: TenantRecord,
     verifier: Arc<dyn ClientCertVerifier>,
+    signing_key: Option<SigningKey>,
+    issuer: String,
     /// Its request budget (kept while the record is unchanged).
     pub limiter: crate::limits::RateLimiter,
 }
 
 impl TenantState {
-    fn load(record: TenantRecord) -> Result<Self, ApiError> {
+    fn load(record: TenantRecord, issuer_base: &str) -> Result<Self, ApiError> {
         let mut roots = rustls::RootCertStore::empty();
         let ca =
             CertificateDer::from_pem_slice(record.client_ca.cert_pem.as_bytes()).map_err(|e| {
@@ -69,10 +76,16 @@ impl TenantState {
         .allow_unauthenticated()
         .build()
         .map_err(|e| ApiError::internal(format!("tenant {} verifier: {e}", record.id)))?;
+        let signing_key = match record.service_account_key.as_str() {
+            "" => None,
+            key => Some(SigningKey::load(key)?),
+        };
         Ok(TenantState {
             tenant: Tenant::new(&record.id),
+            issuer: format!("{issuer_base}/clusters/{}", record.id),
             record,
             verifier,
+            signing_key,
             limiter: Default::default(),
         })
     }
@@ -89,6 +102,16 @@ impl TenantState {
         })
     }
 
+    /// The service-account token issuer (and default API audience): the cluster's URL.
+    pub fn issuer(&self) -> String {
+        self.issuer.clone()
+    }
+
+    /// The key service-account tokens are signed with.
+    pub fn signing_key(&self) -> Option<&SigningKey> {
+        self.signing_key.as_ref()
+    }
+
     /// A new admin client certificate (`system:masters`) for this tenant.
     pub fn issue_admin(&self) -> Result<IssuedCertificate, ApiError> {
         self.record
@@ -101,14 +124,17 @@ impl TenantState {
 /// The tenants of this server, loaded lazily from storage so every replica sees them.
 pub struct Tenants {
     store: Store,
+    /// `https://host:port` clients reach the service at: tenant issuers are below it.
+    public_url: String,
     loaded: RwLock<HashMap<String, (Arc<TenantState>, Instant)>>,
 }
 
 impl Tenants {
-    /// The registry over `store`.
-    pub fn new(store: Store) -> Self {
+    /// The registry over `store`, for a service reached at `public_url`.
+    pub fn new(store: Store, public_url: &str) -> Self {
         Tenants {
             store,
+            public_url: public_url.trim_end_matches('/').to_string(),
             loaded: RwLock::new(HashMap::new()),
         }
     }
@@ -128,7 +154,13 @@ impl Tenants {
             .get(&format!("{TENANT_RECORDS}{id}"))
             .await
         {
-            Ok(Some(kv)) => serde_json::from_slice::<TenantRecord>(&kv.value).ok(),
+            Ok(Some(kv)) => match serde_json::from_slice::<TenantRecord>(&kv.value) {
+                Ok(record) if record.service_account_key.is_empty() => {
+                    self.add_signing_key(record, kv.mod_revision).await
+                }
+                Ok(record) => Some(record),
+                Err(_) => None,
+            },
             Ok(None) => None,
             // Storage trouble: keep serving what was loaded rather than failing every request.
             Err(_) => return self.loaded.read().await.get(id).map(|(s, _)| s.clone()),
@@ -140,11 +172,39 @@ impl Tenants {
         let mut loaded = self.loaded.write().await;
         // The same record as before keeps its state (and so its connections' cached verdicts).
         let state = match loaded.get(id) {
-            Some((state, _)) if state.record.client_ca == record.client_ca => state.clone(),
-            _ => Arc::new(TenantState::load(record).ok()?),
+            Some((state, _))
+                if state.record.client_ca == record.client_ca
+                    && state.record.service_account_key == record.service_account_key =>
+            {
+                state.clone()
+            }
+            _ => Arc::new(TenantState::load(record, &self.public_url).ok()?),
         };
         loaded.insert(id.to_string(), (state.clone(), Instant::now()));
         Some(state)
+    }
+
+    /// Gives a record written before service-account tokens existed its signing key, once:
+    /// a replica that loses the race uses the winner's.
+    async fn add_signing_key(
+        &self,
+        mut record: TenantRecord,
+        revision: i64,
+    ) -> Option<TenantRecord> {
+        record.service_account_key = SigningKey::generate().ok()?;
+        let key = format!("{TENANT_RECORDS}{}", record.id);
+        let bytes = Bytes::from(serde_json::to_vec(&record).ok()?);
+        match self
+            .store
+            .storage()
+            .update(&key, bytes, revision)
+            .await
+            .ok()?
+        {
+            flotilla_storage::Outcome::Done(_) => Some(record),
+            flotilla_storage::Outcome::Conflict(Some(kv)) => serde_json::from_slice(&kv.value).ok(),
+            flotilla_storage::Outcome::Conflict(None) => None,
+        }
     }
 
     /// Deletes tenant `id` for good: every key under its prefix (objects, allocations), then
@@ -191,6 +251,7 @@ impl Tenants {
                 id: id.to_string(),
                 client_ca: CertificateAuthority::generate(&format!("flotilla-{id}-ca"))
                     .map_err(ApiError::internal)?,
+                service_account_key: SigningKey::generate()?,
             };
             let bytes = serde_json::to_vec(&record).map_err(ApiError::internal)?;
             // Create-if-absent: a concurrent replica creating the same tenant wins or loses cleanly.

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use flotilla_apiserver::ApiServer;
 use flotilla_apiserver::limits::TenantLimits;
 use flotilla_apiserver::pki::CertificateAuthority;
 use flotilla_apiserver::serve::ServerConfig;
+use flotilla_apiserver::{ApiServer, ServerOptions};
 use flotilla_management::model::CreateClusterRequest;
 use flotilla_management::{Management, PublicEndpoint};
 use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
@@ -150,12 +150,19 @@ async fn start(
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let local = listener.local_addr()?;
-    let server = ApiServer::with_limits(storage.clone(), &local.to_string(), limits);
+    let public_url = public_url.unwrap_or_else(|| default_public_url(local, extra_sans));
+    let server = ApiServer::with_options(
+        storage.clone(),
+        ServerOptions {
+            advertise_address: local.to_string(),
+            public_url: public_url.clone(),
+            limits,
+        },
+    );
     let ca = serving_ca(&storage).await?;
     let serving = ca.issue_serving("flotilla", &serving_hosts(local, extra_sans))?;
     let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
     let tls = flotilla_apiserver::serve::server_config(&chain, &serving.key_pem)?;
-    let public_url = public_url.unwrap_or_else(|| default_public_url(local, extra_sans));
     let management = Management::new(
         server.clone(),
         PublicEndpoint {

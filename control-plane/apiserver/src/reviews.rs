@@ -1,0 +1,250 @@
+//! The request-only endpoints of authentication.k8s.io: SelfSubjectReview (`kubectl auth
+//! whoami`), TokenReview, and TokenRequest (`serviceaccounts/{name}/token`, `kubectl create
+//! token`). Each answers from the request and the tenant's key; nothing is stored.
+
+use serde_json::{Value, json};
+
+use crate::ApiServer;
+use crate::authn::{self, BoundObject, TokenClaims, UserInfo};
+use crate::error::{ApiError, FieldError, Path};
+use crate::meta;
+use crate::store::ReadAt;
+use crate::tenants::TenantState;
+
+/// Shortest and default lifetime of a requested token (upstream's limits).
+const MIN_EXPIRATION_SECONDS: i64 = 600;
+const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+/// Longest lifetime upstream accepts (2^32 seconds).
+const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
+
+/// `POST …/selfsubjectreviews`: who the caller is.
+pub fn self_subject_review(user: &UserInfo) -> Value {
+    json!({
+        "kind": "SelfSubjectReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": meta::now_rfc3339()},
+        "status": {"userInfo": user.to_json()},
+    })
+}
+
+/// `POST …/tokenreviews`: whether `spec.token` authenticates anyone in this cluster.
+pub async fn token_review(
+    server: &ApiServer,
+    tenant: &TenantState,
+    body: Value,
+) -> Result<Value, ApiError> {
+    let token = meta::str_at(&body, &["spec", "token"]).unwrap_or("");
+    if token.is_empty() {
+        return Err(invalid(
+            "TokenReview",
+            "",
+            FieldError::required(&Path::new("spec").child("token"), ""),
+        ));
+    }
+    let audiences: Option<Vec<String>> = body["spec"]["audiences"].as_array().map(|list| {
+        list.iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect()
+    });
+    let audiences = audiences.filter(|list| !list.is_empty());
+    let status = match authn::authenticate_token(server, tenant, token, audiences.as_deref()).await
+    {
+        Ok((user, matched)) => {
+            json!({"authenticated": true, "user": user.to_json(), "audiences": matched})
+        }
+        Err(err) => json!({"user": {}, "error": err.to_string()}),
+    };
+    let mut spec = body["spec"].clone();
+    if let Some(spec) = spec.as_object_mut() {
+        // The token is a secret: never echo it.
+        spec.remove("token");
+    }
+    Ok(json!({
+        "kind": "TokenReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": meta::now_rfc3339()},
+        "spec": spec,
+        "status": status,
+    }))
+}
+
+fn invalid(kind: &str, name: &str, error: FieldError) -> ApiError {
+    ApiError::invalid("authentication.k8s.io", kind, name, vec![error])
+}
+
+/// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: a signed token for the
+/// service account, optionally bound to a Pod, Secret or Node it dies with.
+pub async fn token_request(
+    server: &ApiServer,
+    tenant: &TenantState,
+    namespace: &str,
+    name: &str,
+    body: Value,
+) -> Result<Value, ApiError> {
+    let spec = &body["spec"];
+    let expiration = spec["expirationSeconds"]
+        .as_i64()
+        .unwrap_or(DEFAULT_EXPIRATION_SECONDS);
+    let expiration_path = Path::new("spec").child("expirationSeconds");
+    if expiration < MIN_EXPIRATION_SECONDS {
+        return Err(invalid(
+            "TokenRequest",
+            name,
+            FieldError::invalid(
+                &expiration_path,
+                json!(expiration),
+                "may not specify a duration less than 10 minutes",
+            ),
+        ));
+    }
+    if expiration > MAX_EXPIRATION_SECONDS {
+        return Err(invalid(
+            "TokenRequest",
+            name,
+            FieldError::invalid(
+                &expiration_path,
+                json!(expiration),
+                "may not specify a duration larger than 2^32 seconds",
+            ),
+        ));
+    }
+    let accounts = server
+        .resources
+        .find("", "v1", "serviceaccounts")
+        .ok_or_else(ApiError::no_such_path)?;
+    let account = server
+        .store
+        .get(&tenant.tenant, accounts, namespace, name, ReadAt::Latest)
+        .await?;
+    let bound = match spec.get("boundObjectRef").filter(|r| !r.is_null()) {
+        Some(reference) => Some(bound_object(server, tenant, namespace, name, reference).await?),
+        None => None,
+    };
+    let issuer = tenant.issuer();
+    let mut audiences: Vec<String> = spec["audiences"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|a| a.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if audiences.is_empty() {
+        audiences.push(issuer.clone());
+    }
+    let now = authn::now_seconds();
+    let claims = TokenClaims {
+        audiences: audiences.clone(),
+        issued_at: now,
+        expires_at: now + expiration,
+        namespace: namespace.to_string(),
+        service_account: name.to_string(),
+        service_account_uid: meta::uid(&account).to_string(),
+        bound,
+        id: uuid::Uuid::new_v4().to_string(),
+    };
+    let key = tenant
+        .signing_key()
+        .ok_or_else(|| ApiError::internal("this cluster has no service-account signing key"))?;
+    let token = key.sign(&claims.to_json(&issuer))?;
+    let expires = chrono::DateTime::from_timestamp(claims.expires_at, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default();
+    let mut spec = spec.clone();
+    if !spec.is_object() {
+        spec = json!({});
+    }
+    spec["audiences"] = json!(audiences);
+    spec["expirationSeconds"] = json!(expiration);
+    Ok(json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": meta::now_rfc3339()},
+        "spec": spec,
+        "status": {"token": token, "expirationTimestamp": expires},
+    }))
+}
+
+/// Resolves `spec.boundObjectRef` to an existing object (upstream's checks and messages).
+async fn bound_object(
+    server: &ApiServer,
+    tenant: &TenantState,
+    namespace: &str,
+    account: &str,
+    reference: &Value,
+) -> Result<BoundObject, ApiError> {
+    let path = Path::new("spec").child("boundObjectRef");
+    let kind = reference["kind"].as_str().unwrap_or("");
+    let plural = match kind {
+        "Pod" => "pods",
+        "Secret" => "secrets",
+        "Node" => "nodes",
+        _ => {
+            return Err(invalid(
+                "TokenRequest",
+                account,
+                FieldError::not_supported(
+                    &path.child("kind"),
+                    json!(kind),
+                    &["Pod", "Secret", "Node"],
+                ),
+            ));
+        }
+    };
+    let api_version = reference["apiVersion"].as_str().unwrap_or("v1");
+    if api_version != "v1" {
+        return Err(invalid(
+            "TokenRequest",
+            account,
+            FieldError::not_supported(&path.child("apiVersion"), json!(api_version), &["v1"]),
+        ));
+    }
+    let name = reference["name"].as_str().unwrap_or("");
+    if name.is_empty() {
+        return Err(invalid(
+            "TokenRequest",
+            account,
+            FieldError::required(&path.child("name"), ""),
+        ));
+    }
+    let resource = server
+        .resources
+        .find("", "v1", plural)
+        .ok_or_else(ApiError::no_such_path)?;
+    let object_namespace = if plural == "nodes" { "" } else { namespace };
+    let object = server
+        .store
+        .get(
+            &tenant.tenant,
+            resource,
+            object_namespace,
+            name,
+            ReadAt::Latest,
+        )
+        .await?;
+    let uid = meta::uid(&object).to_string();
+    if let Some(wanted) = reference["uid"].as_str().filter(|u| !u.is_empty())
+        && wanted != uid
+    {
+        return Err(ApiError::conflict(
+            &resource.group_resource(),
+            name,
+            &format!(
+                "the UID in the bound object reference ({wanted}) does not match the UID in record. The object might have been deleted and then recreated"
+            ),
+        ));
+    }
+    if kind == "Pod" {
+        let runs_as = meta::str_at(&object, &["spec", "serviceAccountName"]).unwrap_or("default");
+        if runs_as != account {
+            return Err(ApiError::bad_request(format!(
+                "cannot bind token for serviceaccount \"{account}\" to pod running with different serviceaccount name."
+            )));
+        }
+    }
+    Ok(BoundObject {
+        kind: kind.to_string(),
+        name: name.to_string(),
+        uid,
+    })
+}
