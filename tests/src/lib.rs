@@ -355,6 +355,16 @@ impl Kubectl {
     /// body). kubectl's own `get --raw` cannot do this: it drops the path of the server URL
     /// (`/clusters/{id}`) and sends `path` alone.
     pub fn raw_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        self.curl(path, None)
+    }
+
+    /// `GET server-URL + path` with `Authorization: Bearer TOKEN` instead of the kubeconfig's
+    /// client certificate.
+    pub fn raw_get_bearer(&self, path: &str, token: &str) -> anyhow::Result<(u16, String)> {
+        self.curl(path, Some(token))
+    }
+
+    fn curl(&self, path: &str, bearer: Option<&str>) -> anyhow::Result<(u16, String)> {
         let config: serde_json::Value =
             serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig)?)?;
         let cluster = &config["clusters"][0]["cluster"];
@@ -380,13 +390,23 @@ impl Kubectl {
         let server = cluster["server"]
             .as_str()
             .context("kubeconfig lacks a server")?;
-        let out = Command::new("curl")
+        let mut command = Command::new("curl");
+        command
             .args(["-sS", "-w", "\n%{http_code}", "--cacert"])
-            .arg(&files[0])
-            .arg("--cert")
-            .arg(&files[1])
-            .arg("--key")
-            .arg(&files[2])
+            .arg(&files[0]);
+        match bearer {
+            Some(token) => {
+                command.args(["-H", &format!("Authorization: Bearer {token}")]);
+            }
+            None => {
+                command
+                    .arg("--cert")
+                    .arg(&files[1])
+                    .arg("--key")
+                    .arg(&files[2]);
+            }
+        }
+        let out = command
             .arg(format!("{server}{path}"))
             .output()
             .context("running curl")?;

@@ -768,6 +768,7 @@ impl Strategy for SecretStrategy {
     }
     fn default(&self, obj: &mut Value) {
         set_default(obj, &["type"], json!("Opaque"));
+        merge_string_data(obj);
     }
     fn columns(&self) -> Vec<Column> {
         vec![
@@ -783,6 +784,28 @@ impl Strategy for SecretStrategy {
             ),
             age_column(),
         ]
+    }
+}
+
+/// `stringData` is write-only: its entries are base64-encoded into `data`, overriding entries
+/// of the same key, and it is never stored (upstream's v1 → internal conversion).
+fn merge_string_data(obj: &mut Value) {
+    use base64::Engine;
+    let Some(Value::Object(string_data)) = obj.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
+        return;
+    };
+    if !obj["data"].is_object() {
+        obj["data"] = json!({});
+    }
+    if let Some(data) = obj["data"].as_object_mut() {
+        for (key, value) in string_data {
+            let text = value.as_str().unwrap_or_default();
+            data.insert(
+                key,
+                json!(base64::engine::general_purpose::STANDARD.encode(text)),
+            );
+        }
     }
 }
 
@@ -1505,6 +1528,17 @@ impl Strategy for LeaseStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_data_is_encoded_into_data_and_not_kept() {
+        let mut secret =
+            json!({"data": {"a": "b2xk", "keep": "eA=="}, "stringData": {"a": "new", "b": "two"}});
+        SecretStrategy.default(&mut secret);
+        assert_eq!(
+            secret,
+            json!({"type": "Opaque", "data": {"a": "bmV3", "keep": "eA==", "b": "dHdv"}})
+        );
+    }
 
     #[test]
     fn deployment_defaults_fill_rollout_and_pod_fields() {

@@ -155,6 +155,43 @@ fn clusters_are_isolated_from_each_other_and_from_other_accounts() -> anyhow::Re
         "A's certificate on B's object: {status} {body}"
     );
 
+    // A's service-account token and bootstrap token: accepted on A's path, 401 on B's.
+    contains(&a.kubectl.ok(&["auth", "whoami"])?, "kubernetes-admin")?;
+    a.kubectl.ok(&["create", "serviceaccount", "robot"])?;
+    let jwt = a
+        .kubectl
+        .ok(&["create", "token", "robot"])?
+        .trim()
+        .to_string();
+    a.kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: bootstrap-token-abcdef, namespace: kube-system}\n\
+         type: bootstrap.kubernetes.io/token\nstringData: {token-id: abcdef, token-secret: 0123456789abcdef, usage-bootstrap-authentication: \"true\"}\n",
+    )?;
+    for token in [jwt.as_str(), "abcdef.0123456789abcdef"] {
+        let (status, body) = a
+            .kubectl
+            .raw_get_bearer("/api/v1/namespaces/default/serviceaccounts", token)?;
+        ensure!(
+            status == 200 && body.contains("robot"),
+            "A's token on A: {status} {body}"
+        );
+        let (status, body) = b
+            .kubectl
+            .raw_get_bearer("/api/v1/namespaces/default/serviceaccounts", token)?;
+        ensure!(
+            status == 401 && body.contains("\"reason\":\"Unauthorized\""),
+            "A's token on B's path: {status} {body}"
+        );
+    }
+    // A's token stops working in A once its service account is deleted.
+    a.kubectl.ok(&["delete", "serviceaccount", "robot"])?;
+    let (status, _) = a.kubectl.raw_get_bearer("/api/v1/namespaces", &jwt)?;
+    ensure!(
+        status == 401,
+        "a deleted service account's token still works: {status}"
+    );
+
     // A continue token forged to climb out of A's prefix into B's: 400, never B's data.
     let (status, page) = a
         .kubectl
