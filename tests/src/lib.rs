@@ -352,8 +352,9 @@ impl Kubectl {
     }
 
     /// `GET server-URL + path` with this kubeconfig's credentials, through curl: (HTTP status,
-    /// body). kubectl's own `get --raw` cannot do this: it drops the path of the server URL
-    /// (`/clusters/{id}`) and sends `path` alone.
+    /// body). kubectl's own `get --raw` sends `path` without the server URL's `/clusters/{id}`
+    /// (the service then routes by the credential), so it cannot aim one cluster's credential
+    /// at another cluster's path; curl can.
     pub fn raw_get(&self, path: &str) -> anyhow::Result<(u16, String)> {
         self.curl(path, None)
     }

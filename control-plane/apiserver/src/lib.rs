@@ -156,15 +156,28 @@ impl ApiServer {
             .split('/')
             .filter(|s| !s.is_empty())
             .collect();
-        match segments.as_slice() {
-            ["healthz"] | ["livez"] | ["readyz"] => return (StatusCode::OK, "ok").into_response(),
-            ["version"] => return handler::plain_json(&discovery::version()),
+        let implied;
+        let (cluster, rest) = match segments.as_slice() {
             ["metrics"] => return (StatusCode::OK, self.metrics.render()).into_response(),
-            ["clusters", _, ..] => {}
-            _ => return ApiError::no_such_path().into_response(),
-        }
-        let cluster = segments[1];
-        let rest = &segments[2..];
+            ["clusters", cluster, rest @ ..] => (*cluster, rest),
+            // kubectl's `get --raw PATH` drops the server URL's `/clusters/{id}`: the credential
+            // names the cluster, whose own authenticator then accepts or refuses it.
+            rest => match implied_cluster(&parts) {
+                Some(cluster) => {
+                    implied = cluster;
+                    (implied.as_str(), rest)
+                }
+                None => {
+                    return match rest {
+                        ["healthz"] | ["livez"] | ["readyz"] => {
+                            (StatusCode::OK, "ok").into_response()
+                        }
+                        ["version"] => handler::plain_json(&discovery::version()),
+                        _ => ApiError::no_such_path().into_response(),
+                    };
+                }
+            },
+        };
         let Some(tenant) = self.tenants.get(cluster).await else {
             return ApiError::no_such_path().into_response();
         };
@@ -226,4 +239,27 @@ fn bearer_token(headers: &http::HeaderMap) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The cluster a request's credential belongs to, for paths without `/clusters/{id}`: the
+/// issuer of its client certificate, or the issuer URL inside its service-account token.
+/// Unverified: it only picks which cluster's authenticator looks at the credential.
+fn implied_cluster(parts: &http::request::Parts) -> Option<String> {
+    if let Some(leaf) = parts
+        .extensions
+        .get::<PeerCertificates>()
+        .and_then(|peer| peer.chain.first().cloned())
+    {
+        let issuer = pki::issuer_common_name(&leaf)?;
+        return pki::tenant_of_ca_name(&issuer).map(String::from);
+    }
+    let token = bearer_token(&parts.headers)?;
+    let claims = token.split('.').nth(1)?;
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, claims).ok()?,
+    )
+    .ok()?;
+    let issuer = claims["iss"].as_str()?;
+    let (_, after) = issuer.split_once("/clusters/")?;
+    Some(after.split('/').next()?.to_string())
 }

@@ -156,6 +156,29 @@ pub fn kubeconfig(
     serde_yaml::to_string(&config).unwrap_or_default()
 }
 
+/// The common name of a certificate's issuer (a tenant CA is `flotilla-{id}-ca`).
+pub fn issuer_common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let name = cert
+        .issuer()
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    Some(name)
+}
+
+/// The tenant whose CA is named `common_name`, by the naming [`tenant_ca_name`] gives them.
+pub fn tenant_of_ca_name(common_name: &str) -> Option<&str> {
+    common_name.strip_prefix("flotilla-")?.strip_suffix("-ca")
+}
+
+/// The common name of tenant `id`'s client CA.
+pub fn tenant_ca_name(id: &str) -> String {
+    format!("flotilla-{id}-ca")
+}
+
 /// The identity an x509 client certificate asserts: CN → user, O → groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertificateIdentity {

@@ -249,7 +249,7 @@ impl Tenants {
         if self.get(id).await.is_none() {
             let record = TenantRecord {
                 id: id.to_string(),
-                client_ca: CertificateAuthority::generate(&format!("flotilla-{id}-ca"))
+                client_ca: CertificateAuthority::generate(&crate::pki::tenant_ca_name(id))
                     .map_err(ApiError::internal)?,
                 service_account_key: SigningKey::generate()?,
             };

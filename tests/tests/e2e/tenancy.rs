@@ -134,6 +134,24 @@ fn clusters_are_isolated_from_each_other_and_from_other_accounts() -> anyhow::Re
         contains(&a.kubectl.ok(&["get", "ns"])?, ns)?;
     }
 
+    // kubectl get --raw drops the URL's /clusters/{id}: the certificate picks the cluster.
+    contains(
+        &a.kubectl.ok(&[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/configmaps/only-in-a-0",
+        ])?,
+        "\"name\":\"only-in-a-0\"",
+    )?;
+    contains(
+        &b.kubectl.fails(&[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/configmaps/only-in-a-0",
+        ])?,
+        "NotFound",
+    )?;
+
     // A's admin certificate on B's path: 401, as kubectl reports it.
     let a_config = std::fs::read_to_string(&a.kubectl.kubeconfig)?;
     let crossed_path = service.dir().join("a-creds-on-b.kubeconfig");
