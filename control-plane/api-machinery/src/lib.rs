@@ -1,5 +1,6 @@
 //! Sans-IO Kubernetes API machinery for Flotilla: label and field selectors, name validation,
-//! JSON / merge / strategic-merge patches and server-side-apply field ownership.
+//! JSON / merge / strategic-merge patches, server-side-apply field ownership and RBAC
+//! authorization (rule evaluation, aggregation, escalation checks, bootstrap policy).
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
 //! so the apiserver (and anything else) can call it from any context and test it with tables.
@@ -10,5 +11,6 @@ pub mod field;
 pub mod managed_fields;
 pub mod names;
 pub mod patch;
+pub mod rbac;
 pub mod schema;
 pub mod selector;
