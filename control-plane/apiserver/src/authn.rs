@@ -16,56 +16,32 @@ use crate::meta;
 use crate::pki::CertificateIdentity;
 use crate::store::{ReadAt, Tenant};
 
-/// Who is making a request (upstream `user.Info`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserInfo {
-    /// User name.
-    pub name: String,
-    /// Unique id, where the authenticator has one (service accounts).
-    pub uid: String,
-    /// Groups, `system:authenticated` or `system:unauthenticated` included.
-    pub groups: Vec<String>,
-    /// Extra attributes (e.g. the bound pod of a service-account token).
-    pub extra: BTreeMap<String, Vec<String>>,
-}
+pub use flotilla_api_machinery::rbac::UserInfo;
 
 /// The group every authenticated user is in.
-pub const AUTHENTICATED: &str = "system:authenticated";
-/// The user of requests without credentials.
-pub const ANONYMOUS: &str = "system:anonymous";
+pub const AUTHENTICATED: &str = flotilla_api_machinery::rbac::ALL_AUTHENTICATED;
 
-impl UserInfo {
-    /// `system:anonymous` in `system:unauthenticated`.
-    pub fn anonymous() -> Self {
-        UserInfo {
-            name: ANONYMOUS.into(),
-            groups: vec!["system:unauthenticated".into()],
-            ..Default::default()
-        }
+/// The identity a verified client certificate asserts.
+pub fn user_from_certificate(identity: CertificateIdentity) -> UserInfo {
+    let mut groups = identity.groups;
+    groups.push(AUTHENTICATED.into());
+    UserInfo {
+        name: identity.user,
+        groups,
+        ..Default::default()
     }
+}
 
-    /// The identity a verified client certificate asserts.
-    pub fn from_certificate(identity: CertificateIdentity) -> Self {
-        let mut groups = identity.groups;
-        groups.push(AUTHENTICATED.into());
-        UserInfo {
-            name: identity.user,
-            groups,
-            ..Default::default()
-        }
+/// The `UserInfo` object of the authentication.k8s.io API.
+pub fn user_info_json(user: &UserInfo) -> Value {
+    let mut info = json!({ "username": user.name, "groups": user.groups });
+    if !user.uid.is_empty() {
+        info["uid"] = json!(user.uid);
     }
-
-    /// The `UserInfo` object of the authentication.k8s.io API.
-    pub fn to_json(&self) -> Value {
-        let mut info = json!({ "username": self.name, "groups": self.groups });
-        if !self.uid.is_empty() {
-            info["uid"] = json!(self.uid);
-        }
-        if !self.extra.is_empty() {
-            info["extra"] = json!(self.extra);
-        }
-        info
+    if !user.extra.is_empty() {
+        info["extra"] = json!(user.extra);
     }
+    info
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -140,6 +140,20 @@ impl ApiError {
         Self::new(403, "Forbidden", message).with_details(resource, name)
     }
 
+    /// `NewForbidden` with a prepared message (the authorizer's, see `authz::forbidden`).
+    pub fn forbidden_message(group: &str, resource: &str, name: &str, message: String) -> Self {
+        let mut err = Self::new(403, "Forbidden", message);
+        if !resource.is_empty() {
+            err.details = Some(Box::new(StatusDetails {
+                name: (!name.is_empty()).then(|| name.to_string()),
+                group: (!group.is_empty()).then(|| group.to_string()),
+                kind: Some(resource.to_string()),
+                ..Default::default()
+            }));
+        }
+        err
+    }
+
     /// `NewUnauthorized`: 401.
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized")

@@ -7,6 +7,7 @@
 
 pub mod allocator;
 pub mod authn;
+pub mod authz;
 pub mod discovery;
 pub mod error;
 pub mod handler;
@@ -197,7 +198,7 @@ impl ApiServer {
             .cloned()
             .unwrap_or_default();
         let user = match tenant.authenticate(&peer) {
-            Some(identity) => UserInfo::from_certificate(identity),
+            Some(identity) => authn::user_from_certificate(identity),
             None => match bearer_token(&parts.headers) {
                 // A credential that fails is refused even where anonymous would be served.
                 Some(token) => match authn::authenticate_token(self, &tenant, token, None).await {
@@ -214,22 +215,53 @@ impl ApiServer {
         if let Err(refused) = tenant.limiter.admit(&self.limits) {
             return refused.into_response();
         }
+        // A cluster created before its default objects grew gets them on first use.
+        if !tenant.bootstrapped()
+            && let Err(err) = self.tenants.ensure(self, cluster).await
+        {
+            return err.into_response();
+        }
+        let user = match authz::impersonate(self, &tenant, user, &parts.headers).await {
+            Ok(user) => user,
+            Err(err) => return err.into_response(),
+        };
+        let query = handler::parse_query(parts.uri.query());
+        let attributes = authz::request_attributes(&user, &parts.method, rest, &query);
+        if !public && let Err(err) = authz::authorize(self, &tenant, &attributes).await {
+            return err.into_response();
+        }
         let span = tracing::debug_span!("request", tenant = cluster, method = %parts.method, path = %path,
             user = %user.name);
         let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
             Ok(bytes) => bytes,
             Err(_) => return ApiError::request_entity_too_large(MAX_BODY_BYTES).into_response(),
         };
+        let content_type = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if let Err(err) =
+            authz::check_rbac_write(self, &tenant, &attributes, content_type, &body).await
+        {
+            return err.into_response();
+        }
+        let rbac_write =
+            parts.method != http::Method::GET && rest.contains(&"rbac.authorization.k8s.io");
         let call = Call {
             method: parts.method,
-            query: handler::parse_query(parts.uri.query()),
+            query,
             headers: parts.headers,
             body,
             user,
         };
-        handler::tenant_request(self.clone(), tenant, rest, call)
+        let response = handler::tenant_request(self.clone(), tenant.clone(), rest, call)
             .instrument(span)
-            .await
+            .await;
+        if rbac_write {
+            tenant.policy.invalidate();
+        }
+        response
     }
 }
 

@@ -23,7 +23,7 @@ pub fn self_subject_review(user: &UserInfo) -> Value {
         "kind": "SelfSubjectReview",
         "apiVersion": "authentication.k8s.io/v1",
         "metadata": {"creationTimestamp": meta::now_rfc3339()},
-        "status": {"userInfo": user.to_json()},
+        "status": {"userInfo": authn::user_info_json(user)},
     })
 }
 
@@ -50,7 +50,7 @@ pub async fn token_review(
     let status = match authn::authenticate_token(server, tenant, token, audiences.as_deref()).await
     {
         Ok((user, matched)) => {
-            json!({"authenticated": true, "user": user.to_json(), "audiences": matched})
+            json!({"authenticated": true, "user": authn::user_info_json(&user), "audiences": matched})
         }
         Err(err) => json!({"user": {}, "error": err.to_string()}),
     };

@@ -96,9 +96,10 @@ pub struct WriteOptions {
 }
 
 /// `resourceVersion` + `resourceVersionMatch` of a get or list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReadAt {
     /// Unset: the most recent state (a quorum read).
+    #[default]
     Latest,
     /// `"0"` or NotOlderThan: any state at least this new (0: any).
     NotOlderThan(Revision),
@@ -106,8 +107,8 @@ pub enum ReadAt {
     Exact(Revision),
 }
 
-/// List request options.
-#[derive(Debug, Clone)]
+/// List request options (default: everything, latest).
+#[derive(Debug, Clone, Default)]
 pub struct ListOptions {
     /// Which revision to read.
     pub read_at: ReadAt,
@@ -1237,6 +1238,11 @@ fn validate_object_meta(resource: &ResourceInfo, obj: &Value, generated: bool) -
         let problems = match resource.kind {
             // Namespaces and services have stricter strategy validation of their own.
             "Namespace" | "Service" => Vec::new(),
+            // RBAC objects are named freely (`system:aggregate-to-admin`): upstream validates
+            // them as path segments only (ValidateRBACName).
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => {
+                names::is_valid_path_segment_name(name)
+            }
             _ => {
                 let mut p = names::is_valid_path_segment_name(name);
                 if p.is_empty() {

@@ -44,7 +44,14 @@ pub struct TenantRecord {
     /// in records written before tokens existed; the first load adds one.
     #[serde(default)]
     pub service_account_key: String,
+    /// Which generation of default objects the cluster has (see [`BOOTSTRAP_VERSION`]).
+    #[serde(default)]
+    pub bootstrap_version: u32,
 }
+
+/// The generation of default objects a cluster gets: 1 added the RBAC defaults and default
+/// ServiceAccounts. A cluster below it is brought up to date on its next request.
+pub const BOOTSTRAP_VERSION: u32 = 1;
 
 /// A loaded tenant: where its keys are and how its clients are authenticated.
 pub struct TenantState {
@@ -55,6 +62,9 @@ pub struct TenantState {
     verifier: Arc<dyn ClientCertVerifier>,
     signing_key: Option<SigningKey>,
     issuer: String,
+    bootstrapped: std::sync::atomic::AtomicBool,
+    /// Its RBAC policy, cached briefly.
+    pub policy: crate::authz::PolicyCache,
     /// Its request budget (kept while the record is unchanged).
     pub limiter: crate::limits::RateLimiter,
 }
@@ -76,6 +86,7 @@ impl TenantState {
         .allow_unauthenticated()
         .build()
         .map_err(|e| ApiError::internal(format!("tenant {} verifier: {e}", record.id)))?;
+        let bootstrapped = record.bootstrap_version >= BOOTSTRAP_VERSION;
         let signing_key = match record.service_account_key.as_str() {
             "" => None,
             key => Some(SigningKey::load(key)?),
@@ -86,6 +97,8 @@ impl TenantState {
             record,
             verifier,
             signing_key,
+            bootstrapped: bootstrapped.into(),
+            policy: Default::default(),
             limiter: Default::default(),
         })
     }
@@ -100,6 +113,11 @@ impl TenantState {
                 .ok()?;
             certificate_identity(leaf)
         })
+    }
+
+    /// Whether the cluster has the current generation of default objects.
+    pub fn bootstrapped(&self) -> bool {
+        self.bootstrapped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The service-account token issuer (and default API audience): the cluster's URL.
@@ -252,6 +270,7 @@ impl Tenants {
                 client_ca: CertificateAuthority::generate(&crate::pki::tenant_ca_name(id))
                     .map_err(ApiError::internal)?,
                 service_account_key: SigningKey::generate()?,
+                bootstrap_version: 0,
             };
             let bytes = serde_json::to_vec(&record).map_err(ApiError::internal)?;
             // Create-if-absent: a concurrent replica creating the same tenant wins or loses cleanly.
@@ -265,8 +284,43 @@ impl Tenants {
             .get(id)
             .await
             .ok_or_else(|| ApiError::internal(format!("tenant {id} vanished")))?;
+        if state.bootstrapped() {
+            return Ok(state);
+        }
         bootstrap_objects(server, &state.tenant).await?;
+        self.record_bootstrapped(id).await?;
+        state
+            .bootstrapped
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(state)
+    }
+
+    /// Marks tenant `id`'s record as holding the current default objects.
+    async fn record_bootstrapped(&self, id: &str) -> Result<(), ApiError> {
+        let key = format!("{TENANT_RECORDS}{id}");
+        for _ in 0..16 {
+            let Some(kv) = self.store.storage().get(&key).await? else {
+                return Err(ApiError::internal(format!("tenant {id} vanished")));
+            };
+            let mut record: TenantRecord =
+                serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
+            if record.bootstrap_version >= BOOTSTRAP_VERSION {
+                return Ok(());
+            }
+            record.bootstrap_version = BOOTSTRAP_VERSION;
+            let bytes = Bytes::from(serde_json::to_vec(&record).map_err(ApiError::internal)?);
+            if let flotilla_storage::Outcome::Done(_) = self
+                .store
+                .storage()
+                .update(&key, bytes, kv.mod_revision)
+                .await?
+            {
+                return Ok(());
+            }
+        }
+        Err(ApiError::service_unavailable(format!(
+            "tenant {id}'s record kept changing"
+        )))
     }
 }
 
@@ -292,6 +346,47 @@ async fn bootstrap_objects(server: &crate::ApiServer, tenant: &Tenant) -> Result
         });
         create_if_absent(server, tenant, services, "default", obj, &options).await?;
     }
+    // Each namespace's `default` ServiceAccount and upstream's default RBAC policy, written
+    // concurrently (they are independent, and etcd commits concurrent writes together).
+    let mut writes = Vec::new();
+    if let Some(accounts) = server.resources.find("", "v1", "serviceaccounts") {
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let obj = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
+            writes.push((accounts, ns, obj));
+        }
+    }
+    let rbac_group = flotilla_api_machinery::rbac::GROUP_NAME;
+    if let (Some(roles), Some(bindings)) = (
+        server.resources.find(rbac_group, "v1", "clusterroles"),
+        server
+            .resources
+            .find(rbac_group, "v1", "clusterrolebindings"),
+    ) {
+        // Stored with their aggregated rules, as upstream's aggregation controller leaves them.
+        let defaults = flotilla_api_machinery::rbac::aggregate_cluster_roles(
+            &flotilla_api_machinery::rbac::bootstrap_cluster_roles(),
+        );
+        for role in defaults {
+            let mut obj = serde_json::to_value(&role).map_err(ApiError::internal)?;
+            obj["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+            obj["kind"] = json!("ClusterRole");
+            writes.push((roles, "", obj));
+        }
+        for binding in flotilla_api_machinery::rbac::bootstrap_cluster_role_bindings() {
+            let mut obj = serde_json::to_value(&binding).map_err(ApiError::internal)?;
+            obj["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+            obj["kind"] = json!("ClusterRoleBinding");
+            writes.push((bindings, "", obj));
+        }
+    }
+    let outcomes = futures::future::join_all(writes.into_iter().map(|(resource, ns, obj)| {
+        let options = &options;
+        async move { create_if_absent(server, tenant, resource, ns, obj, options).await }
+    }))
+    .await;
+    outcomes
+        .into_iter()
+        .collect::<Result<Vec<()>, ApiError>>()?;
     Ok(())
 }
 
