@@ -330,6 +330,19 @@ impl Kubectl {
         succeeded("kubectl", args, self.run(args, Some(manifest), &[])?)
     }
 
+    /// This kubeconfig's cluster with `token` as the only credential (no client certificate).
+    pub fn with_token(&self, token: &str) -> anyhow::Result<Kubectl> {
+        let mut config: serde_json::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&self.kubeconfig)?)?;
+        config["users"][0]["user"] = serde_json::json!({ "token": token });
+        let file = self.kubeconfig.with_extension(format!(
+            "token-{}.kubeconfig",
+            token.len() + token.bytes().map(usize::from).sum::<usize>()
+        ));
+        std::fs::write(&file, serde_yaml::to_string(&config)?)?;
+        Ok(Kubectl::new(&file))
+    }
+
     /// The same credentials against another `https://host:port` (another replica).
     pub fn via(&self, url: &str) -> anyhow::Result<Kubectl> {
         let mut config: serde_json::Value =

@@ -279,6 +279,20 @@ async fn create_only_request(
     let answer = match resource.kind {
         "SelfSubjectReview" => crate::reviews::self_subject_review(&call.user),
         "TokenReview" => crate::reviews::token_review(server, state, body).await?,
+        "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview" => {
+            crate::reviews::access_review(
+                server,
+                state,
+                resource.kind,
+                &call.user,
+                target.namespace,
+                body,
+            )
+            .await?
+        }
+        "SelfSubjectRulesReview" => {
+            crate::reviews::rules_review(server, state, &call.user, body).await?
+        }
         _ => return Err(ApiError::no_such_path()),
     };
     plain_with(StatusCode::CREATED, &answer)

@@ -291,11 +291,11 @@ impl Resources {
     /// The built-in resources Flotilla serves.
     pub fn builtin() -> Self {
         use k8s_openapi::api::{
-            apps::v1 as apps, authentication::v1 as authentication, autoscaling::v2 as autoscaling,
-            batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
-            discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
-            policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
-            storage::v1 as storage,
+            apps::v1 as apps, authentication::v1 as authentication,
+            authorization::v1 as authorization, autoscaling::v2 as autoscaling, batch::v1 as batch,
+            coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+            events::v1 as events, networking::v1 as networking, policy::v1 as policy,
+            rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
         };
         use strategies as s;
         let all_cat: &'static [&'static str] = &["all"];
@@ -422,6 +422,10 @@ impl Resources {
             define::<rbac::ClusterRoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
             define_create_only::<authentication::TokenReview>(),
             define_create_only::<authentication::SelfSubjectReview>(),
+            define_create_only::<authorization::SelfSubjectAccessReview>(),
+            define_create_only::<authorization::SubjectAccessReview>(),
+            define_create_only::<authorization::LocalSubjectAccessReview>(),
+            define_create_only::<authorization::SelfSubjectRulesReview>(),
         ];
         Resources { all }
     }

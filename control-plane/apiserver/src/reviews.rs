@@ -1,15 +1,21 @@
-//! The request-only endpoints of authentication.k8s.io: SelfSubjectReview (`kubectl auth
-//! whoami`), TokenReview, and TokenRequest (`serviceaccounts/{name}/token`, `kubectl create
-//! token`). Each answers from the request and the tenant's key; nothing is stored.
+//! The request-only endpoints of authentication.k8s.io — SelfSubjectReview (`kubectl auth
+//! whoami`), TokenReview, TokenRequest (`serviceaccounts/{name}/token`, `kubectl create
+//! token`) — and of authorization.k8s.io — SelfSubjectAccessReview (`kubectl auth can-i`),
+//! SubjectAccessReview, LocalSubjectAccessReview and SelfSubjectRulesReview (`kubectl auth
+//! can-i --list`). Each answers from the request, the tenant's key and its RBAC policy;
+//! nothing is stored.
 
 use serde_json::{Value, json};
 
 use crate::ApiServer;
 use crate::authn::{self, BoundObject, TokenClaims, UserInfo};
+use crate::authz;
 use crate::error::{ApiError, FieldError, Path};
 use crate::meta;
 use crate::store::ReadAt;
 use crate::tenants::TenantState;
+use flotilla_api_machinery::rbac::Attributes;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// Shortest and default lifetime of a requested token (upstream's limits).
 const MIN_EXPIRATION_SECONDS: i64 = 600;
@@ -247,4 +253,199 @@ async fn bound_object(
         name: name.to_string(),
         uid,
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// authorization.k8s.io
+
+/// The attributes a `spec.resourceAttributes` / `spec.nonResourceAttributes` asks about.
+fn review_attributes(spec: &Value, user: UserInfo, namespace: Option<&str>) -> Attributes {
+    let field = |object: &Value, name: &str| object[name].as_str().unwrap_or("").to_string();
+    let resource = &spec["resourceAttributes"];
+    if resource.is_object() {
+        return Attributes {
+            user,
+            verb: field(resource, "verb"),
+            namespace: namespace.map_or_else(|| field(resource, "namespace"), String::from),
+            api_group: field(resource, "group"),
+            api_version: field(resource, "version"),
+            resource: field(resource, "resource"),
+            subresource: field(resource, "subresource"),
+            name: field(resource, "name"),
+            resource_request: true,
+            path: String::new(),
+        };
+    }
+    let non_resource = &spec["nonResourceAttributes"];
+    Attributes {
+        user,
+        verb: field(non_resource, "verb"),
+        path: field(non_resource, "path"),
+        resource_request: false,
+        ..Default::default()
+    }
+}
+
+fn access_review_invalid(kind: &str, spec: &Value) -> Option<ApiError> {
+    let has_resource = spec["resourceAttributes"].is_object();
+    let has_non_resource = spec["nonResourceAttributes"].is_object();
+    let path = Path::new("spec");
+    let error = match (has_resource, has_non_resource) {
+        (true, true) => FieldError::invalid(
+            &path.child("nonResourceAttributes"),
+            spec["nonResourceAttributes"].clone(),
+            "cannot be specified in combination with resourceAttributes",
+        ),
+        (false, false) => FieldError::invalid(
+            &path.child("resourceAttributes"),
+            Value::Null,
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        ),
+        _ => return None,
+    };
+    Some(ApiError::invalid(
+        "authorization.k8s.io",
+        kind,
+        "",
+        vec![error],
+    ))
+}
+
+/// `SelfSubjectAccessReview`, `SubjectAccessReview` and `LocalSubjectAccessReview` (in
+/// `namespace`): whether the subject may do what the spec says.
+pub async fn access_review(
+    server: &ApiServer,
+    tenant: &TenantState,
+    kind: &str,
+    caller: &UserInfo,
+    namespace: Option<&str>,
+    body: Value,
+) -> Result<Value, ApiError> {
+    let mut spec = body["spec"].clone();
+    if !spec.is_object() {
+        spec = json!({});
+    }
+    if let Some(err) = access_review_invalid(kind, &spec) {
+        return Err(err);
+    }
+    let subject = if kind == "SelfSubjectAccessReview" {
+        caller.clone()
+    } else {
+        let strings = |name: &str| -> Vec<String> {
+            spec[name]
+                .as_array()
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let user = spec["user"].as_str().unwrap_or("").to_string();
+        let groups = strings("groups");
+        if user.is_empty() && groups.is_empty() {
+            return Err(ApiError::invalid(
+                "authorization.k8s.io",
+                kind,
+                "",
+                vec![FieldError::invalid(
+                    &Path::new("spec").child("user"),
+                    json!(""),
+                    "at least one of user or group must be specified",
+                )],
+            ));
+        }
+        let extra = serde_json::from_value(spec["extra"].clone()).unwrap_or_default();
+        UserInfo {
+            name: user,
+            uid: spec["uid"].as_str().unwrap_or("").to_string(),
+            groups,
+            extra,
+        }
+    };
+    if let Some(namespace) = namespace {
+        let asked = spec["resourceAttributes"]["namespace"]
+            .as_str()
+            .unwrap_or("");
+        if !asked.is_empty() && asked != namespace {
+            return Err(ApiError::bad_request(format!(
+                "spec.resourceAttributes.namespace must match namespace: {namespace}"
+            )));
+        }
+        if spec["resourceAttributes"].is_object() {
+            spec["resourceAttributes"]["namespace"] = json!(namespace);
+        }
+    }
+    let attributes = review_attributes(&spec, subject, namespace);
+    let (allowed, reason) = authz::allowed(server, tenant, &attributes).await?;
+    let mut status = json!({ "allowed": allowed });
+    if !reason.is_empty() {
+        status["reason"] = json!(reason);
+    }
+    let mut metadata = json!({"creationTimestamp": meta::now_rfc3339()});
+    if let Some(namespace) = namespace {
+        metadata["namespace"] = json!(namespace);
+    }
+    Ok(json!({
+        "kind": kind,
+        "apiVersion": "authorization.k8s.io/v1",
+        "metadata": metadata,
+        "spec": spec,
+        "status": status,
+    }))
+}
+
+/// `SelfSubjectRulesReview`: everything the caller may do in `spec.namespace`.
+pub async fn rules_review(
+    server: &ApiServer,
+    tenant: &TenantState,
+    caller: &UserInfo,
+    body: Value,
+) -> Result<Value, ApiError> {
+    let namespace = meta::str_at(&body, &["spec", "namespace"]).unwrap_or("");
+    if namespace.is_empty() {
+        return Err(ApiError::invalid(
+            "authorization.k8s.io",
+            "SelfSubjectRulesReview",
+            "",
+            vec![FieldError::required(
+                &Path::new("spec").child("namespace"),
+                "",
+            )],
+        ));
+    }
+    let policy = authz::policy(server, tenant).await?;
+    let (rules, incomplete) = policy.rules_for(caller, namespace);
+    let (resource_rules, non_resource_rules): (Vec<&PolicyRule>, Vec<&PolicyRule>) = rules
+        .iter()
+        .partition(|rule| rule.non_resource_urls.as_ref().is_none_or(Vec::is_empty));
+    let resource_rules: Vec<Value> = resource_rules
+        .into_iter()
+        .map(|rule| {
+            let mut out = json!({
+                "verbs": rule.verbs,
+                "apiGroups": rule.api_groups.clone().unwrap_or_default(),
+                "resources": rule.resources.clone().unwrap_or_default(),
+            });
+            if let Some(names) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
+                out["resourceNames"] = json!(names);
+            }
+            out
+        })
+        .collect();
+    let non_resource_rules: Vec<Value> = non_resource_rules
+        .into_iter()
+        .map(|rule| json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}))
+        .collect();
+    Ok(json!({
+        "kind": "SelfSubjectRulesReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "metadata": {"creationTimestamp": meta::now_rfc3339()},
+        "spec": {"namespace": namespace},
+        "status": {
+            "resourceRules": resource_rules,
+            "nonResourceRules": non_resource_rules,
+            "incomplete": incomplete,
+        },
+    }))
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, ensure};
 use base64::Engine;
-use flotilla_e2e::{Etcd, FlotillaCli, Kubectl, Serve};
+use flotilla_e2e::{Backend, Etcd, Flotilla, FlotillaCli, Kubectl, Serve};
 use serde_json::{Value, json};
 
 use crate::contains;
@@ -458,5 +458,131 @@ fn a_replica_killed_mid_write_loses_nothing_and_the_other_serves_every_cluster()
     for name in ["a ", "b ", "c "] {
         contains(&clusters, name)?;
     }
+    Ok(())
+}
+
+/// RBAC as upstream: a ServiceAccount bound to `view` in one namespace reads there, is
+/// forbidden elsewhere and for writes (upstream's 403 text), `kubectl auth can-i [--list]`,
+/// `auth whoami`, `create token` and `--as` behave as upstream, and a user who may create
+/// bindings still cannot grant what they do not hold.
+#[test]
+fn rbac_and_service_account_tokens_behave_as_upstream() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let admin = f.kubectl();
+    for ns in ["team", "other"] {
+        admin.ok(&["create", "namespace", ns])?;
+    }
+    admin.ok(&["-n", "team", "create", "serviceaccount", "reader"])?;
+    admin.ok(&[
+        "-n",
+        "team",
+        "create",
+        "rolebinding",
+        "reader-view",
+        "--clusterrole=view",
+        "--serviceaccount=team:reader",
+    ])?;
+    let token = admin.ok(&["-n", "team", "create", "token", "reader"])?;
+    let reader = admin.with_token(token.trim())?;
+    let user = "system:serviceaccount:team:reader";
+
+    contains(&reader.ok(&["auth", "whoami"])?, user)?;
+    let listed = reader.run(&["-n", "team", "get", "pods"], None, &[])?;
+    ensure!(
+        listed.status.success()
+            && String::from_utf8_lossy(&listed.stderr)
+                .contains("No resources found in team namespace."),
+        "the reader cannot list pods in its namespace: {listed:?}"
+    );
+    contains(
+        &reader.fails(&["-n", "other", "get", "pods"])?,
+        &format!(
+            "Error from server (Forbidden): pods is forbidden: User \"{user}\" cannot list resource \"pods\" in API group \"\" in the namespace \"other\""
+        ),
+    )?;
+    contains(
+        &reader.fails(&["-n", "team", "create", "configmap", "x"])?,
+        &format!(
+            "configmaps is forbidden: User \"{user}\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"team\""
+        ),
+    )?;
+    contains(
+        &reader.fails(&["-n", "team", "get", "secrets"])?,
+        "cannot list resource \"secrets\"",
+    )?;
+
+    // kubectl auth can-i, as the admin about the reader, and the reader's own list.
+    let can_i = |args: &[&str]| -> anyhow::Result<String> {
+        let out = admin.run(args, None, &[])?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let as_reader = format!("--as={user}");
+    ensure!(can_i(&["auth", "can-i", "list", "pods", "-n", "team", &as_reader])? == "yes");
+    ensure!(can_i(&["auth", "can-i", "list", "pods", "-n", "other", &as_reader])? == "no");
+    ensure!(can_i(&["auth", "can-i", "delete", "pods", "-n", "team", &as_reader])? == "no");
+    ensure!(can_i(&["auth", "can-i", "*", "*"])? == "yes");
+    let listed = reader.ok(&["auth", "can-i", "--list", "-n", "team"])?;
+    contains(&listed, "pods ")?;
+    contains(&listed, "[get list watch]")?;
+    contains(&listed, "selfsubjectaccessreviews.authorization.k8s.io")?;
+
+    // --as: the admin may impersonate; the reader may not.
+    contains(&admin.ok(&["auth", "whoami", &as_reader])?, user)?;
+    contains(
+        &admin.fails(&["get", "pods", "--as=bob"])?,
+        "pods is forbidden: User \"bob\" cannot list resource \"pods\"",
+    )?;
+    contains(
+        &reader.fails(&["get", "pods", "--as=bob"])?,
+        &format!(
+            "users \"bob\" is forbidden: User \"{user}\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+        ),
+    )?;
+
+    // Escalation: allowed to create bindings, the reader may bind `view` (which it holds)
+    // but not `admin`.
+    admin.ok(&[
+        "-n",
+        "team",
+        "create",
+        "role",
+        "binder",
+        "--verb=create",
+        "--resource=rolebindings.rbac.authorization.k8s.io",
+    ])?;
+    admin.ok(&[
+        "-n",
+        "team",
+        "create",
+        "rolebinding",
+        "reader-binder",
+        "--role=binder",
+        "--serviceaccount=team:reader",
+    ])?;
+    reader.ok(&[
+        "-n",
+        "team",
+        "create",
+        "rolebinding",
+        "more-view",
+        "--clusterrole=view",
+        "--serviceaccount=team:reader",
+    ])?;
+    contains(
+        &reader.fails(&[
+            "-n",
+            "team",
+            "create",
+            "rolebinding",
+            "grab-admin",
+            "--clusterrole=admin",
+            "--serviceaccount=team:reader",
+        ])?,
+        "is attempting to grant RBAC permissions not currently held",
+    )?;
+    contains(
+        &admin.fails(&["-n", "team", "get", "rolebinding", "grab-admin"])?,
+        "NotFound",
+    )?;
     Ok(())
 }
