@@ -455,6 +455,18 @@ async fn resource_request(
         (&Method::POST, None, None) => {
             let body = call.body_json()?;
             let options = call.write_options()?;
+            if !options.dry_run {
+                state
+                    .object_count
+                    .admit_create(
+                        store.storage().as_ref(),
+                        &tenant.key_prefix,
+                        &server.limits,
+                        &resource.group_resource(),
+                        meta::name(&body),
+                    )
+                    .await?;
+            }
             let written = store
                 .create(
                     tenant,

@@ -64,6 +64,9 @@ pub struct ServerOptions {
     pub public_url: String,
     /// Per-tenant request limits.
     pub limits: TenantLimits,
+    /// The CA of the serving certificate (PEM), published to every cluster as the
+    /// `kube-root-ca.crt` ConfigMaps; empty for none.
+    pub serving_ca_pem: String,
 }
 
 /// The whole API surface of the process: every tenant's Kubernetes API.
@@ -75,7 +78,8 @@ pub struct ApiServer {
     pub(crate) advertise_address: String,
     /// The tenant clusters this server knows.
     pub tenants: Tenants,
-    limits: TenantLimits,
+    pub(crate) limits: TenantLimits,
+    pub(crate) serving_ca_pem: String,
     metrics: Metrics,
 }
 
@@ -88,6 +92,7 @@ impl ApiServer {
                 advertise_address: advertise_address.to_string(),
                 public_url: format!("https://{advertise_address}"),
                 limits: TenantLimits::UNLIMITED,
+                serving_ca_pem: String::new(),
             },
         )
     }
@@ -98,6 +103,7 @@ impl ApiServer {
             advertise_address,
             public_url,
             limits,
+            serving_ca_pem,
         } = options;
         let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
@@ -109,6 +115,7 @@ impl ApiServer {
             openapi: OpenApi::build(&RESOURCES),
             advertise_address: advertise_address.to_string(),
             limits,
+            serving_ca_pem,
             metrics: Metrics::default(),
         })
     }

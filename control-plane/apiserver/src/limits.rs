@@ -1,6 +1,6 @@
-//! Per-tenant request limits: a token bucket per tenant, so one noisy cluster cannot take the
-//! whole service from the others (answered 429 with `Retry-After`, as upstream's priority and
-//! fairness does).
+//! Per-tenant limits: a token bucket of requests per tenant, so one noisy cluster cannot take
+//! the whole service from the others (answered 429 with `Retry-After`, as upstream's priority
+//! and fairness does), and a quota on the number of objects a cluster stores.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -14,6 +14,8 @@ pub struct TenantLimits {
     pub requests_per_second: Option<f64>,
     /// Requests a tenant may make at once above the sustained rate.
     pub burst: u32,
+    /// Most keys a tenant may store (objects and their allocations); `None` for no quota.
+    pub max_objects: Option<usize>,
 }
 
 impl TenantLimits {
@@ -21,6 +23,7 @@ impl TenantLimits {
     pub const UNLIMITED: TenantLimits = TenantLimits {
         requests_per_second: None,
         burst: 0,
+        max_objects: None,
     };
 }
 
@@ -85,6 +88,71 @@ impl RateLimiter {
     }
 }
 
+/// How long a counted number of objects is trusted (plus the creates made here since): creates
+/// through other replicas are seen this late, so the quota may be overshot by what they add.
+const OBJECT_COUNT_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// One tenant's object count, read from storage now and then.
+#[derive(Debug, Default)]
+pub struct ObjectCount {
+    state: Mutex<Option<(usize, Instant)>>,
+}
+
+impl ObjectCount {
+    /// Admits one more object under `prefix`, or refuses with upstream's quota 403.
+    pub async fn admit_create(
+        &self,
+        storage: &dyn flotilla_storage::Storage,
+        prefix: &str,
+        limits: &TenantLimits,
+        resource: &crate::resources::GroupResource,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let Some(limit) = limits.max_objects else {
+            return Ok(());
+        };
+        let cached = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|state| *state)
+            .filter(|(_, counted_at)| counted_at.elapsed() < OBJECT_COUNT_TTL);
+        let used = match cached {
+            Some((count, _)) => count,
+            None => {
+                let counted = storage
+                    .range(flotilla_storage::RangeRequest {
+                        prefix: prefix.to_string(),
+                        start_key: None,
+                        limit: 1,
+                        revision: 0,
+                    })
+                    .await?
+                    .count;
+                if let Ok(mut state) = self.state.lock() {
+                    *state = Some((counted, Instant::now()));
+                }
+                counted
+            }
+        };
+        if used >= limit {
+            return Err(ApiError::forbidden(
+                resource,
+                name,
+                &format!(
+                    "exceeded quota: flotilla-cluster-objects, requested: objects=1, used: objects={used}, limited: objects={limit}"
+                ),
+            ));
+        }
+        if let Ok(mut state) = self.state.lock()
+            && let Some((count, _)) = state.as_mut()
+        {
+            *count += 1;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -96,6 +164,7 @@ mod tests {
         let limits = TenantLimits {
             requests_per_second: Some(10.0),
             burst: 5,
+            max_objects: None,
         };
         let limiter = RateLimiter::default();
         let start = Instant::now();

@@ -49,8 +49,8 @@ pub struct TenantRecord {
     pub bootstrap_version: u32,
 }
 
-/// The generation of default objects a cluster gets: 1 added the RBAC defaults and default
-/// ServiceAccounts. A cluster below it is brought up to date on its next request.
+/// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
+/// ServiceAccounts and `kube-root-ca.crt` ConfigMaps. A cluster below it is brought up to date on its next request.
 pub const BOOTSTRAP_VERSION: u32 = 1;
 
 /// A loaded tenant: where its keys are and how its clients are authenticated.
@@ -65,6 +65,8 @@ pub struct TenantState {
     bootstrapped: std::sync::atomic::AtomicBool,
     /// Its RBAC policy, cached briefly.
     pub policy: crate::authz::PolicyCache,
+    /// How many objects it stores, for its quota.
+    pub object_count: crate::limits::ObjectCount,
     /// Its request budget (kept while the record is unchanged).
     pub limiter: crate::limits::RateLimiter,
 }
@@ -99,6 +101,7 @@ impl TenantState {
             signing_key,
             bootstrapped: bootstrapped.into(),
             policy: Default::default(),
+            object_count: Default::default(),
             limiter: Default::default(),
         })
     }
@@ -353,6 +356,17 @@ async fn bootstrap_objects(server: &crate::ApiServer, tenant: &Tenant) -> Result
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
             writes.push((accounts, ns, obj));
+        }
+    }
+    // What pods use to trust the API server (upstream's root-CA publisher).
+    if let Some(config_maps) = server.resources.find("", "v1", "configmaps")
+        && !server.serving_ca_pem.is_empty()
+    {
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "kube-root-ca.crt", "namespace": ns},
+                "data": {"ca.crt": server.serving_ca_pem}});
+            writes.push((config_maps, ns, obj));
         }
     }
     let rbac_group = flotilla_api_machinery::rbac::GROUP_NAME;

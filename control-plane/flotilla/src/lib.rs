@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// Requests above the sustained rate each cluster may make at once.
     #[arg(long, default_value_t = 400)]
     pub tenant_burst: u32,
+    /// Most objects each cluster may store before creates are refused (403, exceeded quota;
+    /// 0: no quota).
+    #[arg(long, default_value_t = 100_000)]
+    pub tenant_max_objects: usize,
 }
 
 /// How a client command reaches the management API. Flags and environment override the

@@ -151,15 +151,16 @@ async fn start(
         .with_context(|| format!("listening on {listen}"))?;
     let local = listener.local_addr()?;
     let public_url = public_url.unwrap_or_else(|| default_public_url(local, extra_sans));
+    let ca = serving_ca(&storage).await?;
     let server = ApiServer::with_options(
         storage.clone(),
         ServerOptions {
             advertise_address: local.to_string(),
             public_url: public_url.clone(),
             limits,
+            serving_ca_pem: ca.cert_pem.clone(),
         },
     );
-    let ca = serving_ca(&storage).await?;
     let serving = ca.issue_serving("flotilla", &serving_hosts(local, extra_sans))?;
     let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
     let tls = flotilla_apiserver::serve::server_config(&chain, &serving.key_pem)?;
@@ -304,6 +305,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let limits = TenantLimits {
         requests_per_second: (args.tenant_qps > 0.0).then_some(args.tenant_qps),
         burst: args.tenant_burst,
+        max_objects: (args.tenant_max_objects > 0).then_some(args.tenant_max_objects),
     };
     let started = start(storage, args.listen, &args.tls_san, args.public_url, limits).await?;
     operator_config(&started.management, &args.operator_config, &started).await?;

@@ -402,6 +402,51 @@ fn a_cluster_over_its_request_limit_gets_429_and_others_do_not() -> anyhow::Resu
     Ok(())
 }
 
+/// A cluster at its object quota gets upstream's "exceeded quota" 403 on create and keeps
+/// serving reads, updates and deletes; deleting objects makes room again.
+#[test]
+fn a_cluster_at_its_object_quota_refuses_creates_only() -> anyhow::Result<()> {
+    let etcd = Etcd::start()?;
+    let service = Serve::start_with(&etcd.endpoint, &["--tenant-max-objects", "120"])?;
+    let x = service.account("x")?;
+    let a = create_cluster(&service, &x, "full")?;
+    let mut refused = None;
+    for i in 0..120 {
+        let out = a
+            .kubectl
+            .run(&["create", "configmap", &format!("fill-{i}")], None, &[])?;
+        if !out.status.success() {
+            refused = Some((i, String::from_utf8_lossy(&out.stderr).into_owned()));
+            break;
+        }
+    }
+    let (created, message) = refused.context("120 creates on top of the defaults all passed")?;
+    ensure!(created > 0, "the first create was refused: {message}");
+    contains(
+        &message,
+        "is forbidden: exceeded quota: flotilla-cluster-objects",
+    )?;
+    a.kubectl
+        .ok(&["label", "configmap", "fill-0", "still=writable"])?;
+    a.kubectl.ok(&["delete", "configmap", "fill-0", "fill-1"])?;
+    // The count is re-read within seconds; after that, there is room again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while a
+        .kubectl
+        .run(&["create", "configmap", "after-delete"], None, &[])?
+        .status
+        .code()
+        != Some(0)
+    {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "no room after deletes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    Ok(())
+}
+
 /// Two replicas of `flotilla serve` on a three-member etcd: one is killed with SIGKILL while a
 /// client writes through it; every write it acknowledged is served by the other replica, which
 /// goes on serving every cluster and the management API.
