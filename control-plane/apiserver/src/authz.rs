@@ -100,6 +100,10 @@ pub async fn allowed(
     if attributes.user.groups.iter().any(|g| g == SYSTEM_MASTERS) {
         return Ok((true, String::new()));
     }
+    // Upstream's chain: the Node authorizer, then RBAC.
+    if crate::node::authorize(server, state, attributes).await? == Some(true) {
+        return Ok((true, String::new()));
+    }
     let policy = policy(server, state).await?;
     let (decision, reason) = policy.authorize(attributes);
     Ok((decision == Decision::Allow, reason))
@@ -126,6 +130,27 @@ pub fn forbidden(attributes: &Attributes, reason: &str) -> ApiError {
         &attributes.resource,
         &attributes.name,
         rbac::forbidden_status_message(attributes, reason),
+    )
+}
+
+/// A 403 for the request's object with `message` as the reason (admission's form:
+/// `rolebindings.rbac.authorization.k8s.io "x" is forbidden: <message>`).
+pub fn forbidden_because(attributes: &Attributes, message: &str) -> ApiError {
+    let qualified = if attributes.api_group.is_empty() {
+        attributes.resource.clone()
+    } else {
+        format!("{}.{}", attributes.resource, attributes.api_group)
+    };
+    let subject = if attributes.name.is_empty() {
+        qualified
+    } else {
+        format!("{qualified} \"{}\"", attributes.name)
+    };
+    ApiError::forbidden_message(
+        &attributes.api_group,
+        &attributes.resource,
+        &attributes.name,
+        format!("{subject} is forbidden: {message}"),
     )
 }
 
@@ -156,23 +181,7 @@ pub async fn check_rbac_write(
     {
         return Ok(());
     }
-    let forbidden = |message: String| {
-        ApiError::forbidden_message(
-            &attributes.api_group,
-            &attributes.resource,
-            &attributes.name,
-            format!(
-                "{}.{}{} is forbidden: {message}",
-                attributes.resource,
-                attributes.api_group,
-                if attributes.name.is_empty() {
-                    String::new()
-                } else {
-                    format!(" \"{}\"", attributes.name)
-                }
-            ),
-        )
-    };
+    let forbidden = |message: String| forbidden_because(attributes, &message);
     let may = |verb: &str, resource: &str, name: &str| Attributes {
         verb: verb.into(),
         resource: resource.into(),

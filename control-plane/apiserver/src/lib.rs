@@ -17,6 +17,7 @@ pub mod managed;
 pub mod meta;
 pub mod metrics;
 pub mod negotiate;
+pub mod node;
 pub mod openapi;
 pub mod patching;
 pub mod pki;
@@ -252,6 +253,14 @@ impl ApiServer {
             authz::check_rbac_write(self, &tenant, &attributes, content_type, &body).await
         {
             return err.into_response();
+        }
+        if node::node_name(&attributes).is_some() {
+            let parsed = negotiate::body_format(content_type)
+                .ok()
+                .and_then(|format| negotiate::parse_body(&body, format).ok());
+            if let Err(err) = node::admit(self, &tenant, &attributes, parsed.as_ref()).await {
+                return err.into_response();
+            }
         }
         let rbac_write =
             parts.method != http::Method::GET && rest.contains(&"rbac.authorization.k8s.io");

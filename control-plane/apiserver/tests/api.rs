@@ -22,7 +22,36 @@ struct Harness {
     client: kube::Client,
     storage: Arc<dyn Storage>,
     _dir: tempfile::TempDir,
-    _server: LocalServer,
+    server: LocalServer,
+}
+
+impl Harness {
+    /// A client authenticated by a certificate of the tenant's CA for `user` in `groups`.
+    async fn client_as(&self, user: &str, groups: &[&str]) -> anyhow::Result<kube::Client> {
+        use base64::Engine;
+        let tenant = self
+            .server
+            .server
+            .tenants
+            .get("demo")
+            .await
+            .context("tenant demo")?;
+        let issued = tenant.record.client_ca.issue_client(user, groups)?;
+        let mut kubeconfig = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig)?;
+        let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+        for auth in &mut kubeconfig.auth_infos {
+            if let Some(info) = auth.auth_info.as_mut() {
+                info.client_certificate_data = Some(b64(&issued.cert_pem));
+                info.client_key_data = Some(b64(&issued.key_pem).into());
+            }
+        }
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        Ok(kube::Client::try_from(config)?)
+    }
 }
 
 async fn start() -> anyhow::Result<Harness> {
@@ -39,7 +68,7 @@ async fn start() -> anyhow::Result<Harness> {
         client,
         storage,
         _dir: dir,
-        _server: server,
+        server,
     })
 }
 
@@ -832,5 +861,116 @@ async fn streaming_list_watch_ends_initial_events_with_a_bookmark() -> anyhow::R
         }
         other => anyhow::bail!("expected the live object, got {other:?}"),
     }
+    Ok(())
+}
+
+/// The Node authorizer and NodeRestriction: a kubelet reads only what pods bound to it use,
+/// and changes only its own Node, its own Lease and its own pods' status.
+#[tokio::test]
+async fn a_node_reads_only_its_pods_objects_and_changes_only_itself() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+    let h = start().await?;
+    let admin_secrets: Api<Secret> = Api::namespaced(h.client.clone(), "default");
+    for name in ["mounted", "unrelated"] {
+        admin_secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": name}, "stringData": {"k": "v"}}),
+                )?,
+            )
+            .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
+    let pod = |name: &str, node: &str| -> anyhow::Result<Pod> {
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "s", "secret": {"secretName": if node == "n1" { "mounted" } else { "unrelated" }}}],
+            }}),
+        )?)
+    };
+    pods.create(&PostParams::default(), &pod("on-n1", "n1")?)
+        .await?;
+    pods.create(&PostParams::default(), &pod("on-n2", "n2")?)
+        .await?;
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    for name in ["n1", "n2"] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+            )
+            .await?;
+    }
+
+    let kubelet = h.client_as("system:node:n1", &["system:nodes"]).await?;
+    let secrets: Api<Secret> = Api::namespaced(kubelet.clone(), "default");
+    secrets
+        .get("mounted")
+        .await
+        .context("n1 reads its pod's secret")?;
+    let (code, reason, message) = api_status(
+        secrets
+            .get("unrelated")
+            .await
+            .err()
+            .context("n1 read another node's secret")?,
+    )?;
+    ensure!(
+        (code, reason.as_str()) == (403, "Forbidden")
+            && message
+                == "secrets \"unrelated\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\"",
+        "{message}"
+    );
+    ensure!(
+        secrets.list(&ListParams::default()).await.is_err(),
+        "a node listed all secrets"
+    );
+    // Upstream's node rules: pods and nodes are readable.
+    Api::<Pod>::namespaced(kubelet.clone(), "default")
+        .get("on-n2")
+        .await?;
+
+    // NodeRestriction: its own Node only, its own pods' status only.
+    let kubelet_nodes: Api<Node> = Api::all(kubelet.clone());
+    let label = json!({"metadata": {"labels": {"seen": "yes"}}});
+    kubelet_nodes
+        .patch("n1", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .context("n1 labels itself")?;
+    let (code, _, message) = api_status(
+        kubelet_nodes
+            .patch("n2", &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .err()
+            .context("n1 patched n2")?,
+    )?;
+    ensure!(
+        code == 403
+            && message
+                == "nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\"",
+        "{message}"
+    );
+    let kubelet_pods: Api<Pod> = Api::namespaced(kubelet, "default");
+    let status = json!({"status": {"phase": "Running"}});
+    kubelet_pods
+        .patch_status("on-n1", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .context("n1 updates its pod's status")?;
+    let (code, _, message) = api_status(
+        kubelet_pods
+            .patch_status("on-n2", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .err()
+            .context("n1 updated n2's pod")?,
+    )?;
+    ensure!(
+        code == 403
+            && message
+                .contains("can only update pod status for pods with spec.nodeName set to itself"),
+        "{message}"
+    );
     Ok(())
 }
