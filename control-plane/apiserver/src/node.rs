@@ -51,14 +51,13 @@ pub async fn authorize(
     if !attributes.resource_request || !attributes.api_group.is_empty() {
         return Ok(Some(rbac::rules_allow(attributes, &NODE_RULES)));
     }
-    let graph_kind = match (
-        attributes.resource.as_str(),
-        attributes.subresource.as_str(),
-    ) {
-        ("secrets" | "configmaps" | "persistentvolumeclaims", "") => true,
-        ("serviceaccounts", "token") => true,
-        _ => false,
-    };
+    let graph_kind = matches!(
+        (
+            attributes.resource.as_str(),
+            attributes.subresource.as_str()
+        ),
+        ("secrets" | "configmaps" | "persistentvolumeclaims", "") | ("serviceaccounts", "token")
+    );
     if !graph_kind {
         return Ok(Some(rbac::rules_allow(attributes, &NODE_RULES)));
     }
