@@ -413,9 +413,10 @@ async fn create_if_absent(
     options: &WriteOptions,
 ) -> Result<(), ApiError> {
     let key = tenant.object_key(resource, namespace, crate::meta::name(&obj));
-    // Checked first because a create runs its hooks before storing: re-creating the
-    // `kubernetes` Service would fail on its already reserved IP, not with AlreadyExists.
-    if server.store.storage().get(&key).await?.is_some() {
+    // Services are checked first because a create runs its hooks before storing: re-creating
+    // the `kubernetes` Service would fail on its already reserved IP, not with AlreadyExists.
+    // Everything else simply answers AlreadyExists, which saves a read per default object.
+    if resource.kind == "Service" && server.store.storage().get(&key).await?.is_some() {
         return Ok(());
     }
     match server
