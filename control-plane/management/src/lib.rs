@@ -207,6 +207,22 @@ impl Management {
             .with_state(self.clone())
     }
 
+    /// A cluster as responses show it: secrets removed, the endpoint's CA and the OIDC issuer
+    /// added (EKS's `certificateAuthority.data` and `identity.oidc.issuer`).
+    fn present(&self, cluster: Cluster) -> Cluster {
+        use base64::Engine;
+        let mut cluster = cluster.redacted();
+        cluster.certificate_authority = Some(CertificateAuthorityData {
+            data: base64::engine::general_purpose::STANDARD.encode(&self.endpoint.ca_pem),
+        });
+        cluster.identity = Some(ClusterIdentity {
+            oidc: OidcIdentity {
+                issuer: cluster.endpoint.clone(),
+            },
+        });
+        cluster
+    }
+
     /// Registers `token` as an operator credential (idempotent; only its hash is stored).
     pub async fn register_operator_token(&self, token: &str) -> Result<()> {
         if token.len() < 16 {
@@ -411,6 +427,8 @@ impl Management {
             cloud: request.cloud,
             client_request_token: token,
             created_at: now(),
+            certificate_authority: None,
+            identity: None,
         };
         match self
             .storage
@@ -753,7 +771,7 @@ async fn list_clusters(State(m): Service, headers: HeaderMap) -> Result<Response
         .range_all(&clusters_prefix(caller.account()?))
         .await?
         .into_iter()
-        .map(|(c, _): (Cluster, i64)| c.redacted())
+        .map(|(c, _): (Cluster, i64)| m.present(c))
         .collect();
     Ok(json(
         StatusCode::OK,
@@ -767,7 +785,7 @@ async fn create_cluster(State(m): Service, headers: HeaderMap, body: Bytes) -> R
     let cluster = m.create_cluster(caller.account()?, request).await?;
     Ok(json(
         StatusCode::OK,
-        &serde_json::json!({ "cluster": cluster.redacted() }),
+        &serde_json::json!({ "cluster": m.present(cluster) }),
     ))
 }
 
@@ -780,7 +798,7 @@ async fn describe_cluster(
     let (cluster, _) = m.cluster_record(caller.account()?, &name).await?;
     Ok(json(
         StatusCode::OK,
-        &serde_json::json!({ "cluster": cluster.redacted() }),
+        &serde_json::json!({ "cluster": m.present(cluster) }),
     ))
 }
 
@@ -821,7 +839,7 @@ async fn update_cluster(
         .await?;
     Ok(json(
         StatusCode::OK,
-        &serde_json::json!({ "cluster": cluster.redacted() }),
+        &serde_json::json!({ "cluster": m.present(cluster) }),
     ))
 }
 
@@ -834,7 +852,7 @@ async fn delete_cluster(
     let cluster = m.delete_cluster(caller.account()?, &name).await?;
     Ok(json(
         StatusCode::OK,
-        &serde_json::json!({ "cluster": cluster.redacted() }),
+        &serde_json::json!({ "cluster": m.present(cluster) }),
     ))
 }
 

@@ -221,6 +221,35 @@ pub struct Cluster {
     pub client_request_token: Option<String>,
     /// Creation time (RFC 3339).
     pub created_at: String,
+    /// The CA that signs the endpoint's certificate (responses only, as EKS's
+    /// `certificateAuthority.data`: base64 of the PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_authority: Option<CertificateAuthorityData>,
+    /// The cluster's OIDC issuer for its service-account tokens (responses only, as EKS's
+    /// `identity.oidc.issuer`): a cloud IAM trusts it through its discovery document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<ClusterIdentity>,
+}
+
+/// `certificateAuthority` of a cluster response.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CertificateAuthorityData {
+    /// Base64 of the PEM certificate.
+    pub data: String,
+}
+
+/// `identity` of a cluster response.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ClusterIdentity {
+    /// The OIDC provider.
+    pub oidc: OidcIdentity,
+}
+
+/// `identity.oidc` of a cluster response.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OidcIdentity {
+    /// The issuer URL (`{issuer}/.well-known/openid-configuration` describes it).
+    pub issuer: String,
 }
 
 impl Cluster {

@@ -24,6 +24,35 @@ fn create_cluster(service: &Serve, account: &FlotillaCli, name: &str) -> anyhow:
         serde_json::from_str(&account.ok(&["cluster", "get", name, "-o", "json"])?)?;
     let id = described["id"].as_str().context("cluster id")?.to_string();
     ensure!(described["status"] == "ACTIVE", "{described}");
+    // As EKS: the endpoint's CA and an OIDC issuer whose documents anyone can fetch.
+    let issuer = described["identity"]["oidc"]["issuer"]
+        .as_str()
+        .context("identity.oidc.issuer")?;
+    let ca = service.dir().join(format!("{id}-ca.pem"));
+    std::fs::write(
+        &ca,
+        base64::engine::general_purpose::STANDARD.decode(
+            described["certificateAuthority"]["data"]
+                .as_str()
+                .context("certificateAuthority.data")?,
+        )?,
+    )?;
+    let fetch = |path: &str| -> anyhow::Result<Value> {
+        let out = Command::new("curl")
+            .args(["-sS", "--fail", "--cacert"])
+            .arg(&ca)
+            .arg(format!("{issuer}{path}"))
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "{path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(serde_json::from_slice(&out.stdout)?)
+    };
+    let discovery = fetch("/.well-known/openid-configuration")?;
+    ensure!(discovery["issuer"] == issuer, "{discovery}");
+    ensure!(fetch("/openid/v1/jwks")?["keys"][0]["alg"] == "ES256");
     let kubeconfig = service.dir().join(format!("{id}.kubeconfig"));
     account.ok(&[
         "cluster",
