@@ -18,6 +18,12 @@ use crate::store::{ReadAt, Tenant};
 
 pub use flotilla_api_machinery::rbac::UserInfo;
 
+/// The identity of a request made inside the process (a tenant's control loops on the
+/// in-memory transport), set as a request extension. Requests from the network never carry
+/// it: only code in this process can add an extension.
+#[derive(Debug, Clone)]
+pub struct InProcessIdentity(pub UserInfo);
+
 /// The group every authenticated user is in.
 pub const AUTHENTICATED: &str = flotilla_api_machinery::rbac::ALL_AUTHENTICATED;
 

@@ -205,8 +205,14 @@ impl ApiServer {
             .get::<PeerCertificates>()
             .cloned()
             .unwrap_or_default();
-        let user = match tenant.authenticate(&peer) {
-            Some(identity) => authn::user_from_certificate(identity),
+        let in_process = parts
+            .extensions
+            .get::<authn::InProcessIdentity>()
+            .map(|identity| identity.0.clone());
+        let user = match in_process
+            .or_else(|| tenant.authenticate(&peer).map(authn::user_from_certificate))
+        {
+            Some(user) => user,
             None => match bearer_token(&parts.headers) {
                 // A credential that fails is refused even where anonymous would be served.
                 Some(token) => match authn::authenticate_token(self, &tenant, token, None).await {

@@ -205,6 +205,33 @@ impl Tenants {
         Some(state)
     }
 
+    /// The ids of every tenant in storage.
+    pub async fn ids(&self) -> Result<Vec<String>, ApiError> {
+        let mut ids = Vec::new();
+        let mut start_key = None;
+        loop {
+            let page = self
+                .store
+                .storage()
+                .range(flotilla_storage::RangeRequest {
+                    prefix: TENANT_RECORDS.to_string(),
+                    start_key: start_key.clone(),
+                    limit: DESTROY_BATCH,
+                    revision: 0,
+                })
+                .await?;
+            ids.extend(
+                page.kvs
+                    .iter()
+                    .filter_map(|kv| kv.key.strip_prefix(TENANT_RECORDS).map(String::from)),
+            );
+            match (page.more, page.kvs.last()) {
+                (true, Some(last)) => start_key = Some(format!("{}\0", last.key)),
+                _ => return Ok(ids),
+            }
+        }
+    }
+
     /// Gives a record written before service-account tokens existed its signing key, once:
     /// a replica that loses the race uses the winner's.
     async fn add_signing_key(

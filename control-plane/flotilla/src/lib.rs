@@ -3,6 +3,9 @@
 
 pub mod client;
 mod commands;
+mod controllers;
+mod inprocess;
+mod placement;
 mod service;
 
 use std::net::SocketAddr;
@@ -108,6 +111,14 @@ pub struct ServeArgs {
     /// 0: no quota).
     #[arg(long, default_value_t = 100_000)]
     pub tenant_max_objects: usize,
+    /// How long a replica's hold on a cluster's control loops lasts without renewal; another
+    /// replica takes them over this long after the holder dies.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+    /// This replica's name in the clusters' leases (default: host name, listen port and a
+    /// random suffix).
+    #[arg(long)]
+    pub replica_id: Option<String>,
 }
 
 /// How a client command reaches the management API. Flags and environment override the

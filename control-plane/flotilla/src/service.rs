@@ -19,6 +19,7 @@ use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
 use tokio::net::TcpListener;
 
 use crate::client::ClientConfig;
+use crate::placement::{self, PlacementConfig};
 use crate::{ServeArgs, UpArgs};
 
 /// How often old revisions are compacted away (kube-apiserver's default interval).
@@ -31,6 +32,8 @@ const SERVING_CA_KEY: &str = "/flotilla/pki/serving-ca";
 const DEMO_CLUSTER: &str = "demo";
 /// The account `flotilla up` creates it in, whose API key it writes for the CLI.
 const LOCAL_ACCOUNT: &str = "default";
+/// Upstream's leader-election lease duration.
+const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 /// How long `flotilla up` waits for the demo cluster's control plane.
 const DEMO_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -145,6 +148,7 @@ async fn start(
     extra_sans: &[String],
     public_url: Option<String>,
     limits: TenantLimits,
+    placement_options: PlacementOptions,
 ) -> anyhow::Result<Started> {
     let listener = TcpListener::bind(listen)
         .await
@@ -174,6 +178,20 @@ async fn start(
     management.spawn_reconciler();
     // The management API owns `/v1/…`; everything else is the API server's.
     let router = management.router().merge(server.router());
+    let identity = placement_options
+        .replica_id
+        .clone()
+        .unwrap_or_else(|| default_replica_id(local));
+    placement::spawn(
+        server.clone(),
+        server.router(),
+        PlacementConfig {
+            identity,
+            lease_duration: placement_options.lease_duration,
+            retry_period: (placement_options.lease_duration / 5).max(Duration::from_millis(200)),
+            root_ca_pem: ca.cert_pem.clone(),
+        },
+    );
     spawn_compactor(storage);
     Ok(Started {
         listener,
@@ -183,6 +201,29 @@ async fn start(
         public_url,
         serving_ca: ca,
     })
+}
+
+/// How this replica takes part in running clusters' control loops.
+struct PlacementOptions {
+    replica_id: Option<String>,
+    lease_duration: Duration,
+}
+
+/// `host_port_random`: unique among replicas, and names the replica for a reader.
+fn default_replica_id(local: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "flotilla".into());
+    let suffix: u32 = rand_suffix();
+    format!("{host}_{}_{suffix:08x}", local.port())
+}
+
+fn rand_suffix() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    nanos ^ std::process::id().rotate_left(16)
 }
 
 /// `https://host:port` for a listener: the first extra SAN, else its address (loopback when
@@ -206,7 +247,18 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
     // One user on one machine: no per-cluster request limit.
-    let started = start(storage, args.listen, &[], None, TenantLimits::UNLIMITED).await?;
+    let started = start(
+        storage,
+        args.listen,
+        &[],
+        None,
+        TenantLimits::UNLIMITED,
+        PlacementOptions {
+            replica_id: None,
+            lease_duration: DEFAULT_LEASE,
+        },
+    )
+    .await?;
     let management = &started.management;
 
     // The local operator, a `default` account with an API key for the CLI, and `demo`.
@@ -307,7 +359,19 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         burst: args.tenant_burst,
         max_objects: (args.tenant_max_objects > 0).then_some(args.tenant_max_objects),
     };
-    let started = start(storage, args.listen, &args.tls_san, args.public_url, limits).await?;
+    let placement_options = PlacementOptions {
+        replica_id: args.replica_id,
+        lease_duration: Duration::from_secs(args.lease_duration_seconds.max(1)),
+    };
+    let started = start(
+        storage,
+        args.listen,
+        &args.tls_san,
+        args.public_url,
+        limits,
+        placement_options,
+    )
+    .await?;
     operator_config(&started.management, &args.operator_config, &started).await?;
     tracing::info!(
         address = %started.listener.local_addr()?,

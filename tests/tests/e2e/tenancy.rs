@@ -660,3 +660,123 @@ fn rbac_and_service_account_tokens_behave_as_upstream() -> anyhow::Result<()> {
     )?;
     Ok(())
 }
+
+/// A cluster's control loops run on exactly one replica, the holder of its
+/// `kube-system/kube-controller-manager` Lease, and move to the other replica when the holder
+/// is killed: namespaces created afterwards still get their default ServiceAccount.
+#[test]
+fn control_loops_run_on_one_replica_and_move_when_it_dies() -> anyhow::Result<()> {
+    let etcd = Etcd::cluster(3)?;
+    let endpoints = etcd.endpoints.join(",");
+    let lease = ["--lease-duration-seconds", "2"];
+    let mut replicas = [
+        Serve::start_with(&endpoints, &lease)?,
+        Serve::start_with(&endpoints, &lease)?,
+    ];
+    let x = replicas[0].account("x")?;
+    let cluster = create_cluster(&replicas[0], &x, "loops")?;
+    let holder = |kubectl: &Kubectl| -> anyhow::Result<String> {
+        Ok(kubectl
+            .ok(&[
+                "-n",
+                "kube-system",
+                "get",
+                "lease",
+                "kube-controller-manager",
+                "-o",
+                "jsonpath={.spec.holderIdentity} {.spec.leaseTransitions}",
+            ])?
+            .trim()
+            .to_string())
+    };
+    let wait_for = |what: &str,
+                    mut done: Box<dyn FnMut() -> anyhow::Result<bool> + '_>|
+     -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !done()? {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Ok(())
+    };
+    wait_for(
+        "a lease holder",
+        Box::new(|| {
+            Ok(cluster
+                .kubectl
+                .run(
+                    &[
+                        "-n",
+                        "kube-system",
+                        "get",
+                        "lease",
+                        "kube-controller-manager",
+                    ],
+                    None,
+                    &[],
+                )?
+                .status
+                .success())
+        }),
+    )?;
+    let first = holder(&cluster.kubectl)?;
+    // Exactly one holder while both replicas live: it does not change hands.
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        ensure!(
+            holder(&cluster.kubectl)? == first,
+            "the lease moved between live replicas"
+        );
+    }
+    cluster.kubectl.ok(&["create", "namespace", "before"])?;
+    wait_for(
+        "the default ServiceAccount",
+        Box::new(|| {
+            Ok(cluster
+                .kubectl
+                .run(
+                    &["-n", "before", "get", "serviceaccount", "default"],
+                    None,
+                    &[],
+                )?
+                .status
+                .success())
+        }),
+    )?;
+
+    // Kill the holder; the survivor takes the lease over and runs the loops.
+    let holder_index = replicas
+        .iter()
+        .position(|r| first.contains(&format!("_{}_", r.port)))
+        .with_context(|| format!("holder {first} is neither replica"))?;
+    let survivor = &replicas[1 - holder_index];
+    let through_survivor = cluster.kubectl.via(&survivor.url())?;
+    replicas[holder_index].kill();
+    let survivor_port = format!("_{}_", replicas[1 - holder_index].port);
+    wait_for(
+        "the survivor to take the lease",
+        Box::new(|| Ok(holder(&through_survivor)?.contains(&survivor_port))),
+    )?;
+    ensure!(
+        holder(&through_survivor)?.ends_with(" 1"),
+        "leaseTransitions is not 1"
+    );
+    through_survivor.ok(&["create", "namespace", "after"])?;
+    wait_for(
+        "the default ServiceAccount after fail-over",
+        Box::new(|| {
+            Ok(through_survivor
+                .run(
+                    &["-n", "after", "get", "configmap", "kube-root-ca.crt"],
+                    None,
+                    &[],
+                )?
+                .status
+                .success())
+        }),
+    )?;
+    Ok(())
+}
