@@ -8,6 +8,7 @@
 //!   its kubeconfig and connecting with it — the steps a user takes;
 //! - **memory**: the resident set of the `flotilla serve` process with no clusters, then 1,
 //!   100 and 1000 idle clusters, and the increment per cluster;
+//! - **idle cost**: the CPU the service uses with the 1000 clusters idle;
 //! - **noisy neighbour**: the latency of cluster B's single reader (100 GETs/s of one
 //!   ConfigMap) alone, then while cluster A is flooded with ConfigMap creates by many clients, which wait
 //!   out a 429's Retry-After as client-go does. The service runs with its default per-cluster
@@ -39,6 +40,8 @@ use serde_json::json;
 const READY_SAMPLES: usize = 40;
 /// Fleet sizes at which memory is read.
 const FLEET_SIZES: [usize; 3] = [1, 100, 1000];
+/// How long the idle fleet's CPU use is measured.
+const IDLE_RUN: Duration = Duration::from_secs(6);
 /// Clusters created concurrently while growing the fleet.
 const CREATE_CONCURRENCY: usize = 16;
 /// How long B's reader runs, alone and under the flood.
@@ -98,6 +101,24 @@ impl Service {
 
     fn operator_config(&self) -> PathBuf {
         self.dir.path().join("operator.json")
+    }
+
+    /// CPU time the service process has used so far (Linux `/proc`, user + system).
+    fn cpu(&self) -> anyhow::Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields
+            .get(11)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+            + fields
+                .get(12)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0);
+        // USER_HZ is 100 on Linux.
+        Ok(Duration::from_millis(ticks * 10))
     }
 
     /// Resident memory of the service process, in bytes (Linux `/proc`).
@@ -313,6 +334,11 @@ async fn run(service: &Service) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_secs(3)).await;
         memory.push((size.max(fleet), service.rss()?));
     }
+    // What an idle fleet costs: lease renewals and the control loops' watches.
+    let (cpu_before, idle_started) = (service.cpu()?, Instant::now());
+    tokio::time::sleep(IDLE_RUN).await;
+    let idle_cores =
+        (service.cpu()? - cpu_before).as_secs_f64() / idle_started.elapsed().as_secs_f64();
     // The first reading above the empty service may have been taken with more clusters
     // than asked for (the create → ready samples); the table says how many.
     report(
@@ -321,6 +347,9 @@ async fn run(service: &Service) -> anyhow::Result<()> {
         &alone,
         &flooded,
         (flood_done, flood_refused, flood_secs),
+    );
+    println!(
+        "\nidle fleet of {fleet} clusters: flotilla serve uses {idle_cores:.2} cores (lease renewals, one namespace watch per cluster)"
     );
     Ok(())
 }
