@@ -47,12 +47,7 @@ pub async fn token_review(
             FieldError::required(&Path::new("spec").child("token"), ""),
         ));
     }
-    let audiences: Option<Vec<String>> = body["spec"]["audiences"].as_array().map(|list| {
-        list.iter()
-            .filter_map(|a| a.as_str().map(String::from))
-            .collect()
-    });
-    let audiences = audiences.filter(|list| !list.is_empty());
+    let audiences = Some(strings(&body["spec"]["audiences"])).filter(|list| !list.is_empty());
     let status = match authn::authenticate_token(server, tenant, token, audiences.as_deref()).await
     {
         Ok((user, matched)) => {
@@ -72,6 +67,15 @@ pub async fn token_review(
         "spec": spec,
         "status": status,
     }))
+}
+
+/// The strings of a JSON array (anything else: none).
+fn strings(list: &Value) -> Vec<String> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.as_str().map(String::from))
+        .collect()
 }
 
 fn invalid(kind: &str, name: &str, error: FieldError) -> ApiError {
@@ -127,14 +131,7 @@ pub async fn token_request(
         None => None,
     };
     let issuer = tenant.issuer();
-    let mut audiences: Vec<String> = spec["audiences"]
-        .as_array()
-        .map(|list| {
-            list.iter()
-                .filter_map(|a| a.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut audiences = strings(&spec["audiences"]);
     if audiences.is_empty() {
         audiences.push(issuer.clone());
     }
@@ -331,18 +328,8 @@ pub async fn access_review(
     let subject = if kind == "SelfSubjectAccessReview" {
         caller.clone()
     } else {
-        let strings = |name: &str| -> Vec<String> {
-            spec[name]
-                .as_array()
-                .map(|list| {
-                    list.iter()
-                        .filter_map(|v| v.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         let user = spec["user"].as_str().unwrap_or("").to_string();
-        let groups = strings("groups");
+        let groups = strings(&spec["groups"]);
         if user.is_empty() && groups.is_empty() {
             return Err(ApiError::invalid(
                 "authorization.k8s.io",

@@ -226,6 +226,19 @@ fn rand_suffix() -> u32 {
     nanos ^ std::process::id().rotate_left(16)
 }
 
+impl Started {
+    /// Serves both APIs until SIGINT or SIGTERM.
+    async fn serve(self) {
+        flotilla_apiserver::serve::serve_tls(
+            self.listener,
+            self.tls,
+            self.router,
+            shutdown_signal(),
+        )
+        .await;
+    }
+}
+
 /// `https://host:port` for a listener: the first extra SAN, else its address (loopback when
 /// it listens on every interface).
 fn default_public_url(local: SocketAddr, extra_sans: &[String]) -> String {
@@ -280,13 +293,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         client_config = %client_config.display(),
         "flotilla is up"
     );
-    flotilla_apiserver::serve::serve_tls(
-        started.listener,
-        started.tls,
-        started.router,
-        shutdown_signal(),
-    )
-    .await;
+    started.serve().await;
     Ok(())
 }
 
@@ -379,13 +386,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         operator_config = %args.operator_config.display(),
         "flotilla is serving"
     );
-    flotilla_apiserver::serve::serve_tls(
-        started.listener,
-        started.tls,
-        started.router,
-        shutdown_signal(),
-    )
-    .await;
+    started.serve().await;
     Ok(())
 }
 
