@@ -228,14 +228,7 @@ impl TokenClaims {
 
     fn from_json(claims: &Value) -> Option<Self> {
         let kubernetes = &claims["kubernetes.io"];
-        let audiences = match &claims["aud"] {
-            Value::String(one) => vec![one.clone()],
-            Value::Array(many) => many
-                .iter()
-                .filter_map(|a| a.as_str().map(String::from))
-                .collect(),
-            _ => return None,
-        };
+        let audiences = audiences_of(claims);
         let bound = ["pod", "secret", "node"].iter().find_map(|kind| {
             let object = kubernetes.get(*kind)?;
             Some(BoundObject {
@@ -297,37 +290,96 @@ impl TokenClaims {
 #[error("{0}")]
 pub struct InvalidToken(pub String);
 
-/// A parsed, signature-checked token of `key` for `issuer`, before the lookups that confirm
-/// its service account and bound object still exist.
-pub fn verify_service_account_token(
+/// The claim naming the groups of a user token (not a service-account token).
+const GROUPS_CLAIM: &str = "flotilla.io/groups";
+
+/// A signature-checked token of a cluster's key.
+#[derive(Debug, Clone)]
+pub enum VerifiedToken {
+    /// A service-account token; its account and bound object are still to be checked.
+    ServiceAccount(TokenClaims),
+    /// A user token (`flotilla cluster token`): the user and groups it names.
+    User(UserInfo),
+}
+
+/// Checks `token` against `key`, `issuer`, the accepted audiences and the clock.
+pub fn verify_token(
     key: &SigningKey,
     issuer: &str,
     accepted_audiences: &[String],
     token: &str,
     now: i64,
-) -> Result<TokenClaims, InvalidToken> {
+) -> Result<VerifiedToken, InvalidToken> {
     let claims = key
         .verify(token)
         .ok_or_else(|| InvalidToken("invalid bearer token".into()))?;
     if claims["iss"] != issuer {
         return Err(InvalidToken("token is of another issuer".into()));
     }
-    let parsed = TokenClaims::from_json(&claims)
-        .ok_or_else(|| InvalidToken("token lacks service-account claims".into()))?;
-    if !parsed
-        .audiences
+    if !audiences_of(&claims)
         .iter()
         .any(|a| accepted_audiences.contains(a))
     {
         return Err(InvalidToken("token audiences is invalid".into()));
     }
-    if now >= parsed.expires_at {
-        return Err(InvalidToken("token has expired".into()));
+    match claims["exp"].as_i64() {
+        Some(expires) if now < expires => {}
+        _ => return Err(InvalidToken("token has expired".into())),
     }
     if claims["nbf"].as_i64().is_some_and(|nbf| now < nbf) {
         return Err(InvalidToken("token is not valid yet".into()));
     }
-    Ok(parsed)
+    if claims.get("kubernetes.io").is_some() {
+        return TokenClaims::from_json(&claims)
+            .map(VerifiedToken::ServiceAccount)
+            .ok_or_else(|| InvalidToken("token lacks service-account claims".into()));
+    }
+    let name = claims["sub"].as_str().filter(|s| !s.is_empty());
+    let groups = claims[GROUPS_CLAIM].as_array();
+    match (name, groups) {
+        (Some(name), Some(groups)) => {
+            let mut groups: Vec<String> = groups
+                .iter()
+                .filter_map(|g| g.as_str().map(String::from))
+                .collect();
+            groups.push(AUTHENTICATED.into());
+            Ok(VerifiedToken::User(UserInfo {
+                name: name.to_string(),
+                groups,
+                ..Default::default()
+            }))
+        }
+        _ => Err(InvalidToken("token names no user".into())),
+    }
+}
+
+fn audiences_of(claims: &Value) -> Vec<String> {
+    match &claims["aud"] {
+        Value::String(one) => vec![one.clone()],
+        Value::Array(many) => many
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A user token for `user` in `groups`, valid for `lifetime_seconds` (what `flotilla cluster
+/// token` hands kubectl's exec plugin, as `aws eks get-token` does): (token, expiry).
+pub fn issue_user_token(
+    key: &SigningKey,
+    issuer: &str,
+    user: &str,
+    groups: &[&str],
+    lifetime_seconds: i64,
+) -> Result<(String, i64), ApiError> {
+    let now = now_seconds();
+    let expires = now + lifetime_seconds;
+    let claims = json!({
+        "iss": issuer, "aud": [issuer], "sub": user, GROUPS_CLAIM: groups,
+        "iat": now, "nbf": now, "exp": expires, "jti": uuid::Uuid::new_v4().to_string(),
+    });
+    Ok((key.sign(&claims)?, expires))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -425,7 +477,10 @@ pub async fn authenticate_token(
     let issuer = tenant.issuer();
     let api_audiences = vec![issuer.clone()];
     let accepted = audiences.unwrap_or(&api_audiences);
-    let claims = verify_service_account_token(key, &issuer, accepted, token, now)?;
+    let claims = match verify_token(key, &issuer, accepted, token, now)? {
+        VerifiedToken::ServiceAccount(claims) => claims,
+        VerifiedToken::User(user) => return Ok((user, accepted.to_vec())),
+    };
     read(
         server,
         &tenant.tenant,
@@ -518,8 +573,11 @@ mod tests {
         let issuer = "https://h/clusters/a";
         let audiences = vec![issuer.to_string()];
         let token = mine.sign(&claims(5000).to_json(issuer)).expect("sign");
-        let parsed =
-            verify_service_account_token(&mine, issuer, &audiences, &token, 2000).expect("valid");
+        let VerifiedToken::ServiceAccount(parsed) =
+            verify_token(&mine, issuer, &audiences, &token, 2000).expect("valid")
+        else {
+            panic!("a service-account token verified as something else");
+        };
         assert_eq!(parsed.service_account, "reader");
         assert_eq!(
             parsed.bound.as_ref().map(|b| b.uid.as_str()),
@@ -541,24 +599,37 @@ mod tests {
         );
 
         // Another tenant's key, issuer or audience, or an expired token: refused.
-        assert!(verify_service_account_token(&theirs, issuer, &audiences, &token, 2000).is_err());
-        assert!(
-            verify_service_account_token(&mine, "https://h/clusters/b", &audiences, &token, 2000)
-                .is_err()
-        );
-        assert!(
-            verify_service_account_token(&mine, issuer, &["other".to_string()], &token, 2000)
-                .is_err()
-        );
-        assert!(verify_service_account_token(&mine, issuer, &audiences, &token, 5000).is_err());
+        assert!(verify_token(&theirs, issuer, &audiences, &token, 2000).is_err());
+        assert!(verify_token(&mine, "https://h/clusters/b", &audiences, &token, 2000).is_err());
+        assert!(verify_token(&mine, issuer, &["other".to_string()], &token, 2000).is_err());
+        assert!(verify_token(&mine, issuer, &audiences, &token, 5000).is_err());
         // A tampered payload breaks the signature.
         let mut parts: Vec<&str> = token.split('.').collect();
         let forged = b64url(claims(99_999).to_json(issuer).to_string().as_bytes());
         parts[1] = &forged;
-        assert!(
-            verify_service_account_token(&mine, issuer, &audiences, &parts.join("."), 2000)
-                .is_err()
-        );
+        assert!(verify_token(&mine, issuer, &audiences, &parts.join("."), 2000).is_err());
+    }
+
+    #[test]
+    fn a_user_token_names_its_user_and_groups_for_its_issuer_only() {
+        let key = key();
+        let issuer = "https://h/clusters/a";
+        let (token, expires) =
+            issue_user_token(&key, issuer, "kubernetes-admin", &["system:masters"], 900)
+                .expect("issue");
+        let now = now_seconds();
+        assert!(expires > now);
+        let audiences = vec![issuer.to_string()];
+        match verify_token(&key, issuer, &audiences, &token, now).expect("valid") {
+            VerifiedToken::User(user) => {
+                assert_eq!(user.name, "kubernetes-admin");
+                assert_eq!(user.groups, ["system:masters", AUTHENTICATED]);
+            }
+            other => panic!("not a user token: {other:?}"),
+        }
+        let other = vec!["https://h/clusters/b".to_string()];
+        assert!(verify_token(&key, "https://h/clusters/b", &other, &token, now).is_err());
+        assert!(verify_token(&key, issuer, &audiences, &token, expires).is_err());
     }
 
     #[test]

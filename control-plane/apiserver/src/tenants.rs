@@ -133,6 +133,21 @@ impl TenantState {
         self.signing_key.as_ref()
     }
 
+    /// A short-lived admin bearer token (`kubernetes-admin` in `system:masters`): (token,
+    /// expiry in seconds since the epoch).
+    pub fn issue_admin_token(&self, lifetime_seconds: i64) -> Result<(String, i64), ApiError> {
+        let key = self
+            .signing_key()
+            .ok_or_else(|| ApiError::internal("this cluster has no signing key"))?;
+        crate::authn::issue_user_token(
+            key,
+            &self.issuer,
+            "kubernetes-admin",
+            &["system:masters"],
+            lifetime_seconds,
+        )
+    }
+
     /// A new admin client certificate (`system:masters`) for this tenant.
     pub fn issue_admin(&self) -> Result<IssuedCertificate, ApiError> {
         self.record

@@ -94,15 +94,19 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
             }
             print_one(args.output, &answer["cluster"], &CLUSTER_COLUMNS)
         }
-        ClusterCommand::Kubeconfig { name, file } => {
-            let config = client
-                .call(
-                    Method::GET,
-                    &format!("{}/kubeconfig", cluster_path(&name)),
-                    None,
-                )
-                .await?;
-            let text = String::from_utf8(config.to_vec()).context("the kubeconfig is not UTF-8")?;
+        ClusterCommand::Kubeconfig { name, file, exec } => {
+            let text = if exec {
+                exec_kubeconfig(&client, args, &name).await?
+            } else {
+                let config = client
+                    .call(
+                        Method::GET,
+                        &format!("{}/kubeconfig", cluster_path(&name)),
+                        None,
+                    )
+                    .await?;
+                String::from_utf8(config.to_vec()).context("the kubeconfig is not UTF-8")?
+            };
             match file {
                 Some(path) => {
                     crate::service::write_private(&path, &text)?;
@@ -112,7 +116,66 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
             }
             Ok(())
         }
+        ClusterCommand::Token { name } => {
+            let answer = client
+                .call_json(
+                    Method::POST,
+                    &format!("{}/token", cluster_path(&name)),
+                    None,
+                )
+                .await?;
+            let credential = json!({
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "kind": "ExecCredential",
+                "spec": {"interactive": false},
+                "status": {
+                    "token": answer["token"],
+                    "expirationTimestamp": answer["expirationTimestamp"],
+                },
+            });
+            println!("{}", serde_json::to_string(&credential)?);
+            Ok(())
+        }
     }
+}
+
+/// A kubeconfig whose user runs `flotilla cluster token NAME` with this client configuration.
+async fn exec_kubeconfig(
+    client: &ManagementClient,
+    args: &ClientArgs,
+    name: &str,
+) -> anyhow::Result<String> {
+    let Some(config) = &args.config else {
+        bail!(
+            "--exec needs the client configuration as a file: pass --config or set FLOTILLA_CONFIG"
+        );
+    };
+    let config =
+        std::fs::canonicalize(config).with_context(|| format!("resolving {}", config.display()))?;
+    let program = std::env::current_exe().context("locating the flotilla binary")?;
+    let described = client
+        .call_json(Method::GET, &cluster_path(name), None)
+        .await?;
+    let cluster = &described["cluster"];
+    let user = format!("{name}-admin");
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {
+            "server": cluster["endpoint"],
+            "certificate-authority-data": cluster["certificateAuthority"]["data"],
+        }}],
+        "users": [{"name": user, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": program,
+            "args": ["cluster", "token", name],
+            "env": [{"name": "FLOTILLA_CONFIG", "value": config}],
+            "interactiveMode": "Never",
+        }}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
+        "current-context": name,
+    });
+    Ok(serde_yaml::to_string(&kubeconfig)?)
 }
 
 /// `flotilla nodepool …`.

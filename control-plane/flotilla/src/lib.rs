@@ -197,6 +197,15 @@ pub enum ClusterCommand {
         /// Write it to this file (mode 0600) instead of standard output.
         #[arg(long)]
         file: Option<PathBuf>,
+        /// Authenticate through `flotilla cluster token` (kubectl's exec plugin, as EKS's
+        /// `aws eks get-token`) instead of embedding a client certificate; needs --config.
+        #[arg(long)]
+        exec: bool,
+    },
+    /// Print a 15-minute admin token as a kubectl ExecCredential.
+    Token {
+        /// Cluster name.
+        name: String,
     },
 }
 

@@ -33,6 +33,8 @@ use crate::model::*;
 const ROOT: &str = "/flotilla/management/";
 /// How often the reconciler looks at every record even without a nudge.
 const RESYNC: Duration = Duration::from_secs(2);
+/// Lifetime of an admin token (EKS's tokens last 15 minutes).
+const ADMIN_TOKEN_SECONDS: i64 = 900;
 /// How long a cluster may stay `CREATING` (setup retried on every pass) before it is `FAILED`.
 const CREATE_DEADLINE: Duration = Duration::from_secs(300);
 /// Length of the random suffix of a cluster id and of an API key.
@@ -193,6 +195,10 @@ impl Management {
                     .delete(delete_cluster),
             )
             .route("/v1/clusters/{name}/kubeconfig", get(cluster_kubeconfig))
+            .route(
+                "/v1/clusters/{name}/token",
+                axum::routing::post(cluster_token),
+            )
             .route(
                 "/v1/clusters/{name}/nodepools",
                 get(list_node_pools).post(create_node_pool),
@@ -518,12 +524,28 @@ impl Management {
         ))
     }
 
+    /// A 15-minute admin bearer token for an `ACTIVE` cluster (as `aws eks get-token`).
+    pub async fn admin_token(&self, account: &str, name: &str) -> Result<(String, String)> {
+        let cluster = self.require_active_cluster(account, name).await?;
+        let tenant = self
+            .api
+            .tenants
+            .get(&cluster.id)
+            .await
+            .ok_or_else(|| ManagementError::internal("the cluster's tenant is missing"))?;
+        let (token, expires) = tenant.issue_admin_token(ADMIN_TOKEN_SECONDS)?;
+        let expires = chrono::DateTime::from_timestamp(expires, 0)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        Ok((token, expires))
+    }
+
     async fn require_active_cluster(&self, account: &str, name: &str) -> Result<Cluster> {
         let (cluster, _) = self.cluster_record(account, name).await?;
         match cluster.status {
             ClusterStatus::Active => Ok(cluster),
             status => Err(ManagementError::invalid_request(format!(
-                "cluster {name:?} is {status}; node pools can be changed once it is ACTIVE"
+                "cluster {name:?} is {status}; it must be ACTIVE for this"
             ))),
         }
     }
@@ -869,6 +891,19 @@ async fn cluster_kubeconfig(
         config,
     )
         .into_response())
+}
+
+async fn cluster_token(
+    State(m): Service,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response> {
+    let caller = m.authenticate(&headers).await?;
+    let (token, expires) = m.admin_token(caller.account()?, &name).await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "token": token, "expirationTimestamp": expires }),
+    ))
 }
 
 async fn list_node_pools(

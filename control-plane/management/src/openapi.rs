@@ -67,6 +67,9 @@ fn build() -> Value {
             "/v1/clusters/{name}/kubeconfig": {
                 "get": {"summary": "An admin kubeconfig (YAML) of an ACTIVE cluster", "responses": {"200": {"description": "kubeconfig", "content": {"application/yaml": {}}}}},
             },
+            "/v1/clusters/{name}/token": {
+                "post": {"summary": "A 15-minute admin bearer token of an ACTIVE cluster (what `flotilla cluster token` gives kubectl's exec plugin)", "responses": {"200": {"description": "{token, expirationTimestamp}", "content": {"application/json": {"schema": {"type": "object", "properties": {"token": {"type": "string"}, "expirationTimestamp": {"type": "string", "format": "date-time"}}}}}}}},
+            },
             "/v1/clusters/{name}/nodepools": {
                 "get": {"summary": "List node pools", "responses": answer("NodePool")},
                 "post": {"summary": "Create a node pool", "requestBody": body("CreateNodePoolRequest"), "responses": answer("NodePool")},

@@ -215,7 +215,32 @@ fn clusters_are_isolated_from_each_other_and_from_other_accounts() -> anyhow::Re
         "apiVersion: v1\nkind: Secret\nmetadata: {name: bootstrap-token-abcdef, namespace: kube-system}\n\
          type: bootstrap.kubernetes.io/token\nstringData: {token-id: abcdef, token-secret: 0123456789abcdef, usage-bootstrap-authentication: \"true\"}\n",
     )?;
-    for token in [jwt.as_str(), "abcdef.0123456789abcdef"] {
+    // The admin token of `flotilla cluster token` (kubectl's exec plugin, as EKS's): A only.
+    let exec_config = service.dir().join("a-exec.kubeconfig");
+    x.ok(&[
+        "cluster",
+        "kubeconfig",
+        "a",
+        "--exec",
+        "--file",
+        exec_config.to_str().context("path")?,
+    ])?;
+    let via_exec = Kubectl::new(&exec_config);
+    contains(&via_exec.ok(&["auth", "whoami"])?, "kubernetes-admin")?;
+    contains(
+        &via_exec.ok(&["get", "configmap", "only-in-a-0"])?,
+        "only-in-a-0",
+    )?;
+    let credential: Value = serde_json::from_str(&x.ok(&["cluster", "token", "a"])?)?;
+    let admin_token = credential["status"]["token"]
+        .as_str()
+        .context("ExecCredential token")?
+        .to_string();
+    for token in [
+        admin_token.as_str(),
+        jwt.as_str(),
+        "abcdef.0123456789abcdef",
+    ] {
         // Discovery is open to every authenticated user (system:discovery).
         let (status, body) = a.kubectl.raw_get_bearer("/apis", token)?;
         ensure!(
