@@ -50,7 +50,7 @@ pub struct TenantRecord {
 }
 
 /// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
-/// ServiceAccounts and `kube-root-ca.crt` ConfigMaps. A cluster below it is brought up to date on its next request.
+/// ServiceAccounts, `kube-root-ca.crt` ConfigMaps and the `kubernetes` endpoints. A cluster below it is brought up to date on its next request.
 pub const BOOTSTRAP_VERSION: u32 = 1;
 
 /// A loaded tenant: where its keys are and how its clients are authenticated.
@@ -399,6 +399,36 @@ async fn bootstrap_objects(server: &crate::ApiServer, tenant: &Tenant) -> Result
             let obj = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
             writes.push((accounts, ns, obj));
         }
+    }
+    // The `kubernetes` Service's endpoints: where this server listens (upstream's
+    // endpoint reconciler), when that is one concrete address.
+    if let Ok(address) = server.advertise_address.parse::<std::net::SocketAddr>()
+        && !address.ip().is_unspecified()
+        && let (Some(endpoints), Some(slices)) = (
+            server.resources.find("", "v1", "endpoints"),
+            server
+                .resources
+                .find("discovery.k8s.io", "v1", "endpointslices"),
+        )
+    {
+        let (ip, port) = (address.ip().to_string(), address.port());
+        let family = if address.is_ipv4() { "IPv4" } else { "IPv6" };
+        writes.push((
+            endpoints,
+            "default",
+            json!({"apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                "subsets": [{"addresses": [{"ip": ip}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]}),
+        ));
+        writes.push((
+            slices,
+            "default",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": family,
+                "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}),
+        ));
     }
     // What pods use to trust the API server (upstream's root-CA publisher).
     if let Some(config_maps) = server.resources.find("", "v1", "configmaps")
