@@ -728,6 +728,14 @@ fn json(status: StatusCode, value: &impl Serialize) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
+/// `{"cluster": …}` as responses show a cluster.
+fn cluster_answer(m: &Management, cluster: Cluster) -> Response {
+    json(
+        StatusCode::OK,
+        &serde_json::json!({ "cluster": m.present(cluster) }),
+    )
+}
+
 async fn openapi_document() -> Response {
     json(StatusCode::OK, &*openapi::DOCUMENT)
 }
@@ -805,10 +813,7 @@ async fn create_cluster(State(m): Service, headers: HeaderMap, body: Bytes) -> R
     let caller = m.authenticate(&headers).await?;
     let request: CreateClusterRequest = parse_body(&body)?;
     let cluster = m.create_cluster(caller.account()?, request).await?;
-    Ok(json(
-        StatusCode::OK,
-        &serde_json::json!({ "cluster": m.present(cluster) }),
-    ))
+    Ok(cluster_answer(&m, cluster))
 }
 
 async fn describe_cluster(
@@ -818,10 +823,7 @@ async fn describe_cluster(
 ) -> Result<Response> {
     let caller = m.authenticate(&headers).await?;
     let (cluster, _) = m.cluster_record(caller.account()?, &name).await?;
-    Ok(json(
-        StatusCode::OK,
-        &serde_json::json!({ "cluster": m.present(cluster) }),
-    ))
+    Ok(cluster_answer(&m, cluster))
 }
 
 async fn update_cluster(
@@ -859,10 +861,7 @@ async fn update_cluster(
             },
         )
         .await?;
-    Ok(json(
-        StatusCode::OK,
-        &serde_json::json!({ "cluster": m.present(cluster) }),
-    ))
+    Ok(cluster_answer(&m, cluster))
 }
 
 async fn delete_cluster(
@@ -872,10 +871,7 @@ async fn delete_cluster(
 ) -> Result<Response> {
     let caller = m.authenticate(&headers).await?;
     let cluster = m.delete_cluster(caller.account()?, &name).await?;
-    Ok(json(
-        StatusCode::OK,
-        &serde_json::json!({ "cluster": m.present(cluster) }),
-    ))
+    Ok(cluster_answer(&m, cluster))
 }
 
 async fn cluster_kubeconfig(
