@@ -805,3 +805,56 @@ fn control_loops_run_on_one_replica_and_move_when_it_dies() -> anyhow::Result<()
     )?;
     Ok(())
 }
+
+/// The namespace controller: deleting a namespace deletes everything in it, waits for objects
+/// that still have finalizers, and only then removes the namespace (`kubectl delete ns` and
+/// `kubectl wait --for=delete` return).
+#[test]
+fn deleting_a_namespace_deletes_its_contents_then_the_namespace() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok(&["create", "namespace", "gone"])?;
+    kubectl.ok(&["-n", "gone", "create", "configmap", "plain"])?;
+    kubectl.ok(&["-n", "gone", "create", "deployment", "web", "--image=nginx"])?;
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: held, namespace: gone, finalizers: [example.com/hold]}\n",
+    )?;
+    kubectl.ok(&["delete", "namespace", "gone", "--wait=false"])?;
+    // Everything without a finalizer goes; the held object and the namespace stay.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left = kubectl.ok(&["-n", "gone", "get", "configmaps,deployments", "-o", "name"])?;
+        if left.trim() == "configmap/held" {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "contents not deleted: {left}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    contains(
+        &kubectl.ok(&["get", "namespace", "gone", "-o", "jsonpath={.status.phase}"])?,
+        "Terminating",
+    )?;
+    kubectl.ok(&[
+        "-n",
+        "gone",
+        "patch",
+        "configmap",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
+    ])?;
+    kubectl.ok(&["wait", "--for=delete", "namespace/gone", "--timeout=20s"])?;
+    // A namespace of the same name starts empty.
+    kubectl.ok(&["create", "namespace", "gone"])?;
+    let fresh = kubectl.ok(&["-n", "gone", "get", "configmaps,deployments", "-o", "name"])?;
+    ensure!(
+        !fresh.contains("plain") && !fresh.contains("held") && !fresh.contains("web"),
+        "old contents came back: {fresh}"
+    );
+    Ok(())
+}
