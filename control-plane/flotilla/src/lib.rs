@@ -7,6 +7,7 @@ mod controllers;
 mod inprocess;
 mod placement;
 mod service;
+mod simulator;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +50,9 @@ pub enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// Simulated nodes (kwok-style) for tests and benchmarks: registers nodes, heartbeats,
+    /// and runs the pods bound to them. Not the real kubelet.
+    SimulateNodes(SimulateArgs),
     /// Node pools of a cluster.
     Nodepool {
         /// Where the management API is and who calls it.
@@ -58,6 +62,29 @@ pub enum Command {
         #[command(subcommand)]
         command: NodePoolCommand,
     },
+}
+
+/// `flotilla simulate-nodes`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    /// The cluster's kubeconfig (an admin's).
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// How many nodes.
+    #[arg(long, default_value_t = 3)]
+    pub count: usize,
+    /// Node names are PREFIX-0, PREFIX-1, …
+    #[arg(long, default_value = "sim")]
+    pub prefix: String,
+    /// CPU capacity of each node.
+    #[arg(long, default_value = "4")]
+    pub cpu: String,
+    /// Memory capacity of each node.
+    #[arg(long, default_value = "16Gi")]
+    pub memory: String,
+    /// Pod capacity of each node.
+    #[arg(long, default_value_t = 110)]
+    pub pods: u32,
 }
 
 /// `flotilla up`.
@@ -341,5 +368,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Account { client, command } => commands::account(&client, command).await,
         Command::Cluster { client, command } => commands::cluster(&client, command).await,
         Command::Nodepool { client, command } => commands::node_pool(&client, command).await,
+        Command::SimulateNodes(args) => simulator::run(args).await,
     }
 }

@@ -858,3 +858,58 @@ fn deleting_a_namespace_deletes_its_contents_then_the_namespace() -> anyhow::Res
     );
     Ok(())
 }
+
+/// `flotilla simulate-nodes`: simulated nodes register and stay Ready, a pod bound to one runs
+/// and becomes Ready, and deleting it completes (the simulated kubelet confirms the delete).
+#[test]
+fn simulated_nodes_run_their_pods() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let kubeconfig = kubectl.kubeconfig.to_str().context("path")?.to_string();
+    let mut simulator = Command::new(flotilla_e2e::flotilla_bin()?)
+        .args([
+            "simulate-nodes",
+            "--kubeconfig",
+            &kubeconfig,
+            "--count",
+            "3",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let outcome = (|| -> anyhow::Result<()> {
+        // The nodes appear once the simulator has registered them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while kubectl
+            .ok(&["get", "nodes", "--no-headers"])?
+            .matches(" Ready ")
+            .count()
+            < 3
+        {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "three Ready nodes did not appear"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        contains(&kubectl.ok(&["get", "nodes"])?, "sim-2   Ready")?;
+        kubectl.ok(&[
+            "run",
+            "web",
+            "--image=nginx",
+            "--overrides={\"spec\":{\"nodeName\":\"sim-1\"}}",
+        ])?;
+        kubectl.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=20s"])?;
+        contains(&kubectl.ok(&["get", "pod", "web", "-o", "wide"])?, "sim-1")?;
+        kubectl.ok(&["delete", "pod", "web", "--timeout=20s"])?;
+        contains(&kubectl.fails(&["get", "pod", "web"])?, "NotFound")?;
+        contains(
+            &kubectl.ok(&["-n", "kube-node-lease", "get", "lease", "sim-0"])?,
+            "sim-0",
+        )?;
+        Ok(())
+    })();
+    let _ = simulator.kill();
+    let _ = simulator.wait();
+    outcome
+}

@@ -1,0 +1,290 @@
+//! `flotilla simulate-nodes`: fake kubelets for tests and benchmarks (kwok-style), a plain
+//! kube-rs client of any cluster. It registers nodes with capacity, keeps their Leases and
+//! Ready conditions fresh, runs pods bound to them (Running and Ready at once, Job pods
+//! Succeeded), and finishes the graceful deletion of their pods as a kubelet would. It is not
+//! the real kubelet (that lives in `node-image/`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+
+use crate::SimulateArgs;
+
+/// How often each node's Lease is renewed (upstream kubelet: every 10 s of a 40 s lease).
+const LEASE_RENEW: Duration = Duration::from_secs(10);
+const LEASE_SECONDS: i32 = 40;
+/// How often each node's Ready condition is refreshed.
+const STATUS_REFRESH: Duration = Duration::from_secs(60);
+/// The field manager of everything the simulator writes.
+const MANAGER: &str = "flotilla-simulate-nodes";
+
+/// Runs the simulator until Ctrl-C.
+pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let kubeconfig = std::fs::read_to_string(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("the kubeconfig is not usable")?;
+    let client = kube::Client::try_from(config)?;
+    let names: Vec<String> = (0..args.count)
+        .map(|i| format!("{}-{i}", args.prefix))
+        .collect();
+    for (index, name) in names.iter().enumerate() {
+        register(&client, name, index, &args).await?;
+    }
+    eprintln!(
+        "{} simulated nodes registered; running their pods",
+        names.len()
+    );
+    let heartbeats = tokio::spawn(heartbeat(client.clone(), names.clone()));
+    let pods = tokio::spawn(run_pods(client, names));
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        outcome = heartbeats => outcome.context("heartbeats stopped")?,
+        outcome = pods => outcome.context("the pod loop stopped")??,
+    }
+    Ok(())
+}
+
+fn manager() -> PatchParams {
+    PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+fn node_ip(index: usize) -> String {
+    format!("10.250.{}.{}", index / 250, index % 250 + 1)
+}
+
+/// Creates (or refreshes) node `name` with its capacity and a Ready condition.
+async fn register(
+    client: &kube::Client,
+    name: &str,
+    index: usize,
+    args: &SimulateArgs,
+) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": "flotilla-simulated",
+                "type": "simulated",
+            },
+        },
+    }))?;
+    match nodes.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) => return Err(err).with_context(|| format!("registering node {name}")),
+    }
+    let resources = json!({"cpu": args.cpu, "memory": args.memory, "pods": args.pods.to_string()});
+    let status = json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "addresses": [{"type": "InternalIP", "address": node_ip(index)}, {"type": "Hostname", "address": name}],
+        "nodeInfo": {
+            "kubeletVersion": "v1.33.0-flotilla-simulated",
+            "kubeProxyVersion": "v1.33.0-flotilla-simulated",
+            "containerRuntimeVersion": "simulated://1.0",
+            "operatingSystem": "linux", "architecture": "amd64",
+            "osImage": "simulated", "kernelVersion": "simulated",
+            "machineID": name, "systemUUID": name, "bootID": name,
+        },
+        "conditions": conditions(),
+    }});
+    nodes
+        .patch_status(name, &manager(), &Patch::Merge(&status))
+        .await
+        .with_context(|| format!("reporting node {name}'s status"))?;
+    Ok(())
+}
+
+fn conditions() -> serde_json::Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let condition = |kind: &str, status: &str, reason: &str| {
+        json!({"type": kind, "status": status, "reason": reason, "message": reason,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!([
+        condition("Ready", "True", "KubeletReady"),
+        condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+        condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+        condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+    ])
+}
+
+/// Renews every node's Lease, and now and then its Ready condition.
+async fn heartbeat(client: kube::Client, names: Vec<String>) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    let mut since_status = Duration::ZERO;
+    loop {
+        for name in &names {
+            if let Err(err) = renew(&leases, name).await {
+                tracing::warn!(node = %name, %err, "lease renewal failed");
+            }
+        }
+        if since_status >= STATUS_REFRESH {
+            since_status = Duration::ZERO;
+            for name in &names {
+                let status = json!({"status": {"conditions": conditions()}});
+                if let Err(err) = nodes
+                    .patch_status(name, &manager(), &Patch::Merge(&status))
+                    .await
+                {
+                    tracing::warn!(node = %name, %err, "status refresh failed");
+                }
+            }
+        }
+        tokio::time::sleep(LEASE_RENEW).await;
+        since_status += LEASE_RENEW;
+    }
+}
+
+async fn renew(leases: &Api<Lease>, name: &str) -> Result<(), kube::Error> {
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name.to_string()),
+            lease_duration_seconds: Some(LEASE_SECONDS),
+            renew_time: Some(now),
+            ..Default::default()
+        }),
+    };
+    match leases.get_opt(name).await? {
+        None => leases
+            .create(&PostParams::default(), &lease)
+            .await
+            .map(|_| ()),
+        Some(mut current) => {
+            current.spec = lease.spec;
+            leases
+                .replace(name, &PostParams::default(), &current)
+                .await
+                .map(|_| ())
+        }
+    }
+}
+
+/// Watches every pod; those bound to a simulated node are run (or finished deleting).
+async fn run_pods(client: kube::Client, names: Vec<String>) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let mut events = watcher::watcher(pods, watcher::Config::default()).boxed();
+    let node_index: BTreeMap<String, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), i))
+        .collect();
+    let mut pod_count = 0usize;
+    while let Some(event) = events.next().await {
+        let pod = match event {
+            Ok(Event::Apply(pod) | Event::InitApply(pod)) => pod,
+            Ok(_) => continue,
+            Err(err) => {
+                tracing::debug!(%err, "pod watch failed; retrying");
+                continue;
+            }
+        };
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let Some(index) = node.as_ref().and_then(|n| node_index.get(n)) else {
+            continue;
+        };
+        pod_count += 1;
+        if let Err(err) = step(&client, &pod, *index, pod_count).await {
+            tracing::info!(pod = ?pod.metadata.name, %err, "pod step failed; retried on its next event");
+        }
+    }
+    Ok(())
+}
+
+/// What a kubelet would do next with `pod`: finish its deletion, start it, or complete it.
+async fn step(
+    client: &kube::Client,
+    pod: &Pod,
+    node_index: usize,
+    pod_count: usize,
+) -> Result<(), kube::Error> {
+    let (Some(name), Some(namespace)) = (&pod.metadata.name, &pod.metadata.namespace) else {
+        return Ok(());
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    if pod.metadata.deletion_timestamp.is_some() {
+        // The containers are "stopped": confirm the deletion, as the kubelet does.
+        return match api
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(err) => Err(err),
+        };
+    }
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    let is_job = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.kind == "Job");
+    let target = if is_job { "Succeeded" } else { "Running" };
+    if phase == target || phase == "Failed" {
+        return Ok(());
+    }
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let ready = if is_job { "False" } else { "True" };
+    let containers: Vec<serde_json::Value> = pod
+        .spec
+        .iter()
+        .flat_map(|spec| spec.containers.iter())
+        .map(|container| {
+            let state = if is_job {
+                json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}})
+            } else {
+                json!({"running": {"startedAt": now}})
+            };
+            json!({"name": container.name, "image": container.image, "imageID": "",
+                   "ready": !is_job, "started": !is_job, "restartCount": 0, "state": state})
+        })
+        .collect();
+    let condition = |kind: &str, status: &str| json!({"type": kind, "status": status, "lastTransitionTime": now});
+    let status = json!({"status": {
+        "phase": target,
+        "hostIP": node_ip(node_index),
+        "podIP": format!("10.244.{}.{}", pod_count / 250 % 250, pod_count % 250 + 1),
+        "startTime": now,
+        "conditions": [
+            condition("PodScheduled", "True"),
+            condition("Initialized", "True"),
+            condition("ContainersReady", ready),
+            condition("Ready", ready),
+        ],
+        "containerStatuses": containers,
+    }});
+    api.patch_status(name, &manager(), &Patch::Merge(&status))
+        .await
+        .map(|_| ())
+}
