@@ -31,6 +31,12 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
     .await;
 }
 
+/// The controllers alone (what `flotilla controller-manager` runs): the service-account
+/// controller, root-CA publisher (when given a CA) and namespace controller.
+pub async fn run_controllers(client: kube::Client, root_ca_pem: String) {
+    namespace_loops(client, root_ca_pem).await;
+}
+
 /// The service-account controller, root-CA publisher and namespace controller.
 async fn namespace_loops(client: kube::Client, root_ca_pem: String) {
     let namespaces: Api<Namespace> = Api::all(client.clone());

@@ -8,6 +8,7 @@ mod inprocess;
 mod placement;
 mod service;
 mod simulator;
+mod standalone;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +51,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// The scheduler against any cluster (leader-elected on kube-system/kube-scheduler).
+    Scheduler(StandaloneArgs),
+    /// The controllers against any cluster (leader-elected on
+    /// kube-system/kube-controller-manager).
+    ControllerManager(StandaloneArgs),
     /// Simulated nodes (kwok-style) for tests and benchmarks: registers nodes, heartbeats,
     /// and runs the pods bound to them. Not the real kubelet.
     SimulateNodes(SimulateArgs),
@@ -62,6 +68,17 @@ pub enum Command {
         #[command(subcommand)]
         command: NodePoolCommand,
     },
+}
+
+/// `flotilla scheduler` / `flotilla controller-manager`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StandaloneArgs {
+    /// The cluster's kubeconfig.
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// This replica's name in the Lease (default: host name and process id).
+    #[arg(long)]
+    pub identity: Option<String>,
 }
 
 /// `flotilla simulate-nodes`.
@@ -369,5 +386,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster { client, command } => commands::cluster(&client, command).await,
         Command::Nodepool { client, command } => commands::node_pool(&client, command).await,
         Command::SimulateNodes(args) => simulator::run(args).await,
+        Command::Scheduler(args) => {
+            standalone::run(args, "kube-scheduler", flotilla_scheduler::run).await
+        }
+        Command::ControllerManager(args) => {
+            let root_ca = standalone::cluster_ca_pem(&args.kubeconfig)?;
+            standalone::run(args, "kube-controller-manager", move |client| {
+                controllers::run_controllers(client, root_ca.clone())
+            })
+            .await
+        }
     }
 }

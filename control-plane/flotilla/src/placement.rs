@@ -102,17 +102,27 @@ pub fn spawn(server: Arc<ApiServer>, router: Router, config: PlacementConfig) ->
 
 /// Upstream's `tryAcquireOrRenew` on the cluster's Lease: `true` when this replica holds it.
 async fn hold(client: &kube::Client, config: &PlacementConfig) -> Result<bool, kube::Error> {
+    hold_lease(client, LEASE_NAME, &config.identity, config.lease_duration).await
+}
+
+/// Upstream's `tryAcquireOrRenew` on `kube-system/{name}` for `identity`: `true` when held.
+pub async fn hold_lease(
+    client: &kube::Client,
+    name: &str,
+    identity: &str,
+    lease_duration: Duration,
+) -> Result<bool, kube::Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-    let duration_seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
-    let Some(mut lease) = leases.get_opt(LEASE_NAME).await? else {
+    let duration_seconds = i32::try_from(lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let Some(mut lease) = leases.get_opt(name).await? else {
         let lease = Lease {
             metadata: ObjectMeta {
-                name: Some(LEASE_NAME.into()),
+                name: Some(name.into()),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
-                holder_identity: Some(config.identity.clone()),
+                holder_identity: Some(identity.to_string()),
                 lease_duration_seconds: Some(duration_seconds),
                 acquire_time: Some(now.clone()),
                 renew_time: Some(now),
@@ -123,7 +133,7 @@ async fn hold(client: &kube::Client, config: &PlacementConfig) -> Result<bool, k
         return conflict_is_loss(leases.create(&PostParams::default(), &lease).await);
     };
     let spec = lease.spec.get_or_insert_with(Default::default);
-    let mine = spec.holder_identity.as_deref() == Some(config.identity.as_str());
+    let mine = spec.holder_identity.as_deref() == Some(identity);
     let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
         (Some(renewed), Some(seconds)) => {
             let expires = renewed.0.as_millisecond() + i64::from(seconds) * 1000;
@@ -135,18 +145,14 @@ async fn hold(client: &kube::Client, config: &PlacementConfig) -> Result<bool, k
         return Ok(false);
     }
     if !mine {
-        spec.holder_identity = Some(config.identity.clone());
+        spec.holder_identity = Some(identity.to_string());
         spec.acquire_time = Some(now.clone());
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
     spec.lease_duration_seconds = Some(duration_seconds);
     spec.renew_time = Some(now);
     // The replace carries the resourceVersion read: a replica that wrote in between wins.
-    conflict_is_loss(
-        leases
-            .replace(LEASE_NAME, &PostParams::default(), &lease)
-            .await,
-    )
+    conflict_is_loss(leases.replace(name, &PostParams::default(), &lease).await)
 }
 
 fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
