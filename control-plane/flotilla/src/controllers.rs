@@ -1,8 +1,9 @@
 //! A tenant's control loops, as pure API clients (kube-rs, kube-runtime) of its cluster:
 //! so far upstream's service-account controller and root-CA publisher (every namespace gets a
 //! `default` ServiceAccount and a `kube-root-ca.crt` ConfigMap) and the namespace controller
-//! (a deleted namespace's contents are deleted, then its `kubernetes` finalizer removed), and
-//! the scheduler (`flotilla-scheduler`). The other controllers join them here.
+//! (a deleted namespace's contents are deleted, then its `kubernetes` finalizer removed), the
+//! ReplicaSet controller ([`crate::replicaset`]) and the scheduler (`flotilla-scheduler`).
+//! The other controllers join them here.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -24,8 +25,9 @@ const NAMESPACE_FINALIZER: &str = "kubernetes";
 /// Runs the loops of one cluster until the task is aborted (its lease was lost): aborting
 /// drops every loop, since they are joined here rather than spawned.
 pub async fn run(client: kube::Client, root_ca_pem: String) {
-    futures::future::join(
+    futures::future::join3(
         namespace_loops(client.clone(), root_ca_pem),
+        crate::replicaset::run(client.clone()),
         flotilla_scheduler::run(client),
     )
     .await;
@@ -34,7 +36,11 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
 /// The controllers alone (what `flotilla controller-manager` runs): the service-account
 /// controller, root-CA publisher (when given a CA) and namespace controller.
 pub async fn run_controllers(client: kube::Client, root_ca_pem: String) {
-    namespace_loops(client, root_ca_pem).await;
+    futures::future::join(
+        namespace_loops(client.clone(), root_ca_pem),
+        crate::replicaset::run(client),
+    )
+    .await;
 }
 
 /// The service-account controller, root-CA publisher and namespace controller.

@@ -6,6 +6,7 @@ mod commands;
 mod controllers;
 mod inprocess;
 mod placement;
+mod replicaset;
 mod service;
 mod simulator;
 mod standalone;

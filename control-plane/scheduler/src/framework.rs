@@ -14,6 +14,9 @@ pub struct NodeInfo {
     pub node: Node,
     /// Requests of the pods bound to it (milli-CPU, bytes, pods).
     pub requested: Resources,
+    /// The same with upstream's non-zero defaults for containers that request nothing
+    /// (100m CPU, 200 MB), which scoring uses so best-effort pods still spread.
+    pub non_zero_requested: Resources,
     /// Host ports in use, as (protocol, port).
     pub used_ports: Vec<(String, i32)>,
 }
@@ -107,6 +110,63 @@ pub fn pod_requests(pod: &Pod) -> Resources {
         milli_cpu: cpu + c,
         memory: memory + m,
         pods: 1,
+    }
+}
+
+/// Upstream's `DefaultMilliCPURequest` and `DefaultMemoryRequest` for scoring.
+const DEFAULT_MILLI_CPU: i64 = 100;
+const DEFAULT_MEMORY: i64 = 200 * 1024 * 1024;
+
+/// [`pod_requests`] with each container's missing CPU or memory request counted as upstream's
+/// defaults (`GetNonzeroRequests`); for scoring only.
+pub fn pod_non_zero_requests(pod: &Pod) -> Resources {
+    let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
+    let mut total = Resources {
+        pods: 1,
+        ..Default::default()
+    };
+    for container in containers {
+        let requests = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref());
+        let get = |name: &str, scale| {
+            requests
+                .and_then(|r| r.get(name))
+                .and_then(|q| parse_quantity(&q.0, scale))
+        };
+        total.milli_cpu += get("cpu", 1000)
+            .filter(|v| *v > 0)
+            .unwrap_or(DEFAULT_MILLI_CPU);
+        total.memory += get("memory", 1)
+            .filter(|v| *v > 0)
+            .unwrap_or(DEFAULT_MEMORY);
+    }
+    total
+}
+
+impl NodeInfo {
+    /// A node with nothing bound to it yet.
+    pub fn new(node: Node) -> Self {
+        NodeInfo {
+            node,
+            requested: Resources::default(),
+            non_zero_requested: Resources::default(),
+            used_ports: Vec::new(),
+        }
+    }
+
+    /// Counts `pod` as bound here.
+    pub fn add_pod(&mut self, pod: &Pod) {
+        let requests = pod_requests(pod);
+        self.requested.milli_cpu += requests.milli_cpu;
+        self.requested.memory += requests.memory;
+        self.requested.pods += 1;
+        let non_zero = pod_non_zero_requests(pod);
+        self.non_zero_requested.milli_cpu += non_zero.milli_cpu;
+        self.non_zero_requested.memory += non_zero.memory;
+        self.non_zero_requested.pods += 1;
+        self.used_ports.extend(host_ports(pod));
     }
 }
 
@@ -304,7 +364,7 @@ fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&Str
 /// Upstream's default scores, 0–100 each: least allocated (free share of CPU and memory after
 /// the pod) and balanced allocation (how close the CPU and memory shares are).
 pub fn score(pod: &Pod, info: &NodeInfo) -> i64 {
-    let wanted = pod_requests(pod);
+    let wanted = pod_non_zero_requests(pod);
     let free = allocatable(&info.node);
     let share = |used: i64, capacity: i64| {
         if capacity <= 0 {
@@ -313,8 +373,9 @@ pub fn score(pod: &Pod, info: &NodeInfo) -> i64 {
             (used as f64 / capacity as f64).min(1.0)
         }
     };
-    let cpu = share(info.requested.milli_cpu + wanted.milli_cpu, free.milli_cpu);
-    let memory = share(info.requested.memory + wanted.memory, free.memory);
+    let used = info.non_zero_requested;
+    let cpu = share(used.milli_cpu + wanted.milli_cpu, free.milli_cpu);
+    let memory = share(used.memory + wanted.memory, free.memory);
     let least_allocated = ((1.0 - cpu) + (1.0 - memory)) / 2.0 * 100.0;
     let balanced = (1.0 - (cpu - memory).abs()) * 100.0;
     (least_allocated + balanced).round() as i64
@@ -387,11 +448,7 @@ mod tests {
             "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}},
         }))
         .expect("node");
-        NodeInfo {
-            node,
-            requested: Resources::default(),
-            used_ports: Vec::new(),
-        }
+        NodeInfo::new(node)
     }
 
     fn pod(spec: serde_json::Value) -> Pod {
@@ -446,12 +503,9 @@ mod tests {
     #[test]
     fn least_allocated_spreads_and_ports_conflict() {
         let mut busy = node("busy", "4", json!({}), json!([]));
-        busy.requested = Resources {
-            milli_cpu: 3000,
-            memory: 0,
-            pods: 3,
-        };
-        busy.used_ports = vec![("TCP".into(), 8080)];
+        busy.add_pod(&pod(json!({"containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "3"}},
+            "ports": [{"containerPort": 80, "hostPort": 8080}]}]})));
         let idle = node("idle", "4", json!({}), json!([]));
         let plain = pod(
             json!({"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}),
@@ -465,5 +519,14 @@ mod tests {
         );
         assert!(filter(&with_port, &busy).is_err());
         assert!(filter(&with_port, &idle).is_ok());
+    }
+
+    #[test]
+    fn best_effort_pods_spread_by_their_non_zero_requests() {
+        let best_effort = pod(json!({"containers": [{"name": "c", "image": "x"}]}));
+        let mut first = node("a", "4", json!({}), json!([]));
+        let second = node("b", "4", json!({}), json!([]));
+        first.add_pod(&best_effort);
+        assert_eq!(schedule(&best_effort, &[first, second]), Ok("b".into()));
     }
 }

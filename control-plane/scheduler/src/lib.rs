@@ -16,7 +16,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use crate::framework::{NodeInfo, Resources};
+use crate::framework::NodeInfo;
 
 /// The scheduler name pods ask for by default.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
@@ -50,7 +50,14 @@ pub async fn run(client: kube::Client) {
             .ready_chunks(256)
             .boxed();
     while triggers.next().await.is_some() {
-        schedule_pending(&client, &pods, &nodes).await;
+        // Not before both caches are filled: an empty node cache would call every pod
+        // unschedulable.
+        let filled = |ready: Option<Result<(), _>>| ready.is_some_and(|r: Result<(), _>| r.is_ok());
+        if filled(futures::FutureExt::now_or_never(pods.wait_until_ready()))
+            && filled(futures::FutureExt::now_or_never(nodes.wait_until_ready()))
+        {
+            schedule_pending(&client, &pods, &nodes).await;
+        }
     }
 }
 
@@ -81,14 +88,7 @@ fn snapshot(pods: &Store<Pod>, nodes: &Store<Node>) -> Vec<NodeInfo> {
         .iter()
         .filter_map(|node| {
             let name = node.metadata.name.clone()?;
-            Some((
-                name,
-                NodeInfo {
-                    node: (**node).clone(),
-                    requested: Resources::default(),
-                    used_ports: Vec::new(),
-                },
-            ))
+            Some((name, NodeInfo::new((**node).clone())))
         })
         .collect();
     for pod in pods.state() {
@@ -108,11 +108,7 @@ fn snapshot(pods: &Store<Pod>, nodes: &Store<Node>) -> Vec<NodeInfo> {
         else {
             continue;
         };
-        let requests = framework::pod_requests(&pod);
-        info.requested.milli_cpu += requests.milli_cpu;
-        info.requested.memory += requests.memory;
-        info.requested.pods += 1;
-        info.used_ports.extend(framework::host_ports(&pod));
+        info.add_pod(&pod);
     }
     infos.into_values().collect()
 }
@@ -145,11 +141,7 @@ async fn schedule_pending(client: &kube::Client, pods: &Store<Pod>, nodes: &Stor
                     .iter_mut()
                     .find(|i| i.node.metadata.name.as_deref() == Some(node.as_str()))
                 {
-                    let requests = framework::pod_requests(&pod);
-                    info.requested.milli_cpu += requests.milli_cpu;
-                    info.requested.memory += requests.memory;
-                    info.requested.pods += 1;
-                    info.used_ports.extend(framework::host_ports(&pod));
+                    info.add_pod(&pod);
                 }
             }
             Err(message) => {

@@ -907,6 +907,99 @@ fn simulated_nodes_run_their_pods() -> anyhow::Result<()> {
             &kubectl.ok(&["-n", "kube-node-lease", "get", "lease", "sim-0"])?,
             "sim-0",
         )?;
+
+        // The scheduler places an unbound pod; one that fits nowhere stays Pending with
+        // upstream's condition and FailedScheduling event.
+        kubectl.ok(&["run", "placed", "--image=nginx"])?;
+        kubectl.ok(&[
+            "wait",
+            "--for=condition=Ready",
+            "pod/placed",
+            "--timeout=20s",
+        ])?;
+        contains(
+            &kubectl.ok(&["get", "pod", "placed", "-o", "jsonpath={.spec.nodeName}"])?,
+            "sim-",
+        )?;
+        kubectl.ok(&[
+            "run",
+            "nowhere",
+            "--image=nginx",
+            "--overrides={\"spec\":{\"nodeSelector\":{\"zone\":\"mars\"}}}",
+        ])?;
+        kubectl.ok(&[
+            "wait",
+            "--for=condition=PodScheduled=False",
+            "pod/nowhere",
+            "--timeout=20s",
+        ])?;
+        contains(
+            &kubectl.ok(&[
+                "get",
+                "pod",
+                "nowhere",
+                "-o",
+                "jsonpath={.status.conditions[0].message}",
+            ])?,
+            "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
+        )?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !kubectl
+            .ok(&["describe", "pod", "nowhere"])?
+            .contains("FailedScheduling")
+        {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "no FailedScheduling event"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+
+        // A ReplicaSet: its controller creates the pods, the scheduler spreads them, scaling
+        // and deleting it remove pods.
+        kubectl.ok_stdin(
+            &["apply", "-f", "-"],
+            "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: web-rs}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: web-rs}}\n  template:\n    metadata: {labels: {app: web-rs}}\n    spec: {containers: [{name: c, image: nginx}]}\n",
+        )?;
+        kubectl.ok(&[
+            "wait",
+            "--for=jsonpath={.status.readyReplicas}=3",
+            "rs/web-rs",
+            "--timeout=30s",
+        ])?;
+        let nodes = kubectl.ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web-rs",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ])?;
+        let distinct: std::collections::BTreeSet<&str> = nodes.split_whitespace().collect();
+        ensure!(
+            distinct.len() >= 2,
+            "three best-effort pods were not spread: {nodes}"
+        );
+        kubectl.ok(&["scale", "rs", "web-rs", "--replicas=1"])?;
+        kubectl.ok(&[
+            "wait",
+            "--for=jsonpath={.status.replicas}=1",
+            "rs/web-rs",
+            "--timeout=30s",
+        ])?;
+        kubectl.ok(&["delete", "rs", "web-rs"])?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !kubectl
+            .ok(&["get", "pods", "-l", "app=web-rs", "-o", "name"])?
+            .trim()
+            .is_empty()
+        {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the ReplicaSet's pods outlived it"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
         Ok(())
     })();
     let _ = simulator.kill();
