@@ -377,7 +377,7 @@ async fn run(service: &Service) -> anyhow::Result<()> {
         (flood_done, flood_refused, flood_secs),
     );
     println!(
-        "\nidle fleet of {fleet} clusters: flotilla serve uses {idle_cores:.2} cores (lease renewals; namespace, pod and node watches per cluster)"
+        "\nidle fleet of {fleet} clusters: flotilla serve uses {idle_cores:.2} cores (lease renewals; the control loops' watches per cluster)"
     );
     Ok(())
 }
