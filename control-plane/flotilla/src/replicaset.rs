@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -164,7 +164,7 @@ async fn sync(client: &kube::Client, set: &ReplicaSet, pods: &[&Pod]) -> Result<
                 block_owner_deletion: Some(true),
             }]);
             let pod = Pod {
-                metadata: ObjectMeta { ..metadata },
+                metadata,
                 spec: template.spec.clone(),
                 status: None,
             };
