@@ -2,7 +2,8 @@
 //! so far upstream's service-account controller and root-CA publisher (every namespace gets a
 //! `default` ServiceAccount and a `kube-root-ca.crt` ConfigMap) and the namespace controller
 //! (a deleted namespace's contents are deleted, then its `kubernetes` finalizer removed), the
-//! ReplicaSet controller ([`crate::replicaset`]) and the scheduler (`flotilla-scheduler`).
+//! ReplicaSet controller ([`crate::replicaset`]), the endpoints controllers
+//! ([`crate::endpoints`]) and the scheduler (`flotilla-scheduler`).
 //! The other controllers join them here.
 
 use std::collections::{BTreeMap, HashSet};
@@ -25,9 +26,10 @@ const NAMESPACE_FINALIZER: &str = "kubernetes";
 /// Runs the loops of one cluster until the task is aborted (its lease was lost): aborting
 /// drops every loop, since they are joined here rather than spawned.
 pub async fn run(client: kube::Client, root_ca_pem: String) {
-    futures::future::join3(
+    futures::future::join4(
         namespace_loops(client.clone(), root_ca_pem),
         crate::replicaset::run(client.clone()),
+        crate::endpoints::run(client.clone()),
         flotilla_scheduler::run(client),
     )
     .await;
@@ -36,9 +38,10 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
 /// The controllers alone (what `flotilla controller-manager` runs): the service-account
 /// controller, root-CA publisher (when given a CA) and namespace controller.
 pub async fn run_controllers(client: kube::Client, root_ca_pem: String) {
-    futures::future::join(
+    futures::future::join3(
         namespace_loops(client.clone(), root_ca_pem),
-        crate::replicaset::run(client),
+        crate::replicaset::run(client.clone()),
+        crate::endpoints::run(client),
     )
     .await;
 }

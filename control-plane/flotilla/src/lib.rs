@@ -4,6 +4,7 @@
 pub mod client;
 mod commands;
 mod controllers;
+mod endpoints;
 mod inprocess;
 mod placement;
 mod replicaset;

@@ -59,7 +59,7 @@ pub async fn run(client: kube::Client) {
 }
 
 /// Whether a reflector's cache has been filled by its first list.
-fn ready<K>(store: &Store<K>) -> bool
+pub(crate) fn ready<K>(store: &Store<K>) -> bool
 where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone,

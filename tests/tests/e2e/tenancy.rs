@@ -980,6 +980,43 @@ fn simulated_nodes_run_their_pods() -> anyhow::Result<()> {
             distinct.len() >= 2,
             "three best-effort pods were not spread: {nodes}"
         );
+        // A Service over them: its Endpoints and EndpointSlice follow the pods.
+        kubectl.ok(&["expose", "rs", "web-rs", "--port=80", "--target-port=8080"])?;
+        let addresses = |kubectl: &Kubectl| -> anyhow::Result<usize> {
+            Ok(kubectl
+                .ok(&[
+                    "get",
+                    "endpoints",
+                    "web-rs",
+                    "-o",
+                    "jsonpath={.subsets[*].addresses[*].ip}",
+                ])?
+                .split_whitespace()
+                .count())
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while kubectl
+            .run(&["get", "endpoints", "web-rs"], None, &[])?
+            .status
+            .code()
+            != Some(0)
+            || addresses(&kubectl)? != 3
+        {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the Service's endpoints did not list 3 pods"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        contains(
+            &kubectl.ok(&[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web-rs",
+            ])?,
+            "8080",
+        )?;
         kubectl.ok(&["scale", "rs", "web-rs", "--replicas=1"])?;
         kubectl.ok(&[
             "wait",
@@ -987,6 +1024,14 @@ fn simulated_nodes_run_their_pods() -> anyhow::Result<()> {
             "rs/web-rs",
             "--timeout=30s",
         ])?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while addresses(&kubectl)? != 1 {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the endpoints did not follow the scale-down"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
         kubectl.ok(&["delete", "rs", "web-rs"])?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while !kubectl
