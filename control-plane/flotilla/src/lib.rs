@@ -3,11 +3,8 @@
 
 pub mod client;
 mod commands;
-mod controllers;
-mod endpoints;
 mod inprocess;
 mod placement;
-mod replicaset;
 mod service;
 mod simulator;
 mod standalone;
@@ -394,7 +391,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ControllerManager(args) => {
             let root_ca = standalone::cluster_ca_pem(&args.kubeconfig)?;
             standalone::run(args, "kube-controller-manager", move |client| {
-                controllers::run_controllers(client, root_ca.clone())
+                flotilla_controller_manager::run(client, root_ca.clone())
             })
             .await
         }

@@ -84,7 +84,7 @@ pub fn spawn(server: Arc<ApiServer>, router: Router, config: PlacementConfig) ->
                     running.entry(id.clone()).or_insert_with(|| {
                         tracing::info!(cluster = %id, replica = %config.identity, "running the cluster's control loops");
                         let client = crate::inprocess::client(router.clone(), &id, controller_user());
-                        tokio::spawn(crate::controllers::run(client, config.root_ca_pem.clone()))
+                        tokio::spawn(cluster_loops(client, config.root_ca_pem.clone()))
                     });
                 }
             }
@@ -161,4 +161,14 @@ fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::E
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
         Err(err) => Err(err),
     }
+}
+
+/// Everything that runs per cluster on the replica holding its lease: the controllers and the
+/// scheduler, joined so that aborting the task stops them all.
+async fn cluster_loops(client: kube::Client, root_ca_pem: String) {
+    futures::future::join(
+        flotilla_controller_manager::run(client.clone(), root_ca_pem),
+        flotilla_scheduler::run(client),
+    )
+    .await;
 }

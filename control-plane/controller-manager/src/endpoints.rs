@@ -4,15 +4,15 @@
 //! as they come, go and change readiness.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
+
+use crate::informers::{Informer, Informers, Triggers};
 
 /// How often every Service is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(5);
@@ -20,53 +20,15 @@ const RESYNC: Duration = Duration::from_secs(5);
 const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
 
 /// Runs both controllers until the task is aborted.
-pub async fn run(client: kube::Client) {
-    let (services, service_writer) = reflector::store::<Service>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let (endpoints, endpoints_writer) = reflector::store::<Endpoints>();
-    let service_events = reflector::reflector(
-        service_writer,
-        watcher::watcher(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects()
-    .map(|_| ())
-    .boxed();
-    let pod_events = reflector::reflector(
-        pod_writer,
-        watcher::watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects()
-    .map(|_| ())
-    .boxed();
-    let endpoints_events = reflector::reflector(
-        endpoints_writer,
-        watcher::watcher(
-            Api::<Endpoints>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects()
-    .map(|_| ())
-    .boxed();
-    let ticks = futures::stream::unfold((), |()| async {
-        tokio::time::sleep(RESYNC).await;
-        Some(((), ()))
-    })
-    .boxed();
-    let triggers =
-        futures::stream::select_all([service_events, pod_events, endpoints_events, ticks]);
-    let mut triggers = triggers.ready_chunks(256).boxed();
-    while triggers.next().await.is_some() {
-        if crate::replicaset::ready(&services)
-            && crate::replicaset::ready(&pods)
-            && crate::replicaset::ready(&endpoints)
-        {
+pub async fn run(informers: Arc<Informers>) {
+    let services = informers.get::<Service>();
+    let pods = informers.get::<Pod>();
+    let endpoints = informers.get::<Endpoints>();
+    let client = informers.client().clone();
+    let mut triggers = Triggers::new(RESYNC).on(&services).on(&pods).on(&endpoints);
+    loop {
+        triggers.next().await;
+        if services.is_ready() && pods.is_ready() && endpoints.is_ready() {
             sync_all(&client, &services, &pods, &endpoints).await;
         }
     }
@@ -79,17 +41,10 @@ fn selects(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
 
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Whether `pod` is listed as a ready address: Ready (or the Service publishes not-ready
 /// addresses) and not being deleted.
 fn endpoint_ready(pod: &Pod, publish_not_ready: bool) -> bool {
-    (publish_not_ready || pod_ready(pod)) && pod.metadata.deletion_timestamp.is_none()
+    (publish_not_ready || crate::pods::is_ready(pod)) && pod.metadata.deletion_timestamp.is_none()
 }
 
 /// The port a Service port targets on `pod`: a number, or a named container port.
@@ -109,19 +64,19 @@ fn target_port(service_port: &Value, pod: &Pod) -> Option<i64> {
 
 async fn sync_all(
     client: &kube::Client,
-    services: &Store<Service>,
-    pods: &Store<Pod>,
-    endpoints: &Store<Endpoints>,
+    services: &Informer<Service>,
+    pods: &Informer<Pod>,
+    endpoints: &Informer<Endpoints>,
 ) {
-    let services = services.state();
-    let pods = pods.state();
+    let services = services.list();
+    let pods = pods.list();
     for service in &services {
         if let Err(err) = sync(client, service, &pods, endpoints).await {
             tracing::info!(service = ?service.metadata.name, %err, "endpoints sync failed; retrying");
         }
     }
     // Endpoints this controller wrote for Services that are gone.
-    for stale in endpoints.state() {
+    for stale in endpoints.list() {
         let (Some(name), Some(namespace)) = (&stale.metadata.name, &stale.metadata.namespace)
         else {
             continue;
@@ -148,7 +103,7 @@ async fn sync(
     client: &kube::Client,
     service: &Service,
     pods: &[std::sync::Arc<Pod>],
-    endpoints: &Store<Endpoints>,
+    endpoints: &Informer<Endpoints>,
 ) -> Result<(), kube::Error> {
     let (Some(name), Some(namespace)) = (&service.metadata.name, &service.metadata.namespace)
     else {
@@ -235,9 +190,7 @@ async fn sync(
         }
         json!([subset])
     };
-    let current = endpoints.state().into_iter().find(|e| {
-        e.metadata.name.as_ref() == Some(name) && e.metadata.namespace.as_ref() == Some(namespace)
-    });
+    let current = endpoints.get(namespace, name);
     let current_subsets = current
         .as_ref()
         .map(|e| serde_json::to_value(&e.subsets).unwrap_or(Value::Null))
@@ -296,7 +249,7 @@ async fn write_slice(
             let terminating = pod.metadata.deletion_timestamp.is_some();
             json!({
                 "addresses": [pod.status.as_ref().and_then(|s| s.pod_ip.clone())],
-                "conditions": {"ready": endpoint_ready(pod, publish_not_ready), "serving": pod_ready(pod), "terminating": terminating},
+                "conditions": {"ready": endpoint_ready(pod, publish_not_ready), "serving": crate::pods::is_ready(pod), "terminating": terminating},
                 "nodeName": pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                 "targetRef": {"kind": "Pod", "namespace": namespace, "name": pod.metadata.name, "uid": pod.metadata.uid},
             })

@@ -1,10 +1,6 @@
-//! A tenant's control loops, as pure API clients (kube-rs, kube-runtime) of its cluster:
-//! so far upstream's service-account controller and root-CA publisher (every namespace gets a
-//! `default` ServiceAccount and a `kube-root-ca.crt` ConfigMap) and the namespace controller
-//! (a deleted namespace's contents are deleted, then its `kubernetes` finalizer removed), the
-//! ReplicaSet controller ([`crate::replicaset`]), the endpoints controllers
-//! ([`crate::endpoints`]) and the scheduler (`flotilla-scheduler`).
-//! The other controllers join them here.
+//! Upstream's namespace controller (a deleted namespace's contents are deleted, then its
+//! `kubernetes` finalizer removed), service-account controller and root-CA publisher (every
+//! namespace gets a `default` ServiceAccount and a `kube-root-ca.crt` ConfigMap).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -23,31 +19,8 @@ const NAMESPACE_RETRY: Duration = Duration::from_secs(1);
 /// The finalizer the namespace controller owns.
 const NAMESPACE_FINALIZER: &str = "kubernetes";
 
-/// Runs the loops of one cluster until the task is aborted (its lease was lost): aborting
-/// drops every loop, since they are joined here rather than spawned.
-pub async fn run(client: kube::Client, root_ca_pem: String) {
-    futures::future::join4(
-        namespace_loops(client.clone(), root_ca_pem),
-        crate::replicaset::run(client.clone()),
-        crate::endpoints::run(client.clone()),
-        flotilla_scheduler::run(client),
-    )
-    .await;
-}
-
-/// The controllers alone (what `flotilla controller-manager` runs): the service-account
-/// controller, root-CA publisher (when given a CA) and namespace controller.
-pub async fn run_controllers(client: kube::Client, root_ca_pem: String) {
-    futures::future::join3(
-        namespace_loops(client.clone(), root_ca_pem),
-        crate::replicaset::run(client.clone()),
-        crate::endpoints::run(client),
-    )
-    .await;
-}
-
 /// The service-account controller, root-CA publisher and namespace controller.
-async fn namespace_loops(client: kube::Client, root_ca_pem: String) {
+pub async fn run(client: kube::Client, root_ca_pem: String) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut events = watcher::watcher(namespaces, watcher::Config::default()).boxed();
     // Namespaces being emptied now, so an event does not start a second deleter.

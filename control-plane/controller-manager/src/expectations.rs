@@ -1,0 +1,96 @@
+//! Upstream's controller expectations: after a controller creates or deletes objects for an
+//! owner, it does not act on that owner again until its caches show those writes (or a while
+//! has passed), so a pass that runs before the watch catches up does not create duplicates.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long unobserved writes hold an owner back (upstream: five minutes).
+const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct Pending {
+    creates: HashSet<String>,
+    deletes: HashSet<String>,
+    since: Option<Instant>,
+}
+
+/// Writes not yet seen in the caches, per owner key (`namespace/name` or a uid).
+#[derive(Default)]
+pub struct Expectations {
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+impl Expectations {
+    /// Records that `owner` created the object named `name`.
+    pub fn created(&self, owner: &str, name: &str) {
+        self.update(owner, |p| {
+            p.creates.insert(name.to_string());
+        });
+    }
+
+    /// Records that `owner` deleted the object named `name`.
+    pub fn deleted(&self, owner: &str, name: &str) {
+        self.update(owner, |p| {
+            p.deletes.insert(name.to_string());
+        });
+    }
+
+    fn update(&self, owner: &str, change: impl FnOnce(&mut Pending)) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = pending.entry(owner.to_string()).or_default();
+        entry.since.get_or_insert_with(Instant::now);
+        change(entry);
+    }
+
+    /// Whether `owner` may be synced: every create it made is visible (`present`) and every
+    /// delete it made is visible (`gone`: absent or terminating), or they have timed out.
+    pub fn satisfied(
+        &self,
+        owner: &str,
+        present: impl Fn(&str) -> bool,
+        gone: impl Fn(&str) -> bool,
+    ) -> bool {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = pending.get_mut(owner) else {
+            return true;
+        };
+        entry.creates.retain(|name| !present(name));
+        entry.deletes.retain(|name| !gone(name));
+        let expired = entry
+            .since
+            .is_some_and(|t| t.elapsed() > EXPECTATION_TIMEOUT);
+        if expired || (entry.creates.is_empty() && entry.deletes.is_empty()) {
+            pending.remove(owner);
+            return true;
+        }
+        false
+    }
+
+    /// Forgets `owner` (it was deleted).
+    pub fn forget(&self, owner: &str) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_waits_until_its_writes_are_seen() {
+        let expectations = Expectations::default();
+        assert!(expectations.satisfied("ns/rs", |_| false, |_| false));
+        expectations.created("ns/rs", "rs-a");
+        expectations.deleted("ns/rs", "rs-b");
+        assert!(!expectations.satisfied("ns/rs", |_| false, |_| false));
+        assert!(!expectations.satisfied("ns/rs", |n| n == "rs-a", |_| false));
+        // rs-a was seen already: only rs-b's deletion is awaited now.
+        assert!(expectations.satisfied("ns/rs", |_| false, |n| n == "rs-b"));
+        assert!(expectations.satisfied("ns/rs", |_| false, |_| false));
+    }
+}

@@ -1,0 +1,27 @@
+//! Flotilla's controller-manager: upstream's controllers as pure API clients (kube-rs) of one
+//! cluster, sharing one watch cache per resource type ([`informers`]). The hosted service runs
+//! them per tenant on the in-process transport; `flotilla controller-manager` runs them
+//! against any kubeconfig.
+
+pub mod endpoints;
+pub mod expectations;
+pub mod informers;
+pub mod namespace;
+pub mod pods;
+pub mod replicaset;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use informers::Informers;
+
+/// Runs every controller of one cluster until the task is aborted: aborting drops every loop
+/// and watch, since they are joined here rather than spawned.
+pub async fn run(client: kube::Client, root_ca_pem: String) {
+    let informers = Informers::new(client.clone());
+    let controllers: Vec<BoxFuture<'static, ()>> = vec![
+        namespace::run(client, root_ca_pem).boxed(),
+        replicaset::run(informers.clone()).boxed(),
+        endpoints::run(informers.clone()).boxed(),
+    ];
+    futures::future::join_all(controllers).await;
+}
