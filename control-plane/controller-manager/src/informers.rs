@@ -56,6 +56,11 @@ where
         self.store.get(&key)
     }
 
+    /// The cache's change signal, for loops that erase the cached type.
+    pub fn signal(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
     /// Whether the first list has filled the cache: before that, an empty cache means
     /// "not known yet", not "none exist".
     pub fn is_ready(&self) -> bool {
@@ -154,6 +159,12 @@ impl Triggers {
         informer: &Informer<K>,
     ) -> Self {
         self.changes.push(informer.changes.clone());
+        self
+    }
+
+    /// Also wakes on `signal` (an [`Informer::signal`]).
+    pub fn on_signal(mut self, signal: watch::Receiver<u64>) -> Self {
+        self.changes.push(signal);
         self
     }
 

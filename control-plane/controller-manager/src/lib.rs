@@ -5,6 +5,7 @@
 
 pub mod endpoints;
 pub mod expectations;
+pub mod gc;
 pub mod informers;
 pub mod namespace;
 pub mod pods;
@@ -22,6 +23,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         namespace::run(client, root_ca_pem).boxed(),
         replicaset::run(informers.clone()).boxed(),
         endpoints::run(informers.clone()).boxed(),
+        gc::run(informers.clone()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
