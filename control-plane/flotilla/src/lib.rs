@@ -115,6 +115,10 @@ pub struct UpArgs {
     /// Use this etcd cluster instead of the embedded store (comma-separated URLs).
     #[arg(long, value_delimiter = ',')]
     pub etcd: Vec<String>,
+    /// Do not run the clusters' scheduler and controllers in this process: they run as
+    /// separate `flotilla scheduler` and `flotilla controller-manager` processes instead.
+    #[arg(long)]
+    pub external_control_loops: bool,
 }
 
 /// `flotilla serve`.
@@ -162,6 +166,10 @@ pub struct ServeArgs {
     /// random suffix).
     #[arg(long)]
     pub replica_id: Option<String>,
+    /// Do not run the clusters' scheduler and controllers in this process: they run as
+    /// separate `flotilla scheduler` and `flotilla controller-manager` processes instead.
+    #[arg(long)]
+    pub external_control_loops: bool,
 }
 
 /// How a client command reaches the management API. Flags and environment override the

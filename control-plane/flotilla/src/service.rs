@@ -182,16 +182,19 @@ async fn start(
         .replica_id
         .clone()
         .unwrap_or_else(|| default_replica_id(local));
-    placement::spawn(
-        server.clone(),
-        server.router(),
-        PlacementConfig {
-            identity,
-            lease_duration: placement_options.lease_duration,
-            retry_period: (placement_options.lease_duration / 5).max(Duration::from_millis(200)),
-            root_ca_pem: ca.cert_pem.clone(),
-        },
-    );
+    if placement_options.enabled {
+        placement::spawn(
+            server.clone(),
+            server.router(),
+            PlacementConfig {
+                identity,
+                lease_duration: placement_options.lease_duration,
+                retry_period: (placement_options.lease_duration / 5)
+                    .max(Duration::from_millis(200)),
+                root_ca_pem: ca.cert_pem.clone(),
+            },
+        );
+    }
     spawn_compactor(storage);
     Ok(Started {
         listener,
@@ -207,6 +210,8 @@ async fn start(
 struct PlacementOptions {
     replica_id: Option<String>,
     lease_duration: Duration,
+    /// Whether this process runs the clusters' control loops at all.
+    enabled: bool,
 }
 
 /// `host_port_random`: unique among replicas, and names the replica for a reader.
@@ -269,6 +274,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         PlacementOptions {
             replica_id: None,
             lease_duration: DEFAULT_LEASE,
+            enabled: !args.external_control_loops,
         },
     )
     .await?;
@@ -369,6 +375,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let placement_options = PlacementOptions {
         replica_id: args.replica_id,
         lease_duration: Duration::from_secs(args.lease_duration_seconds.max(1)),
+        enabled: !args.external_control_loops,
     };
     let started = start(
         storage,
