@@ -80,6 +80,19 @@ impl Drop for Process {
     }
 }
 
+/// Runs `flotilla ARGS` in the background (e.g. `simulate-nodes`, `controller-manager`,
+/// `scheduler`), its output discarded; killed when dropped.
+pub fn flotilla_process(args: &[&str]) -> anyhow::Result<Process> {
+    let child = Command::new(flotilla_bin()?)
+        .args(args)
+        .env("FLOTILLA_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting flotilla {}", args.join(" ")))?;
+    Ok(Process { child })
+}
+
 /// A real etcd on loopback (one member or several), each member with its own data directory.
 pub struct Etcd {
     _members: Vec<Process>,
@@ -187,6 +200,7 @@ pub struct Flotilla {
     dir: tempfile::TempDir,
     backend: Backend,
     port: u16,
+    extra_args: Vec<String>,
     /// The admin kubeconfig `flotilla up` wrote.
     pub kubeconfig: PathBuf,
 }
@@ -194,6 +208,11 @@ pub struct Flotilla {
 impl Flotilla {
     /// Starts `flotilla up` on `backend` and waits for its kubeconfig.
     pub fn up(backend: Backend) -> anyhow::Result<Self> {
+        Self::up_with(backend, &[])
+    }
+
+    /// Starts `flotilla up` with extra flags (e.g. `--external-control-loops`).
+    pub fn up_with(backend: Backend, extra_args: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let mut flotilla = Flotilla {
@@ -202,6 +221,7 @@ impl Flotilla {
             dir,
             backend,
             port,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
         flotilla.start()?;
         Ok(flotilla)
@@ -215,6 +235,7 @@ impl Flotilla {
             .arg(self.dir.path())
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
+            .args(&self.extra_args)
             .env("FLOTILLA_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
