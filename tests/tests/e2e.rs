@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 
+#[path = "e2e/deployment.rs"]
+mod deployment;
 #[path = "e2e/gc.rs"]
 mod gc;
 #[path = "e2e/tenancy.rs"]
