@@ -8,13 +8,14 @@
 //!
 //! As the ReplicaSet controller, it is a level-triggered loop over shared caches: every pass
 //! looks at every Deployment. Writes carry the cached `resourceVersion`, so a pass that runs
-//! on a stale cache gets a conflict and the next pass retries; expectations hold a Deployment
-//! back until the cache shows the ReplicaSet it created.
+//! on a stale cache gets a conflict and the next pass retries; to spare those round trips, a
+//! Deployment is held back until the caches show the ReplicaSet it created (expectations) and
+//! the versions it wrote over are gone from them ([`UnseenWrites`]).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus,
@@ -37,6 +38,9 @@ use crate::pods;
 /// progress deadline may be noticed).
 const RESYNC: Duration = Duration::from_secs(5);
 const MANAGER: &str = "deployment-controller";
+/// How long the controller waits for its caches to show its own writes before syncing a
+/// Deployment anyway (a conflict then tells it the cache is still behind).
+const UNSEEN_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The label (on ReplicaSets, their selectors and templates, and pods) naming the template.
 pub const DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY: &str = "pod-template-hash";
@@ -76,23 +80,41 @@ pub async fn run(informers: Arc<Informers>) {
     let pods = informers.get::<Pod>();
     let client = informers.client().clone();
     let expectations = Expectations::default();
+    let mut unseen = UnseenWrites::default();
     let mut triggers = Triggers::new(RESYNC).on(&deployments).on(&sets).on(&pods);
     loop {
         triggers.next().await;
         // With all caches filled only: an empty ReplicaSet cache would mean "create one".
         if deployments.is_ready() && sets.is_ready() && pods.is_ready() {
-            sync_all(&client, &deployments, &sets, &pods, &expectations).await;
+            let caches = Caches {
+                deployments: &deployments,
+                sets: &sets,
+                pods: &pods,
+            };
+            sync_all(&client, caches, &expectations, &mut unseen).await;
         }
     }
 }
 
+/// The caches the controller reads.
+#[derive(Clone, Copy)]
+struct Caches<'a> {
+    deployments: &'a Informer<Deployment>,
+    sets: &'a Informer<ReplicaSet>,
+    pods: &'a Informer<Pod>,
+}
+
 async fn sync_all(
     client: &kube::Client,
-    deployments: &Informer<Deployment>,
-    sets: &Informer<ReplicaSet>,
-    pods: &Informer<Pod>,
+    caches: Caches<'_>,
     expectations: &Expectations,
+    unseen: &mut UnseenWrites,
 ) {
+    let Caches {
+        deployments,
+        sets,
+        pods,
+    } = caches;
     let all_sets = sets.list();
     let mut sets_by_namespace: HashMap<&str, Vec<&ReplicaSet>> = HashMap::new();
     for set in &all_sets {
@@ -114,7 +136,7 @@ async fn sync_all(
         let namespace = deployment.metadata.namespace.as_deref().unwrap_or("");
         let caught_up =
             expectations.satisfied(&key, |name| sets.get(namespace, name).is_some(), |_| true);
-        if !caught_up {
+        if !caught_up || !unseen.seen(&key, namespace, caches) {
             continue;
         }
         let candidates: Vec<ReplicaSet> = sets_by_namespace
@@ -126,10 +148,67 @@ async fn sync_all(
             expectations,
             key: key.clone(),
             d: (*deployment).clone(),
+            writes: Mutex::default(),
         };
-        if let Err(err) = sync.sync_deployment(candidates, &pods_by_owner).await {
+        let outcome = sync.sync_deployment(candidates, &pods_by_owner).await;
+        unseen.record(
+            &key,
+            sync.writes.into_inner().unwrap_or_else(|p| p.into_inner()),
+        );
+        if let Err(err) = outcome {
             tracing::info!(deployment = %key, %err, "deployment sync failed; retrying");
         }
+    }
+}
+
+/// Updates this controller made that its caches may not show yet, per Deployment.
+#[derive(Default)]
+struct UnseenWrites {
+    by_deployment: HashMap<String, (Instant, Vec<Write>)>,
+}
+
+/// An object the controller updated and the `resourceVersion` it replaced: the cache has
+/// caught up once it shows any other version (versions are opaque, never compared).
+struct Write {
+    kind: WrittenKind,
+    name: String,
+    replaced: Option<String>,
+}
+
+enum WrittenKind {
+    Deployment,
+    ReplicaSet,
+}
+
+impl UnseenWrites {
+    fn record(&mut self, deployment: &str, writes: Vec<Write>) {
+        if !writes.is_empty() {
+            self.by_deployment
+                .insert(deployment.to_string(), (Instant::now(), writes));
+        }
+    }
+
+    /// Whether the caches show every write made for `deployment` (or it timed out).
+    fn seen(&mut self, deployment: &str, namespace: &str, caches: Caches<'_>) -> bool {
+        let Some((since, writes)) = self.by_deployment.get(deployment) else {
+            return true;
+        };
+        let version = |write: &Write| match write.kind {
+            WrittenKind::Deployment => caches
+                .deployments
+                .get(namespace, &write.name)
+                .and_then(|d| d.metadata.resource_version.clone()),
+            WrittenKind::ReplicaSet => caches
+                .sets
+                .get(namespace, &write.name)
+                .and_then(|rs| rs.metadata.resource_version.clone()),
+        };
+        let seen = writes.iter().all(|w| version(w) != w.replaced);
+        if seen || since.elapsed() > UNSEEN_WRITE_TIMEOUT {
+            self.by_deployment.remove(deployment);
+            return true;
+        }
+        false
     }
 }
 
@@ -140,6 +219,8 @@ struct DeploymentSync<'a> {
     expectations: &'a Expectations,
     key: String,
     d: Deployment,
+    /// What this sync updated, for [`UnseenWrites`].
+    writes: Mutex<Vec<Write>>,
 }
 
 type SyncResult<T> = Result<T, kube::Error>;
@@ -151,6 +232,18 @@ impl DeploymentSync<'_> {
 
     fn name(&self) -> String {
         self.d.metadata.name.clone().unwrap_or_default()
+    }
+
+    /// Records a successful update of the object `metadata` describes (as it was before).
+    fn wrote(&self, kind: WrittenKind, metadata: &ObjectMeta) {
+        self.writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Write {
+                kind,
+                name: metadata.name.clone().unwrap_or_default(),
+                replaced: metadata.resource_version.clone(),
+            });
     }
 
     fn replica_sets(&self) -> Api<ReplicaSet> {
@@ -279,6 +372,7 @@ impl DeploymentSync<'_> {
             "uid": rs.metadata.uid,
         }});
         let name = rs.metadata.name.clone().unwrap_or_default();
+        self.wrote(WrittenKind::ReplicaSet, &rs.metadata);
         match self
             .replica_sets()
             .patch(&name, &pods::manager(MANAGER), &Patch::Strategic(&patch))
@@ -296,6 +390,7 @@ impl DeploymentSync<'_> {
             "uid": rs.metadata.uid,
         }});
         let name = rs.metadata.name.clone().unwrap_or_default();
+        self.wrote(WrittenKind::ReplicaSet, &rs.metadata);
         match self
             .replica_sets()
             .patch(&name, &pods::manager(MANAGER), &Patch::Strategic(&patch))
@@ -418,10 +513,12 @@ impl DeploymentSync<'_> {
             if annotations_updated || min_ready_changed {
                 spec.min_ready_seconds = Some(min_ready);
                 let name = rs.metadata.name.clone().unwrap_or_default();
-                rs = self
+                let updated = self
                     .replica_sets()
                     .replace(&name, &post_params(), &rs)
                     .await?;
+                self.wrote(WrittenKind::ReplicaSet, &rs.metadata);
+                rs = updated;
             }
             let revision = rs
                 .metadata
@@ -612,6 +709,7 @@ impl DeploymentSync<'_> {
             .replica_sets()
             .replace(&name, &post_params(), &copy)
             .await?;
+        self.wrote(WrittenKind::ReplicaSet, &rs.metadata);
         if size_changed {
             let operation = if old_scale < new_scale { "up" } else { "down" };
             self.event(
@@ -800,9 +898,11 @@ impl DeploymentSync<'_> {
     /// strategy allows); the cached resourceVersion makes a stale pass fail with a conflict.
     async fn update_status(&mut self) -> SyncResult<()> {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace());
-        self.d = api
+        let updated = api
             .replace_status(&self.name(), &post_params(), &self.d)
             .await?;
+        self.wrote(WrittenKind::Deployment, &self.d.metadata);
+        self.d = updated;
         Ok(())
     }
 
