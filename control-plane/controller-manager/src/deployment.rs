@@ -131,7 +131,11 @@ async fn sync_all(
                 .push(pod);
         }
     }
-    for deployment in deployments.list() {
+    let listed = deployments.list();
+    let live: std::collections::HashSet<String> =
+        listed.iter().map(|d| pods::key(&d.metadata)).collect();
+    unseen.by_deployment.retain(|key, _| live.contains(key));
+    for deployment in listed {
         let key = pods::key(&deployment.metadata);
         let namespace = deployment.metadata.namespace.as_deref().unwrap_or("");
         let caught_up =
