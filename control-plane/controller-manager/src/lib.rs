@@ -3,6 +3,7 @@
 //! them per tenant on the in-process transport; `flotilla controller-manager` runs them
 //! against any kubeconfig.
 
+pub mod deployment;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
@@ -22,6 +23,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
     let controllers: Vec<BoxFuture<'static, ()>> = vec![
         namespace::run(client, root_ca_pem).boxed(),
         replicaset::run(informers.clone()).boxed(),
+        deployment::run(informers.clone()).boxed(),
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
     ];
