@@ -921,7 +921,10 @@ impl Store {
         resource.strategy.prepare_for_update(&mut new, current);
         resource.strategy.default(&mut new);
         let mut new = self.canonicalize(resource, new, options.field_validation, warnings)?;
+        // Upstream's status strategies never bump generation, even when they carry an
+        // annotation change (the Deployment controller writes its revision that way).
         let annotations_changed = resource.strategy.annotations_bump_generation()
+            && matches!(subresource, UpdateTarget::Main)
             && meta::at(&new, &["metadata", "annotations"])
                 != meta::at(current, &["metadata", "annotations"]);
         if resource.tracks_generation && (spec_of(&new) != spec_of(current) || annotations_changed)

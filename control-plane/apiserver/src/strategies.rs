@@ -1030,11 +1030,18 @@ impl Strategy for DeploymentStrategy {
     }
     fn default(&self, obj: &mut Value) {
         set_default(obj, &["spec", "replicas"], json!(1));
-        set_default(
-            obj,
-            &["spec", "strategy"],
-            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
-        );
+        // Field by field, as SetDefaults_Deployment: a rollingUpdate naming only one bound
+        // gets the other's 25%.
+        set_default(obj, &["spec", "strategy", "type"], json!("RollingUpdate"));
+        if obj["spec"]["strategy"]["type"] == "RollingUpdate" {
+            for bound in ["maxUnavailable", "maxSurge"] {
+                set_default(
+                    obj,
+                    &["spec", "strategy", "rollingUpdate", bound],
+                    json!("25%"),
+                );
+            }
+        }
         set_default(obj, &["spec", "revisionHistoryLimit"], json!(10));
         set_default(obj, &["spec", "progressDeadlineSeconds"], json!(600));
         default_template(obj, &["spec", "template", "spec"]);
@@ -1538,6 +1545,19 @@ mod tests {
             secret,
             json!({"type": "Opaque", "data": {"a": "bmV3", "keep": "eA==", "b": "dHdv"}})
         );
+    }
+
+    #[test]
+    fn deployment_rolling_update_bounds_default_one_by_one() {
+        let mut d = json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 1}}}});
+        DeploymentStrategy.default(&mut d);
+        assert_eq!(
+            d["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}})
+        );
+        let mut d = json!({"spec": {"strategy": {"type": "Recreate"}}});
+        DeploymentStrategy.default(&mut d);
+        assert_eq!(d["spec"]["strategy"], json!({"type": "Recreate"}));
     }
 
     #[test]
