@@ -186,34 +186,43 @@ async fn renew(leases: &Api<Lease>, name: &str) -> Result<(), kube::Error> {
     }
 }
 
+/// Pods handled at once (a real node's kubelet works on its pods concurrently too).
+const CONCURRENT_PODS: usize = 64;
+
 /// Watches every pod; those bound to a simulated node are run (or finished deleting).
 async fn run_pods(client: kube::Client, names: Vec<String>) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::all(client.clone());
-    let mut events = watcher::watcher(pods, watcher::Config::default()).boxed();
     let node_index: BTreeMap<String, usize> = names
         .iter()
         .enumerate()
         .map(|(i, n)| (n.clone(), i))
         .collect();
-    let mut pod_count = 0usize;
-    while let Some(event) = events.next().await {
-        let pod = match event {
-            Ok(Event::Apply(pod) | Event::InitApply(pod)) => pod,
-            Ok(_) => continue,
-            Err(err) => {
-                tracing::debug!(%err, "pod watch failed; retrying");
-                continue;
+    let pod_count = std::sync::atomic::AtomicUsize::new(0);
+    watcher::watcher(pods, watcher::Config::default())
+        .filter_map(|event| async {
+            match event {
+                Ok(Event::Apply(pod) | Event::InitApply(pod)) => Some(pod),
+                Ok(_) => None,
+                Err(err) => {
+                    tracing::debug!(%err, "pod watch failed; retrying");
+                    None
+                }
             }
-        };
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let Some(index) = node.as_ref().and_then(|n| node_index.get(n)) else {
-            continue;
-        };
-        pod_count += 1;
-        if let Err(err) = step(&client, &pod, *index, pod_count).await {
-            tracing::info!(pod = ?pod.metadata.name, %err, "pod step failed; retried on its next event");
-        }
-    }
+        })
+        .for_each_concurrent(CONCURRENT_PODS, |pod| {
+            let (client, node_index, pod_count) = (&client, &node_index, &pod_count);
+            async move {
+                let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                let Some(index) = node.as_ref().and_then(|n| node_index.get(n)) else {
+                    return;
+                };
+                let count = pod_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if let Err(err) = step(client, &pod, *index, count).await {
+                    tracing::info!(pod = ?pod.metadata.name, %err, "pod step failed; retried on its next event");
+                }
+            }
+        })
+        .await;
     Ok(())
 }
 
