@@ -8,8 +8,11 @@ pub mod expectations;
 pub mod gc;
 pub mod informers;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod pods;
+pub mod quantity;
 pub mod replicaset;
+pub mod selectors;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -24,6 +27,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         replicaset::run(informers.clone()).boxed(),
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
+        nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
