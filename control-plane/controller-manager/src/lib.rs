@@ -3,6 +3,7 @@
 //! them per tenant on the in-process transport; `flotilla controller-manager` runs them
 //! against any kubeconfig.
 
+pub mod disruption;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
@@ -27,6 +28,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         replicaset::run(informers.clone()).boxed(),
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
+        disruption::run(informers.clone()).boxed(),
         nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
     ];
     futures::future::join_all(controllers).await;

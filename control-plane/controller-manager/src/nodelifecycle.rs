@@ -179,7 +179,11 @@ fn no_schedule_taint_keys(node: &Node) -> Vec<&'static str> {
     for (kind, status, key) in [
         ("Ready", "False", TAINT_NOT_READY),
         ("Ready", "Unknown", TAINT_UNREACHABLE),
-        ("MemoryPressure", "True", "node.kubernetes.io/memory-pressure"),
+        (
+            "MemoryPressure",
+            "True",
+            "node.kubernetes.io/memory-pressure",
+        ),
         ("DiskPressure", "True", "node.kubernetes.io/disk-pressure"),
         (
             "NetworkUnavailable",
@@ -244,7 +248,7 @@ fn desired_taints(node: &Node, evictions: bool, now: Timestamp) -> Option<Vec<Ta
                 key: key.into(),
                 effect: effect.into(),
                 // Upstream stamps NoExecute taints only: eviction timing may read it.
-                time_added: (effect == NO_EXECUTE).then(|| Time(now)),
+                time_added: (effect == NO_EXECUTE).then_some(Time(now)),
                 value: None,
             });
         }
@@ -280,7 +284,11 @@ async fn monitor_pass(
 ) {
     let now = Timestamp::now();
     let all_nodes = nodes.list();
-    health.retain(|name, _| all_nodes.iter().any(|n| n.metadata.name.as_ref() == Some(name)));
+    health.retain(|name, _| {
+        all_nodes
+            .iter()
+            .any(|n| n.metadata.name.as_ref() == Some(name))
+    });
     let api: Api<Node> = Api::all(client.clone());
     let mut current: Vec<Node> = Vec::with_capacity(all_nodes.len());
     for node in &all_nodes {
@@ -621,8 +629,10 @@ mod tests {
     }
 
     fn lease(renewed: i64) -> Lease {
-        serde_json::from_value(json!({"metadata": {"name": "n"}, "spec": {"renewTime": format!("{}", ts(renewed))}}))
-            .unwrap_or_else(|e| panic!("{e}"))
+        serde_json::from_value(
+            json!({"metadata": {"name": "n"}, "spec": {"renewTime": format!("{}", ts(renewed))}}),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -639,14 +649,18 @@ mod tests {
         let beat = observe(Some(&renewed), &ready_node(40), Some(&lease(20)), ts(50));
         assert_eq!(beat.probed_at, ts(50));
         // A node that never posted status counts from its creation.
-        let fresh = node(json!({"metadata": {"name": "n", "creationTimestamp": ts(-100).to_string()}}));
+        let fresh =
+            node(json!({"metadata": {"name": "n", "creationTimestamp": ts(-100).to_string()}}));
         assert_eq!(observe(None, &fresh, None, ts(0)).probed_at, ts(-100));
     }
 
     #[test]
     fn silent_nodes_get_unknown_conditions_once() {
         let conditions = unknown_conditions(&ready_node(0), ts(60)).expect("changed");
-        let ready = conditions.iter().find(|c| c.type_ == "Ready").expect("ready");
+        let ready = conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("ready");
         assert_eq!(ready.status, "Unknown");
         assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
         assert_eq!(
@@ -684,8 +698,8 @@ mod tests {
 
     #[test]
     fn taints_follow_the_ready_condition() {
-        let unknown = desired_taints(&with_ready("Unknown", json!([]), false), true, ts(0))
-            .expect("tainted");
+        let unknown =
+            desired_taints(&with_ready("Unknown", json!([]), false), true, ts(0)).expect("tainted");
         assert_eq!(
             keys(&unknown),
             [
@@ -728,11 +742,17 @@ mod tests {
             ts(0),
         )
         .expect("changed");
-        assert_eq!(keys(&healthy), ["node.kubernetes.io/unschedulable:NoSchedule"]);
+        assert_eq!(
+            keys(&healthy),
+            ["node.kubernetes.io/unschedulable:NoSchedule"]
+        );
         // Full disruption: no NoExecute taints.
         let disrupted = desired_taints(&with_ready("Unknown", json!([]), false), false, ts(0))
             .expect("tainted");
-        assert_eq!(keys(&disrupted), ["node.kubernetes.io/unreachable:NoSchedule"]);
+        assert_eq!(
+            keys(&disrupted),
+            ["node.kubernetes.io/unreachable:NoSchedule"]
+        );
         // Already as wanted: no write.
         assert!(desired_taints(&with_ready("True", json!([]), false), true, ts(0)).is_none());
     }
@@ -778,16 +798,30 @@ mod tests {
                 Eviction::After(Duration::from_secs(300)),
             ),
             (vec![&unreachable], vec![forever.clone()], Eviction::Never),
-            (vec![&unreachable, &dedicated], vec![five.clone(), db.clone()], Eviction::After(Duration::from_secs(5))),
-            (vec![&unreachable, &dedicated], vec![five.clone(), other], Eviction::Now),
+            (
+                vec![&unreachable, &dedicated],
+                vec![five.clone(), db.clone()],
+                Eviction::After(Duration::from_secs(5)),
+            ),
+            (
+                vec![&unreachable, &dedicated],
+                vec![five.clone(), other],
+                Eviction::Now,
+            ),
             (vec![&dedicated], vec![db], Eviction::Never),
             (
                 vec![&unreachable],
-                vec![toleration(json!({"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": 0}))],
+                vec![toleration(
+                    json!({"key": TAINT_UNREACHABLE, "operator": "Exists", "tolerationSeconds": 0}),
+                )],
                 Eviction::Now,
             ),
         ] {
-            assert_eq!(eviction_for(&taints, &tolerations), want, "{taints:?} {tolerations:?}");
+            assert_eq!(
+                eviction_for(&taints, &tolerations),
+                want,
+                "{taints:?} {tolerations:?}"
+            );
         }
     }
 

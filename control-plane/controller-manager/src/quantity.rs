@@ -105,7 +105,9 @@ impl Quantity {
             _ => return Err(fail()),
         };
         decimal_exponent += 9 - fraction.len() as i32;
-        let scaled = mantissa.checked_mul(1i128 << binary_shift).ok_or_else(fail)?;
+        let scaled = mantissa
+            .checked_mul(1i128 << binary_shift)
+            .ok_or_else(fail)?;
         let nanos = if decimal_exponent >= 0 {
             10i128
                 .checked_pow(decimal_exponent as u32)
@@ -124,8 +126,17 @@ impl Quantity {
         })
     }
 
+    /// Whether the quantity is zero.
+    pub fn is_zero(self) -> bool {
+        self.nanos == 0
+    }
+}
+
+impl std::ops::Add for Quantity {
+    type Output = Quantity;
+
     /// The sum, in the format of the first non-zero operand.
-    pub fn add(self, other: Quantity) -> Quantity {
+    fn add(self, other: Quantity) -> Quantity {
         Quantity {
             nanos: self.nanos.saturating_add(other.nanos),
             format: if self.nanos == 0 {
@@ -134,11 +145,6 @@ impl Quantity {
                 self.format
             },
         }
-    }
-
-    /// Whether the quantity is zero.
-    pub fn is_zero(self) -> bool {
-        self.nanos == 0
     }
 }
 
@@ -169,7 +175,7 @@ impl fmt::Display for Quantity {
         let sign = if self.nanos < 0 { "-" } else { "" };
         let magnitude = self.nanos.unsigned_abs();
         if self.format == Format::BinarySi
-            && magnitude % (NANOS as u128) == 0
+            && magnitude.is_multiple_of(NANOS as u128)
             && magnitude / (NANOS as u128) >= 1024
         {
             let units = magnitude / NANOS as u128;
@@ -181,7 +187,7 @@ impl fmt::Display for Quantity {
                 (20, "Mi"),
                 (10, "Ki"),
             ] {
-                if units % (1u128 << shift) == 0 {
+                if units.is_multiple_of(1u128 << shift) {
                     return write!(f, "{sign}{}{suffix}", units >> shift);
                 }
             }
@@ -203,7 +209,7 @@ impl fmt::Display for Quantity {
             (0, "n"),
         ] {
             let unit = 10u128.pow(exponent);
-            if magnitude % unit == 0 {
+            if magnitude.is_multiple_of(unit) {
                 return write!(f, "{sign}{}{suffix}", magnitude / unit);
             }
         }
@@ -261,9 +267,9 @@ mod tests {
 
     #[test]
     fn sums_keep_the_first_non_zero_format() {
-        let sum = Quantity::ZERO.add(q("64Mi")).add(q("64Mi"));
+        let sum = Quantity::ZERO + q("64Mi") + q("64Mi");
         assert_eq!(sum.to_string(), "128Mi");
-        let cpu = Quantity::ZERO.add(q("100m")).add(q("900m"));
+        let cpu = Quantity::ZERO + q("100m") + q("900m");
         assert_eq!(cpu.to_string(), "1");
         assert_eq!(Quantity::from_count(3).to_string(), "3");
     }

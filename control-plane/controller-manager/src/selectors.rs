@@ -29,8 +29,14 @@ pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
 
 /// Whether `selector` has no requirements at all (`selector.Empty()` upstream).
 pub fn is_empty(selector: &LabelSelector) -> bool {
-    selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty)
+    selector
+        .match_labels
+        .as_ref()
+        .is_none_or(BTreeMap::is_empty)
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(Vec::is_empty)
 }
 
 #[cfg(test)]
@@ -51,16 +57,36 @@ mod tests {
             (serde_json::json!({}), true),
             (serde_json::json!({"matchLabels": {"app": "web"}}), true),
             (serde_json::json!({"matchLabels": {"app": "db"}}), false),
-            (serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "back"]}]}), true),
-            (serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]}), false),
-            (serde_json::json!({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}), true),
-            (serde_json::json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]}), true),
-            (serde_json::json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}), false),
-            (serde_json::json!({"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}), false),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "back"]}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]}),
+                false,
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]}),
+                true,
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}),
+                false,
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "app", "operator": "Gt", "values": ["1"]}]}),
+                false,
+            ),
         ] {
             assert_eq!(matches(&selector(sel.clone()), &labels), want, "{sel}");
         }
         assert!(is_empty(&selector(serde_json::json!({}))));
-        assert!(!is_empty(&selector(serde_json::json!({"matchLabels": {"a": "b"}}))));
+        assert!(!is_empty(&selector(
+            serde_json::json!({"matchLabels": {"a": "b"}})
+        )));
     }
 }
