@@ -11,6 +11,7 @@ pub mod informers;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod pods;
+pub mod pvbinder;
 pub mod quantity;
 pub mod replicaset;
 pub mod selectors;
@@ -29,6 +30,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
         disruption::run(informers.clone()).boxed(),
+        pvbinder::run(informers.clone()).boxed(),
         nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
     ];
     futures::future::join_all(controllers).await;
