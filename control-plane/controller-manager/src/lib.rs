@@ -14,6 +14,7 @@ pub mod pods;
 pub mod pvbinder;
 pub mod quantity;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod selectors;
 
 use futures::FutureExt;
@@ -31,6 +32,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         gc::run(informers.clone()).boxed(),
         disruption::run(informers.clone()).boxed(),
         pvbinder::run(informers.clone()).boxed(),
+        resourcequota::run(informers.clone()).boxed(),
         nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
     ];
     futures::future::join_all(controllers).await;
