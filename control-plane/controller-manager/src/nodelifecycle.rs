@@ -334,6 +334,8 @@ async fn monitor_pass(
             continue;
         };
         if let Some(taints) = desired_taints(node, evictions, now) {
+            // No taints left is no `taints` field, as upstream's omitempty leaves it.
+            let taints = (!taints.is_empty()).then_some(taints);
             let patch = json!({
                 "metadata": {"resourceVersion": node.metadata.resource_version},
                 "spec": {"taints": taints},
