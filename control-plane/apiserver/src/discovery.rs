@@ -65,6 +65,7 @@ fn subresources(
     }
     if resource.kind == "Pod" && resource.group.is_empty() {
         out.push(("binding", "", "v1", "Binding", vec!["create"]));
+        out.push(("eviction", "policy", "v1", "Eviction", vec!["create"]));
     }
     if resource.kind == "Namespace" {
         out.push(("finalize", "", "v1", "Namespace", vec!["update"]));
@@ -248,6 +249,7 @@ mod tests {
             "pods",
             "pods/status",
             "pods/binding",
+            "pods/eviction",
             "namespaces",
             "namespaces/finalize",
             "services",

@@ -490,6 +490,18 @@ async fn resource_request(
         (&Method::POST, Some(name), Some("binding")) if resource.kind == "Pod" => {
             bind_pod(server, tenant, resource, namespace, name, call).await
         }
+        (&Method::POST, Some(name), Some("eviction")) if resource.kind == "Pod" => {
+            let eviction = call.body_json()?;
+            let dry_run = call.write_options()?.dry_run;
+            crate::eviction::evict(
+                server, tenant, resource, namespace, name, &eviction, dry_run,
+            )
+            .await?;
+            plain_with(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            )
+        }
         (&Method::POST, _, _) => Err(ApiError::method_not_supported(
             &resource.group_resource(),
             "create",
@@ -744,23 +756,43 @@ fn delete_options(call: &Call) -> Result<(DeleteOptions, bool), ApiError> {
     }
     if !call.body.iter().all(u8::is_ascii_whitespace) {
         let body = negotiate::parse_body(&call.body, BodyFormat::Json)?;
-        if let Some(p) = body.get("propagationPolicy").and_then(Value::as_str) {
-            propagation = Some(p.to_string());
-        }
-        if body.get("orphanDependents") == Some(&json!(true)) {
-            propagation.get_or_insert_with(|| "Orphan".into());
-        }
-        if let Some(grace) = body.get("gracePeriodSeconds").and_then(Value::as_i64) {
-            options.grace_period_seconds = Some(grace);
-        }
-        options.uid = meta::str_at(&body, &["preconditions", "uid"]).map(str::to_string);
-        options.resource_version =
-            meta::str_at(&body, &["preconditions", "resourceVersion"]).map(str::to_string);
-        if let Some(runs) = body.get("dryRun").and_then(Value::as_array) {
-            dry_run |= runs.iter().any(|r| r == "All");
-        }
+        apply_delete_body(&body, &mut options, &mut propagation, &mut dry_run);
     }
-    options.propagation = match propagation.as_deref() {
+    set_propagation(&mut options, propagation.as_deref())?;
+    Ok((options, dry_run))
+}
+
+/// The DeleteOptions given as an object (a DELETE's body, an Eviction's `deleteOptions`)
+/// over what the query already said: `propagation` is resolved by [`set_propagation`].
+pub(crate) fn apply_delete_body(
+    body: &Value,
+    options: &mut DeleteOptions,
+    propagation: &mut Option<String>,
+    dry_run: &mut bool,
+) {
+    if let Some(p) = body.get("propagationPolicy").and_then(Value::as_str) {
+        *propagation = Some(p.to_string());
+    }
+    if body.get("orphanDependents") == Some(&json!(true)) {
+        propagation.get_or_insert_with(|| "Orphan".into());
+    }
+    if let Some(grace) = body.get("gracePeriodSeconds").and_then(Value::as_i64) {
+        options.grace_period_seconds = Some(grace);
+    }
+    options.uid = meta::str_at(body, &["preconditions", "uid"]).map(str::to_string);
+    options.resource_version =
+        meta::str_at(body, &["preconditions", "resourceVersion"]).map(str::to_string);
+    if let Some(runs) = body.get("dryRun").and_then(Value::as_array) {
+        *dry_run |= runs.iter().any(|r| r == "All");
+    }
+}
+
+/// `propagationPolicy` checked against upstream's values.
+pub(crate) fn set_propagation(
+    options: &mut DeleteOptions,
+    propagation: Option<&str>,
+) -> Result<(), ApiError> {
+    options.propagation = match propagation {
         None | Some("") | Some("Background") => Propagation::Background,
         Some("Foreground") => Propagation::Foreground,
         Some("Orphan") => Propagation::Orphan,
@@ -770,7 +802,7 @@ fn delete_options(call: &Call) -> Result<(DeleteOptions, bool), ApiError> {
             )));
         }
     };
-    Ok((options, dry_run))
+    Ok(())
 }
 
 async fn watch_request(

@@ -10,6 +10,7 @@ pub mod authn;
 pub mod authz;
 pub mod discovery;
 pub mod error;
+pub mod eviction;
 pub mod handler;
 pub mod limits;
 pub mod local;

@@ -4,13 +4,19 @@
 //! against any kubeconfig.
 
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
 pub mod informers;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod pods;
+pub mod pvbinder;
+pub mod quantity;
 pub mod replicaset;
+pub mod resourcequota;
+pub mod selectors;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -26,6 +32,10 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         deployment::run(informers.clone()).boxed(),
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
+        disruption::run(informers.clone()).boxed(),
+        pvbinder::run(informers.clone()).boxed(),
+        resourcequota::run(informers.clone()).boxed(),
+        nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
