@@ -7,6 +7,7 @@ pub mod endpoints;
 pub mod expectations;
 pub mod gc;
 pub mod informers;
+pub mod job;
 pub mod namespace;
 pub mod pods;
 pub mod replicaset;
@@ -24,6 +25,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         replicaset::run(informers.clone()).boxed(),
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
+        job::run(informers.clone()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
