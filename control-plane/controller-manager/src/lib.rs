@@ -3,6 +3,7 @@
 //! them per tenant on the in-process transport; `flotilla controller-manager` runs them
 //! against any kubeconfig.
 
+pub mod cronjob;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
@@ -26,6 +27,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
         job::run(informers.clone()).boxed(),
+        cronjob::run(informers.clone()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
