@@ -10,6 +10,8 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 
 #[path = "e2e/gc.rs"]
 mod gc;
+#[path = "e2e/jobs.rs"]
+mod jobs;
 #[path = "e2e/tenancy.rs"]
 mod tenancy;
 

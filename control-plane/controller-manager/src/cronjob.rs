@@ -155,6 +155,10 @@ impl Controller {
         let (requeue, synced) = self.sync_cronjob(cronjob, children, &mut status).await?;
         changed |= synced;
         if changed {
+            // An empty list is omitted, as upstream's omitempty does.
+            if status.active.as_ref().is_some_and(Vec::is_empty) {
+                status.active = None;
+            }
             let mut updated = cronjob.clone();
             updated.status = Some(status);
             let api: Api<CronJob> = Api::namespaced(self.client.clone(), namespace);
