@@ -27,6 +27,8 @@ use crate::pods;
 /// How often every Job is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(10);
 const MANAGER: &str = "job-controller";
+/// The `spec.managedBy` value naming this controller (the default when unset).
+const JOB_CONTROLLER: &str = "kubernetes.io/job-controller";
 /// The finalizer that keeps a finished pod until its Job has counted it.
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 /// Annotation and label carrying an Indexed Job pod's completion index.
@@ -177,6 +179,11 @@ impl Controller {
         ) else {
             return Ok(None);
         };
+        // Upstream's JobManagedBy: a Job another controller manages is left to it.
+        let managed_by = job.spec.as_ref().and_then(|s| s.managed_by.as_deref());
+        if managed_by.is_some_and(|m| m != JOB_CONTROLLER) {
+            return Ok(None);
+        }
         let now = Timestamp::now();
         if let Some(finished_at) = finish_time(job) {
             // Finished: release stragglers, then honour ttlSecondsAfterFinished.
