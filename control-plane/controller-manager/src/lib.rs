@@ -3,12 +3,14 @@
 //! them per tenant on the in-process transport; `flotilla controller-manager` runs them
 //! against any kubeconfig.
 
+pub mod cronjob;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
 pub mod informers;
+pub mod job;
 pub mod namespace;
 pub mod nodelifecycle;
 pub mod pods;
@@ -36,6 +38,8 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         pvbinder::run(informers.clone()).boxed(),
         resourcequota::run(informers.clone()).boxed(),
         nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
+        job::run(informers.clone()).boxed(),
+        cronjob::run(informers.clone()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
