@@ -7,10 +7,12 @@ pub mod deployment;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
+pub mod history;
 pub mod informers;
 pub mod namespace;
 pub mod pods;
 pub mod replicaset;
+pub mod statefulset;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -26,6 +28,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         deployment::run(informers.clone()).boxed(),
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
+        statefulset::run(informers.clone()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
