@@ -3,6 +3,7 @@
 //! them per tenant on the in-process transport; `flotilla controller-manager` runs them
 //! against any kubeconfig.
 
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod expectations;
@@ -29,6 +30,7 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         endpoints::run(informers.clone()).boxed(),
         gc::run(informers.clone()).boxed(),
         statefulset::run(informers.clone()).boxed(),
+        daemonset::run(informers.clone()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
