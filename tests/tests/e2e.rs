@@ -12,6 +12,8 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 mod controllers;
 #[path = "e2e/deployment.rs"]
 mod deployment;
+#[path = "e2e/sets.rs"]
+mod sets;
 #[path = "e2e/tenancy.rs"]
 mod tenancy;
 
