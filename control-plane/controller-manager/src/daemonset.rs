@@ -236,7 +236,7 @@ async fn sync(
         }
         let wrote = !to_delete.is_empty() || !to_create.is_empty();
         sync_nodes(
-            &pod_api,
+            client,
             set,
             &template,
             to_delete,
@@ -270,7 +270,7 @@ async fn sync(
                 min_ready,
             );
             sync_nodes(
-                &pod_api,
+                client,
                 set,
                 &template,
                 delete.into_iter().map(|p| (p, false)).collect(),
@@ -493,7 +493,7 @@ async fn snapshot(
 /// for each node of `to_create` in slow-start batches (1, 2, 4, …), stopping at the first
 /// batch with a failure.
 async fn sync_nodes(
-    api: &Api<Pod>,
+    client: &kube::Client,
     set: &DaemonSet,
     template: &PodTemplateSpec,
     to_delete: Vec<(String, bool)>,
@@ -501,6 +501,10 @@ async fn sync_nodes(
     key: &str,
     expectations: &Expectations,
 ) -> Result<(), SyncError> {
+    let api: Api<Pod> = Api::namespaced(
+        client.clone(),
+        set.metadata.namespace.as_deref().unwrap_or(""),
+    );
     for (name, _) in &to_delete {
         expectations.deleted(key, name);
     }
@@ -515,16 +519,30 @@ async fn sync_nodes(
             (api.clone(), name, params)
         })
         .collect();
-    let deletes: Vec<Result<(), kube::Error>> = futures::stream::iter(
-        deletes
-            .into_iter()
-            .map(|(api, name, params)| async move { pods::delete(&api, &name, &params).await }),
-    )
-    .buffer_unordered(MAX_BATCH)
-    .collect()
-    .await;
-    for outcome in deletes {
-        outcome?;
+    let deletes: Vec<(String, Result<(), kube::Error>)> =
+        futures::stream::iter(deletes.into_iter().map(|(api, name, params)| async move {
+            let outcome = pods::delete(&api, &name, &params).await;
+            (name, outcome)
+        }))
+        .buffer_unordered(MAX_BATCH)
+        .collect()
+        .await;
+    let mut failure = None;
+    for (name, outcome) in deletes {
+        match outcome {
+            Ok(()) => {
+                let message = format!("Deleted pod: {name}");
+                record_event(client, set, "Normal", "SuccessfulDelete", &message).await;
+            }
+            Err(err) => {
+                let message = format!("Error deleting: {err}");
+                record_event(client, set, "Warning", "FailedDelete", &message).await;
+                failure = Some(err);
+            }
+        }
+    }
+    if let Some(err) = failure {
+        return Err(err.into());
     }
     let mut remaining: &[String] = &to_create;
     let mut batch = 1;
@@ -549,9 +567,15 @@ async fn sync_nodes(
                 Ok(created) => {
                     if let Some(name) = &created.metadata.name {
                         expectations.created(key, name);
+                        let message = format!("Created pod: {name}");
+                        record_event(client, set, "Normal", "SuccessfulCreate", &message).await;
                     }
                 }
-                Err(err) => failure = Some(err),
+                Err(err) => {
+                    let message = format!("Error creating: {err}");
+                    record_event(client, set, "Warning", "FailedCreate", &message).await;
+                    failure = Some(err);
+                }
             }
         }
         if let Some(err) = failure {
@@ -561,6 +585,40 @@ async fn sync_nodes(
         batch = (batch * 2).min(MAX_BATCH);
     }
     Ok(())
+}
+
+/// A core/v1 Event about `set`, as upstream's recorder writes (`kubectl describe` shows it);
+/// a failure to record is logged, never fails the sync.
+async fn record_event(
+    client: &kube::Client,
+    set: &DaemonSet,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) {
+    let namespace = set.metadata.namespace.as_deref().unwrap_or("");
+    let name = set.metadata.name.as_deref().unwrap_or("");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let event = serde_json::from_value(json!({
+        "metadata": {"generateName": format!("{name}.")},
+        "involvedObject": {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                           "namespace": namespace, "name": name,
+                           "uid": set.metadata.uid,
+                           "resourceVersion": set.metadata.resource_version},
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": {"component": MANAGER},
+        "reportingComponent": MANAGER,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }));
+    let Ok(event) = event else { return };
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
+    if let Err(err) = events.create(&PostParams::default(), &event).await {
+        tracing::debug!(daemonset = %name, %err, "recording an event failed");
+    }
 }
 
 // ---------------------------------------------------------------- pure logic

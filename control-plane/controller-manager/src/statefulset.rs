@@ -387,13 +387,14 @@ async fn perform(
     let namespace = set.metadata.namespace.as_deref().unwrap_or("");
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let set_name = set.metadata.name.as_deref().unwrap_or("");
     for action in actions {
         match action {
             Action::CreatePod {
                 ordinal,
                 at_update_revision,
             } => {
-                create_missing_claims(&claim_api, &caches.claims, set, ordinal).await?;
+                create_missing_claims(client, &claim_api, &caches.claims, set, ordinal).await?;
                 let (template, revision) = if at_update_revision {
                     (&templates.update, templates.update_revision)
                 } else {
@@ -402,19 +403,42 @@ async fn perform(
                 let pod = new_pod(set, template, ordinal, revision);
                 let pod_name = pod.metadata.name.clone().unwrap_or_default();
                 match pod_api.create(&PostParams::default(), &pod).await {
-                    Ok(_) => {}
+                    Ok(_) => {
+                        let message =
+                            format!("create Pod {pod_name} in StatefulSet {set_name} successful");
+                        record_event(client, set, "Normal", "SuccessfulCreate", &message).await;
+                    }
                     // Made by an earlier pass the cache has not shown yet.
                     Err(kube::Error::Api(status)) if status.code == 409 => {}
-                    Err(err) => return Err(err.into()),
+                    Err(err) => {
+                        let message = format!(
+                            "create Pod {pod_name} in StatefulSet {set_name} failed error: {err}"
+                        );
+                        record_event(client, set, "Warning", "FailedCreate", &message).await;
+                        return Err(err.into());
+                    }
                 }
                 expectations.created(key, &pod_name);
             }
             Action::CreateMissingClaims { ordinal } => {
-                create_missing_claims(&claim_api, &caches.claims, set, ordinal).await?;
+                create_missing_claims(client, &claim_api, &caches.claims, set, ordinal).await?;
             }
             Action::DeletePod { name } => {
                 expectations.deleted(key, &name);
-                pods::delete(&pod_api, &name, &DeleteParams::default()).await?;
+                match pods::delete(&pod_api, &name, &DeleteParams::default()).await {
+                    Ok(()) => {
+                        let message =
+                            format!("delete Pod {name} in StatefulSet {set_name} successful");
+                        record_event(client, set, "Normal", "SuccessfulDelete", &message).await;
+                    }
+                    Err(err) => {
+                        let message = format!(
+                            "delete Pod {name} in StatefulSet {set_name} failed error: {err}"
+                        );
+                        record_event(client, set, "Warning", "FailedDelete", &message).await;
+                        return Err(err.into());
+                    }
+                }
             }
             Action::RestoreIdentity { name, ordinal } => {
                 let patch = json!({"metadata": {"labels": {
@@ -433,6 +457,7 @@ async fn perform(
 /// Upstream `createPersistentVolumeClaims`: every claim of `ordinal` the cache does not show
 /// is created; one being deleted holds the pod back.
 async fn create_missing_claims(
+    client: &kube::Client,
     api: &Api<PersistentVolumeClaim>,
     cache: &Informer<PersistentVolumeClaim>,
     set: &StatefulSet,
@@ -446,14 +471,63 @@ async fn create_missing_claims(
                 return Err(SyncError::ClaimTerminating { claim: claim_name });
             }
             Some(_) => {}
-            None => match api.create(&PostParams::default(), &claim).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(err) => return Err(err.into()),
-            },
+            None => {
+                let set_name = set.metadata.name.as_deref().unwrap_or("");
+                let pod_name = format!("{set_name}-{ordinal}");
+                match api.create(&PostParams::default(), &claim).await {
+                    Ok(_) => {
+                        let message = format!(
+                            "create Claim {claim_name} Pod {pod_name} in StatefulSet {set_name} success"
+                        );
+                        record_event(client, set, "Normal", "SuccessfulCreate", &message).await;
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 409 => {}
+                    Err(err) => {
+                        let message = format!(
+                            "create Claim {claim_name} for Pod {pod_name} in StatefulSet {set_name} failed error: {err}"
+                        );
+                        record_event(client, set, "Warning", "FailedCreate", &message).await;
+                        return Err(err.into());
+                    }
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// A core/v1 Event about `set`, as upstream's recorder writes (`kubectl describe` shows it);
+/// a failure to record is logged, never fails the sync.
+async fn record_event(
+    client: &kube::Client,
+    set: &StatefulSet,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) {
+    let namespace = set.metadata.namespace.as_deref().unwrap_or("");
+    let name = set.metadata.name.as_deref().unwrap_or("");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let event = serde_json::from_value(json!({
+        "metadata": {"generateName": format!("{name}.")},
+        "involvedObject": {"apiVersion": "apps/v1", "kind": "StatefulSet",
+                           "namespace": namespace, "name": name,
+                           "uid": set.metadata.uid,
+                           "resourceVersion": set.metadata.resource_version},
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": {"component": MANAGER},
+        "reportingComponent": MANAGER,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }));
+    let Ok(event) = event else { return };
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
+    if let Err(err) = events.create(&PostParams::default(), &event).await {
+        tracing::debug!(statefulset = %name, %err, "recording an event failed");
+    }
 }
 
 /// Upstream `updateClaimOwnerRefForSetAndPod` over every member's claims.

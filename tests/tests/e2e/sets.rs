@@ -260,6 +260,12 @@ fn statefulset_orders_its_pods_claims_scale_down_and_rollout() -> anyhow::Result
         "jsonpath={.status.replicas} {.status.currentReplicas} {.status.updatedReplicas} {.status.availableReplicas} {.status.observedGeneration}",
     ])?;
     ensure!(status == "3 3 3 3 1", "status: {status}");
+    let described = kubectl.ok(&["describe", "sts", "web"])?;
+    contains(
+        &described,
+        "create Claim www-web-0 Pod web-0 in StatefulSet web success",
+    )?;
+    contains(&described, "create Pod web-2 in StatefulSet web successful")?;
 
     // Scale down: web-2 goes first, then web-1; the claims stay (Retain).
     kubectl.ok(&["scale", "sts", "web", "--replicas=1"])?;
@@ -387,6 +393,10 @@ fn daemonset_follows_nodes_and_rolls_out() -> anyhow::Result<()> {
     ])?;
     contains(&tolerations, "node.kubernetes.io/unreachable")?;
     contains(&tolerations, "node.kubernetes.io/unschedulable")?;
+    contains(
+        &kubectl.ok(&["describe", "ds", "agent"])?,
+        "Created pod: agent-",
+    )?;
 
     // A node joins from a second simulator: it gets a pod.
     let _second = Simulator::start(&kubectl, "extra", 1)?;
