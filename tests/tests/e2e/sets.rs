@@ -340,6 +340,21 @@ fn statefulset_orders_its_pods_claims_scale_down_and_rollout() -> anyhow::Result
         "the update did not go web-2, web-1, web-0: {:?}",
         &lines[before_update..]
     );
+
+    // Deleting the set takes its pods (garbage collector, by owner reference); the claims
+    // stay, as whenDeleted: Retain says.
+    kubectl.ok(&["delete", "sts", "web"])?;
+    eventually(60, "the StatefulSet's pods to go", || {
+        Ok(kubectl
+            .ok(&["get", "pods", "-l", "app=web", "-o", "name"])?
+            .trim()
+            .is_empty())
+    })?;
+    let claims = kubectl.ok(&["get", "pvc", "-o", "jsonpath={.items[*].metadata.name}"])?;
+    ensure!(
+        sorted_words(&claims) == ["www-web-0", "www-web-1", "www-web-2"],
+        "claims after deleting the set: {claims}"
+    );
     Ok(())
 }
 
@@ -463,5 +478,17 @@ fn daemonset_follows_nodes_and_rolls_out() -> anyhow::Result<()> {
         &kubectl.ok(&["get", "controllerrevisions", "-o", "name"])?,
         &format!("controllerrevision.apps/agent-{}", hashes[0]),
     )?;
+
+    kubectl.ok(&["delete", "ds", "agent"])?;
+    eventually(60, "the DaemonSet's pods and revisions to go", || {
+        Ok(kubectl
+            .ok(&["get", "pods", "-l", "app=agent", "-o", "name"])?
+            .trim()
+            .is_empty()
+            && kubectl
+                .ok(&["get", "controllerrevisions", "-o", "name"])?
+                .trim()
+                .is_empty())
+    })?;
     Ok(())
 }
