@@ -4,11 +4,13 @@
 //! against any kubeconfig.
 
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
+pub mod history;
 pub mod informers;
 pub mod job;
 pub mod namespace;
@@ -19,6 +21,7 @@ pub mod quantity;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod selectors;
+pub mod statefulset;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -40,6 +43,8 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
         job::run(informers.clone()).boxed(),
         cronjob::run(informers.clone()).boxed(),
+        statefulset::run(informers.clone()).boxed(),
+        daemonset::run(informers.clone()).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }
