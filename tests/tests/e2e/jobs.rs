@@ -397,7 +397,10 @@ fn cronjobs_create_jobs_on_schedule() -> anyhow::Result<()> {
             "{range .items[*]}{.metadata.name}{\" \"}{.metadata.annotations.batch\\.kubernetes\\.io/cronjob-scheduled-timestamp}{\"\\n\"}{end}",
         )?
         .lines()
-        .find(|l| !l.starts_with("tick-manual"))
+        // The newest: under load the schedule may have fired twice already, and the
+        // history limit then deletes the older one.
+        .filter(|l| !l.starts_with("tick-manual"))
+        .max()
         .unwrap_or("")
         .to_string();
             Ok(!scheduled.is_empty())
