@@ -411,8 +411,11 @@ fn restart_keeps_objects_and_resource_versions() -> anyhow::Result<()> {
             &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: keep-{i}\n"),
         )?;
     }
-    let listing = |f: &Flotilla| {
-        f.ok(&["get", "cm,deploy,ns,svc", "-A", "-o", "jsonpath={range .items[*]}{.kind}/{.metadata.name}@{.metadata.resourceVersion}/{.metadata.uid} {end}"])
+    // The Deployment's status keeps moving (its controller runs), so it is compared by
+    // identity; everything else by resourceVersion too.
+    let listing = |f: &Flotilla| -> anyhow::Result<String> {
+        Ok(f.ok(&["get", "cm,ns,svc", "-A", "-o", "jsonpath={range .items[*]}{.kind}/{.metadata.name}@{.metadata.resourceVersion}/{.metadata.uid} {end}"])?
+            + &f.ok(&["get", "deploy", "-A", "-o", "jsonpath={range .items[*]}{.kind}/{.metadata.name}/{.metadata.uid}/{.metadata.generation} {end}"])?)
     };
     let before = listing(&f)?;
     f.restart(false)?;
