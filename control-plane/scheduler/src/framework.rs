@@ -687,6 +687,8 @@ impl Status {
 pub struct CycleState {
     /// Filter plugins whose PreFilter returned Skip.
     pub skip_filter: Vec<&'static str>,
+    /// Indices (into the Filter list) of the filters to run, once PreFilter has run.
+    pub active_filters: Option<Vec<usize>>,
     /// Score plugins whose PreScore returned Skip.
     pub skip_score: Vec<&'static str>,
     /// InterPodAffinity's PreFilter counts.
@@ -1027,6 +1029,11 @@ impl Framework {
                 _ => return status.by_plugin(plugin.name()),
             }
         }
+        state.active_filters = Some(
+            (0..self.filter.len())
+                .filter(|&i| !state.skip_filter.contains(&self.filter[i].name()))
+                .collect(),
+        );
         Status::success()
     }
 
@@ -1038,16 +1045,19 @@ impl Framework {
         node: &NodeInfo,
         snapshot: &Snapshot,
     ) -> Status {
-        for plugin in &self.filter {
-            if state.skip_filter.contains(&plugin.name()) {
-                continue;
-            }
+        let run = |plugin: &'static dyn Plugin| {
             let status = plugin.filter(state, pod, node, snapshot);
-            if !status.is_success() {
-                return status.by_plugin(plugin.name());
-            }
-        }
-        Status::success()
+            (!status.is_success()).then(|| status.by_plugin(plugin.name()))
+        };
+        let rejection = match &state.active_filters {
+            Some(active) => active.iter().find_map(|&i| run(self.filter[i])),
+            None => self
+                .filter
+                .iter()
+                .filter(|p| !state.skip_filter.contains(&p.name()))
+                .find_map(|p| run(*p)),
+        };
+        rejection.unwrap_or_else(Status::success)
     }
 
     /// Runs the AddPod extensions.
@@ -1091,6 +1101,9 @@ impl Framework {
         node: &NodeInfo,
         snapshot: &Snapshot,
     ) -> Status {
+        if snapshot.nominated.is_empty() {
+            return self.run_filter(state, pod, node, snapshot);
+        }
         let nominated: Vec<&Arc<PodInfo>> = snapshot
             .nominated
             .get(&node.name)
