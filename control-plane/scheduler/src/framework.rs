@@ -1,25 +1,35 @@
-//! Upstream's default filter and score plugins as pure functions over a pod and a snapshot of
-//! nodes (with the pods already bound to them): NodeName, NodeUnschedulable, TaintToleration,
-//! NodeAffinity (nodeSelector and required affinity), NodeResourcesFit, NodePorts; scoring by
-//! least-allocated and balanced allocation. An unschedulable pod gets upstream's message.
+//! The scheduling framework as upstream's kube-scheduler (v1.33, `pkg/scheduler/framework`):
+//! pods and nodes precomputed once ([`PodInfo`], [`NodeInfo`]), a [`Snapshot`] of the cluster,
+//! the extension points as methods of [`Plugin`] (queue sort, pre-filter, filter, post-filter,
+//! pre-score, score, reserve, permit, pre-bind, bind) and the default profile
+//! ([`Framework::default`]) running upstream's default plugins in upstream's order. Everything
+//! here is a pure function of its inputs; the loop in `lib.rs` does the API calls the binding
+//! cycle asks for ([`BindingPlan`]).
 
-use std::collections::BTreeMap;
+pub mod inter_pod_affinity;
+pub mod node_plugins;
+pub mod pod_topology_spread;
+pub mod preemption;
+pub mod selector;
+pub mod volumes;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
-/// A node and what is already bound to it.
-#[derive(Debug, Clone)]
-pub struct NodeInfo {
-    /// The node.
-    pub node: Node,
-    /// Requests of the pods bound to it (milli-CPU, bytes, pods).
-    pub requested: Resources,
-    /// The same with upstream's non-zero defaults for containers that request nothing
-    /// (100m CPU, 200 MB), which scoring uses so best-effort pods still spread.
-    pub non_zero_requested: Resources,
-    /// Host ports in use, as (protocol, port).
-    pub used_ports: Vec<(String, i32)>,
-}
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodAffinityTerm, ReplicationController,
+    Service, Taint, Toleration, WeightedPodAffinityTerm,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::jiff::Timestamp;
+
+use self::selector::{Labels, Requirement, Selector};
+
+/// Upstream's `MaxNodeScore`.
+pub const MAX_NODE_SCORE: i64 = 100;
 
 /// Amounts the scheduler compares.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,12 +38,30 @@ pub struct Resources {
     pub milli_cpu: i64,
     /// Memory in bytes.
     pub memory: i64,
+    /// Ephemeral storage in bytes.
+    pub ephemeral_storage: i64,
     /// Number of pods.
     pub pods: i64,
 }
 
-/// Why a node does not fit (upstream's reason strings, counted in the message).
-pub type Reason = String;
+impl Resources {
+    fn add(&mut self, other: &Resources) {
+        self.milli_cpu += other.milli_cpu;
+        self.memory += other.memory;
+        self.ephemeral_storage += other.ephemeral_storage;
+        self.pods += other.pods;
+    }
+
+    fn sub(&mut self, other: &Resources) {
+        self.milli_cpu -= other.milli_cpu;
+        self.memory -= other.memory;
+        self.ephemeral_storage -= other.ephemeral_storage;
+        self.pods -= other.pods;
+    }
+}
+
+/// Extended resources (`example.com/gpu`, `hugepages-2Mi`, …) by name.
+pub type ScalarResources = BTreeMap<String, i64>;
 
 /// Parses a Kubernetes quantity into a number of `unit`s (1 for bytes and pods, 1000 for
 /// millicores), rounding up as upstream does for requests.
@@ -67,466 +95,1222 @@ pub fn parse_quantity(text: &str, scale: i64) -> Option<i64> {
     Some((value * multiplier * scale as f64).ceil() as i64)
 }
 
+type ResourceList = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+
+/// Whether a resource name is an extended (scalar) resource the scheduler counts by name.
+fn is_scalar(name: &str) -> bool {
+    !matches!(
+        name,
+        "cpu" | "memory" | "ephemeral-storage" | "pods" | "storage"
+    )
+}
+
+fn read_list(list: Option<&ResourceList>) -> (Resources, ScalarResources) {
+    let mut resources = Resources::default();
+    let mut scalar = ScalarResources::new();
+    for (name, quantity) in list.into_iter().flatten() {
+        let scale = if name == "cpu" { 1000 } else { 1 };
+        let Some(value) = parse_quantity(&quantity.0, scale) else {
+            continue;
+        };
+        match name.as_str() {
+            "cpu" => resources.milli_cpu = value,
+            "memory" => resources.memory = value,
+            "ephemeral-storage" => resources.ephemeral_storage = value,
+            "pods" => resources.pods = value,
+            other if is_scalar(other) => {
+                scalar.insert(other.to_string(), value);
+            }
+            _ => {}
+        }
+    }
+    (resources, scalar)
+}
+
 /// The requests of a pod: the sum over containers, at least the largest init container, plus
-/// overhead (upstream's `computePodResourceRequest`), and one pod.
-pub fn pod_requests(pod: &Pod) -> Resources {
-    let Some(spec) = &pod.spec else {
-        return Resources {
-            pods: 1,
-            ..Default::default()
-        };
-    };
-    let of = |requests: Option<
-        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    >| {
-        let get = |name: &str, scale| {
-            requests
-                .and_then(|r| r.get(name))
-                .and_then(|q| parse_quantity(&q.0, scale))
-                .unwrap_or(0)
-        };
-        (get("cpu", 1000), get("memory", 1))
-    };
-    let mut cpu = 0;
-    let mut memory = 0;
-    for container in &spec.containers {
-        let (c, m) = of(container
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref()));
-        cpu += c;
-        memory += m;
+/// overhead (upstream's `PodRequests`), and one pod.
+pub fn pod_requests(pod: &Pod) -> (Resources, ScalarResources) {
+    let mut total = Resources::default();
+    let mut scalar = ScalarResources::new();
+    if let Some(spec) = &pod.spec {
+        for container in &spec.containers {
+            let (r, s) = read_list(
+                container
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.requests.as_ref()),
+            );
+            total.add(&r);
+            for (name, value) in s {
+                *scalar.entry(name).or_default() += value;
+            }
+        }
+        for container in spec.init_containers.iter().flatten() {
+            let (r, s) = read_list(
+                container
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.requests.as_ref()),
+            );
+            total.milli_cpu = total.milli_cpu.max(r.milli_cpu);
+            total.memory = total.memory.max(r.memory);
+            total.ephemeral_storage = total.ephemeral_storage.max(r.ephemeral_storage);
+            for (name, value) in s {
+                let entry = scalar.entry(name).or_default();
+                *entry = (*entry).max(value);
+            }
+        }
+        let (overhead, s) = read_list(spec.overhead.as_ref());
+        total.add(&overhead);
+        for (name, value) in s {
+            *scalar.entry(name).or_default() += value;
+        }
     }
-    for container in spec.init_containers.iter().flatten() {
-        let (c, m) = of(container
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref()));
-        cpu = cpu.max(c);
-        memory = memory.max(m);
-    }
-    let (c, m) = of(spec.overhead.as_ref());
-    Resources {
-        milli_cpu: cpu + c,
-        memory: memory + m,
-        pods: 1,
-    }
+    total.pods = 1;
+    (total, scalar)
 }
 
 /// Upstream's `DefaultMilliCPURequest` and `DefaultMemoryRequest` for scoring.
-const DEFAULT_MILLI_CPU: i64 = 100;
-const DEFAULT_MEMORY: i64 = 200 * 1024 * 1024;
+pub const DEFAULT_MILLI_CPU: i64 = 100;
+/// See [`DEFAULT_MILLI_CPU`].
+pub const DEFAULT_MEMORY: i64 = 200 * 1024 * 1024;
 
 /// [`pod_requests`] with each container's missing CPU or memory request counted as upstream's
 /// defaults (`GetNonzeroRequests`); for scoring only.
 pub fn pod_non_zero_requests(pod: &Pod) -> Resources {
-    let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
     let mut total = Resources {
         pods: 1,
         ..Default::default()
     };
-    for container in containers {
-        let requests = container
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref());
-        let get = |name: &str, scale| {
-            requests
-                .and_then(|r| r.get(name))
-                .and_then(|q| parse_quantity(&q.0, scale))
+    for container in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        let (r, _) = read_list(
+            container
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref()),
+        );
+        total.milli_cpu += if r.milli_cpu > 0 {
+            r.milli_cpu
+        } else {
+            DEFAULT_MILLI_CPU
         };
-        total.milli_cpu += get("cpu", 1000)
-            .filter(|v| *v > 0)
-            .unwrap_or(DEFAULT_MILLI_CPU);
-        total.memory += get("memory", 1)
-            .filter(|v| *v > 0)
-            .unwrap_or(DEFAULT_MEMORY);
+        total.memory += if r.memory > 0 {
+            r.memory
+        } else {
+            DEFAULT_MEMORY
+        };
     }
     total
 }
 
-impl NodeInfo {
-    /// A node with nothing bound to it yet.
-    pub fn new(node: Node) -> Self {
-        NodeInfo {
-            node,
-            requested: Resources::default(),
-            non_zero_requested: Resources::default(),
-            used_ports: Vec::new(),
-        }
-    }
-
-    /// Counts `pod` as bound here.
-    pub fn add_pod(&mut self, pod: &Pod) {
-        let requests = pod_requests(pod);
-        self.requested.milli_cpu += requests.milli_cpu;
-        self.requested.memory += requests.memory;
-        self.requested.pods += 1;
-        let non_zero = pod_non_zero_requests(pod);
-        self.non_zero_requested.milli_cpu += non_zero.milli_cpu;
-        self.non_zero_requested.memory += non_zero.memory;
-        self.non_zero_requested.pods += 1;
-        self.used_ports.extend(host_ports(pod));
-    }
+/// A host port a pod asks for (upstream's `HostPortInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The host IP (`0.0.0.0` when unset).
+    pub ip: String,
+    /// The port.
+    pub port: i32,
 }
 
-fn allocatable(node: &Node) -> Resources {
-    let get = |name: &str, scale| {
-        node.status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .and_then(|a| a.get(name))
-            .and_then(|q| parse_quantity(&q.0, scale))
-            .unwrap_or(0)
-    };
-    Resources {
-        milli_cpu: get("cpu", 1000),
-        memory: get("memory", 1),
-        pods: get("pods", 1),
-    }
-}
-
-/// Every filter, in upstream's order: `Ok(())` when the node fits, else the reasons.
-pub fn filter(pod: &Pod, info: &NodeInfo) -> Result<(), Vec<Reason>> {
-    let mut reasons = Vec::new();
-    let node = &info.node;
-    let node_name = node.metadata.name.as_deref().unwrap_or("");
-    let spec = pod.spec.as_ref();
-    // NodeName
-    if let Some(wanted) = spec
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
-        && wanted != node_name
-    {
-        reasons.push("node(s) didn't match the requested node name".into());
-    }
-    // NodeUnschedulable
-    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-    let tolerations: &[Toleration] = spec.and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]);
-    if unschedulable
-        && !tolerations.iter().any(|t| {
-            t.key.as_deref() == Some("node.kubernetes.io/unschedulable")
-                && t.effect.as_deref().is_none_or(|e| e == "NoSchedule")
-        })
-    {
-        reasons.push("node(s) were unschedulable".into());
-    }
-    // TaintToleration
-    let taints: &[Taint] = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or(&[]);
-    if let Some(taint) = taints
-        .iter()
-        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
-    {
-        let value = taint
-            .value
-            .as_deref()
-            .map(|v| format!(": {v}"))
-            .unwrap_or_default();
-        reasons.push(format!(
-            "node(s) had untolerated taint {{{}{value}}}",
-            taint.key
-        ));
-    }
-    // NodeAffinity
-    if !matches_node_selector(pod, node) {
-        reasons.push("node(s) didn't match Pod's node affinity/selector".into());
-    }
-    // NodeResourcesFit
-    let wanted = pod_requests(pod);
-    let free = allocatable(node);
-    if info.requested.pods + 1 > free.pods {
-        reasons.push("Too many pods".into());
-    }
-    if wanted.milli_cpu > 0 && info.requested.milli_cpu + wanted.milli_cpu > free.milli_cpu {
-        reasons.push("Insufficient cpu".into());
-    }
-    if wanted.memory > 0 && info.requested.memory + wanted.memory > free.memory {
-        reasons.push("Insufficient memory".into());
-    }
-    // NodePorts
-    let conflict = host_ports(pod)
-        .iter()
-        .any(|port| info.used_ports.contains(port));
-    if conflict {
-        reasons.push("node(s) didn't have free ports for the requested pod ports".into());
-    }
-    if reasons.is_empty() {
-        Ok(())
-    } else {
-        Err(reasons)
-    }
-}
-
-/// Upstream `Toleration.ToleratesTaint`.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
-        && effect != taint.effect
-    {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => true,
-        "Equal" | "" => {
-            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        _ => false,
+impl HostPort {
+    /// Two ports conflict on the same protocol and port when either listens on every address.
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || self.ip == "0.0.0.0" || other.ip == "0.0.0.0")
     }
 }
 
 /// The host ports a pod asks for.
-pub fn host_ports(pod: &Pod) -> Vec<(String, i32)> {
+pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
     pod.spec
         .iter()
         .flat_map(|s| s.containers.iter())
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
-            p.host_port
-                .filter(|h| *h > 0)
-                .map(|h| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), h))
+            let port = p.host_port.filter(|h| *h > 0)?;
+            Some(HostPort {
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                ip: p
+                    .host_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())
+                    .unwrap_or_else(|| "0.0.0.0".into()),
+                port,
+            })
         })
         .collect()
 }
 
-/// `spec.nodeSelector` and `requiredDuringSchedulingIgnoredDuringExecution`.
-pub fn matches_node_selector(pod: &Pod, node: &Node) -> bool {
-    let empty = BTreeMap::new();
-    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
-    let Some(spec) = &pod.spec else {
-        return true;
-    };
-    if let Some(selector) = &spec.node_selector
-        && !selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-    {
-        return false;
-    }
-    let required = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
-    let Some(required) = required else {
-        return true;
-    };
-    let name = node.metadata.name.clone().unwrap_or_default();
-    // Terms are ORed; the requirements of one term are ANDed; an empty term matches nothing.
-    required.node_selector_terms.iter().any(|term| {
-        let expressions = term.match_expressions.as_deref().unwrap_or(&[]);
-        let fields = term.match_fields.as_deref().unwrap_or(&[]);
-        if expressions.is_empty() && fields.is_empty() {
-            return false;
-        }
-        expressions
-            .iter()
-            .all(|r| requirement_matches(r, labels.get(&r.key)))
-            && fields.iter().all(|r| {
-                let value = (r.key == "metadata.name").then_some(&name);
-                requirement_matches(r, value)
-            })
-    })
+/// A parsed pod (anti-)affinity term (upstream's `framework.AffinityTerm`).
+#[derive(Debug, Clone)]
+pub struct AffinityTerm {
+    /// Namespaces named by the term (the pod's own when neither these nor a selector is set).
+    pub namespaces: Vec<String>,
+    /// Namespaces selected by labels (nothing when null).
+    pub namespace_selector: Selector,
+    /// The pods selected.
+    pub selector: Selector,
+    /// The topology domain key.
+    pub topology_key: String,
 }
 
-fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&String>) -> bool {
-    let values = requirement.values.as_deref().unwrap_or(&[]);
-    match requirement.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(actual), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|v| v.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if requirement.operator == "Gt" {
-                actual > bound
-            } else {
-                actual < bound
+impl AffinityTerm {
+    fn new(owner: &Pod, term: &PodAffinityTerm) -> Self {
+        let namespace = owner.metadata.namespace.clone().unwrap_or_default();
+        let namespaces = match (&term.namespaces, &term.namespace_selector) {
+            (Some(list), _) if !list.is_empty() => list.clone(),
+            (_, None) => vec![namespace],
+            _ => Vec::new(),
+        };
+        let mut selector = Selector::from_label_selector(term.label_selector.as_ref());
+        // matchLabelKeys / mismatchLabelKeys merge the owner's label values into the selector.
+        if term.label_selector.is_some() {
+            let labels = owner.metadata.labels.as_ref();
+            for key in term.match_label_keys.iter().flatten() {
+                if let Some(value) = labels.and_then(|l| l.get(key)) {
+                    selector.add_requirement(Requirement::In(key.clone(), vec![value.clone()]));
+                }
+            }
+            for key in term.mismatch_label_keys.iter().flatten() {
+                if let Some(value) = labels.and_then(|l| l.get(key)) {
+                    selector.add_requirement(Requirement::NotIn(key.clone(), vec![value.clone()]));
+                }
             }
         }
-        _ => false,
+        AffinityTerm {
+            namespaces,
+            namespace_selector: Selector::from_label_selector(term.namespace_selector.as_ref()),
+            selector,
+            topology_key: term.topology_key.clone(),
+        }
+    }
+
+    /// Whether the term selects `pod`, whose namespace has `namespace_labels`.
+    pub fn matches(&self, pod: &PodInfo, namespace_labels: Option<&Labels>) -> bool {
+        (self.namespaces.contains(&pod.namespace)
+            || (namespace_labels.is_some() && self.namespace_selector.matches(namespace_labels)))
+            && self.selector.matches(pod.labels())
     }
 }
 
-/// Upstream's default scores, 0–100 each: least allocated (free share of CPU and memory after
-/// the pod) and balanced allocation (how close the CPU and memory shares are).
-pub fn score(pod: &Pod, info: &NodeInfo) -> i64 {
-    let wanted = pod_non_zero_requests(pod);
-    let free = allocatable(&info.node);
-    let share = |used: i64, capacity: i64| {
-        if capacity <= 0 {
-            1.0
-        } else {
-            (used as f64 / capacity as f64).min(1.0)
-        }
-    };
-    let used = info.non_zero_requested;
-    let cpu = share(used.milli_cpu + wanted.milli_cpu, free.milli_cpu);
-    let memory = share(used.memory + wanted.memory, free.memory);
-    let least_allocated = ((1.0 - cpu) + (1.0 - memory)) / 2.0 * 100.0;
-    let balanced = (1.0 - (cpu - memory).abs()) * 100.0;
-    (least_allocated + balanced).round() as i64
+/// A preferred term and its weight.
+#[derive(Debug, Clone)]
+pub struct WeightedAffinityTerm {
+    /// The term.
+    pub term: AffinityTerm,
+    /// 1–100.
+    pub weight: i64,
 }
 
-/// Upstream's FitError message: `0/3 nodes are available: 1 Insufficient cpu, 2 node(s)
-/// didn't match Pod's node affinity/selector.` (reasons counted, sorted).
-pub fn fit_error(nodes: usize, reasons: &[Reason]) -> String {
+/// A pod with everything the plugins read precomputed once (upstream's `framework.PodInfo`).
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    /// The pod.
+    pub pod: Arc<Pod>,
+    /// `namespace/name`.
+    pub key: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+    /// `spec.priority` (or its PriorityClass's value, see `lib.rs`).
+    pub priority: i32,
+    /// Whether the pod may preempt (`spec.preemptionPolicy` is not `Never`).
+    pub may_preempt: bool,
+    /// Requests for fit.
+    pub requests: Resources,
+    /// Extended resource requests.
+    pub scalar_requests: ScalarResources,
+    /// Requests for scoring (upstream's non-zero defaults).
+    pub non_zero_requests: Resources,
+    /// Host ports.
+    pub host_ports: Vec<HostPort>,
+    /// Required pod affinity terms.
+    pub required_affinity_terms: Vec<AffinityTerm>,
+    /// Required pod anti-affinity terms.
+    pub required_anti_affinity_terms: Vec<AffinityTerm>,
+    /// Preferred pod affinity terms.
+    pub preferred_affinity_terms: Vec<WeightedAffinityTerm>,
+    /// Preferred pod anti-affinity terms.
+    pub preferred_anti_affinity_terms: Vec<WeightedAffinityTerm>,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+    /// `status.startTime` (or creation) for preemption's ordering.
+    pub start_time: Option<Timestamp>,
+}
+
+impl PodInfo {
+    /// Precomputes `pod`.
+    pub fn new(pod: Arc<Pod>) -> Self {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let (requests, scalar_requests) = pod_requests(&pod);
+        let spec = pod.spec.as_ref();
+        let affinity = spec.and_then(|s| s.affinity.as_ref());
+        let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
+        let anti_affinity = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+        let required = |terms: Option<&Vec<PodAffinityTerm>>| {
+            terms
+                .into_iter()
+                .flatten()
+                .map(|t| AffinityTerm::new(&pod, t))
+                .collect::<Vec<_>>()
+        };
+        let preferred = |terms: Option<&Vec<WeightedPodAffinityTerm>>| {
+            terms
+                .into_iter()
+                .flatten()
+                .map(|t| WeightedAffinityTerm {
+                    term: AffinityTerm::new(&pod, &t.pod_affinity_term),
+                    weight: i64::from(t.weight),
+                })
+                .collect::<Vec<_>>()
+        };
+        PodInfo {
+            key: format!("{namespace}/{name}"),
+            priority: spec.and_then(|s| s.priority).unwrap_or(0),
+            may_preempt: spec.and_then(|s| s.preemption_policy.as_deref()) != Some("Never"),
+            requests,
+            scalar_requests,
+            non_zero_requests: pod_non_zero_requests(&pod),
+            host_ports: host_ports(&pod),
+            required_affinity_terms: required(pod_affinity.and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })),
+            required_anti_affinity_terms: required(anti_affinity.and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })),
+            preferred_affinity_terms: preferred(pod_affinity.and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })),
+            preferred_anti_affinity_terms: preferred(anti_affinity.and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            start_time: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .or(pod.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0),
+            namespace,
+            name,
+            pod,
+        }
+    }
+
+    /// The pod's labels.
+    pub fn labels(&self) -> Option<&Labels> {
+        self.pod.metadata.labels.as_ref()
+    }
+
+    /// The pod's tolerations.
+    pub fn tolerations(&self) -> &[Toleration] {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or(&[])
+    }
+
+    /// Whether the pod has any pod affinity or anti-affinity term.
+    pub fn has_affinity(&self) -> bool {
+        !(self.required_affinity_terms.is_empty()
+            && self.required_anti_affinity_terms.is_empty()
+            && self.preferred_affinity_terms.is_empty()
+            && self.preferred_anti_affinity_terms.is_empty())
+    }
+
+    /// The node the pod asks for in `spec.nodeName`, or bound to.
+    pub fn node_name(&self) -> Option<&str> {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// `status.nominatedNodeName`.
+    pub fn nominated_node_name(&self) -> Option<&str> {
+        self.pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+}
+
+/// A node and what is bound (or assumed) to it, precomputed (upstream's `framework.NodeInfo`).
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// The node.
+    pub node: Arc<Node>,
+    /// `status.allocatable`.
+    pub allocatable: Resources,
+    /// Extended resources in `status.allocatable`.
+    pub allocatable_scalar: ScalarResources,
+    /// Sum of the requests of the pods here.
+    pub requested: Resources,
+    /// Sum of the extended resource requests of the pods here.
+    pub requested_scalar: ScalarResources,
+    /// The same with upstream's non-zero defaults, for scoring.
+    pub non_zero_requested: Resources,
+    /// Host ports in use.
+    pub used_ports: Vec<HostPort>,
+    /// The pods here.
+    pub pods: Vec<Arc<PodInfo>>,
+    /// How many of them have any pod (anti-)affinity term.
+    pub pods_with_affinity: usize,
+    /// How many of them have a required anti-affinity term.
+    pub pods_with_required_anti_affinity: usize,
+}
+
+impl NodeInfo {
+    /// A node with nothing bound to it yet.
+    pub fn new(node: Arc<Node>) -> Self {
+        let (allocatable, allocatable_scalar) =
+            read_list(node.status.as_ref().and_then(|s| s.allocatable.as_ref()));
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            node,
+            allocatable,
+            allocatable_scalar,
+            requested: Resources::default(),
+            requested_scalar: ScalarResources::new(),
+            non_zero_requested: Resources::default(),
+            used_ports: Vec::new(),
+            pods: Vec::new(),
+            pods_with_affinity: 0,
+            pods_with_required_anti_affinity: 0,
+        }
+    }
+
+    /// The same pods on an updated node object.
+    pub fn with_node(&self, node: Arc<Node>) -> Self {
+        let mut info = NodeInfo::new(node);
+        for pod in &self.pods {
+            info.add_pod(pod.clone());
+        }
+        info
+    }
+
+    /// The node's labels.
+    pub fn labels(&self) -> Option<&Labels> {
+        self.node.metadata.labels.as_ref()
+    }
+
+    /// One label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels().and_then(|l| l.get(key)).map(String::as_str)
+    }
+
+    /// The node's taints.
+    pub fn taints(&self) -> &[Taint] {
+        self.node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or(&[])
+    }
+
+    /// Counts `pod` here.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add(&pod.requests);
+        for (name, value) in &pod.scalar_requests {
+            *self.requested_scalar.entry(name.clone()).or_default() += value;
+        }
+        self.non_zero_requested.add(&pod.non_zero_requests);
+        self.used_ports.extend(pod.host_ports.iter().cloned());
+        if pod.has_affinity() {
+            self.pods_with_affinity += 1;
+        }
+        if !pod.required_anti_affinity_terms.is_empty() {
+            self.pods_with_required_anti_affinity += 1;
+        }
+        self.pods.push(pod);
+    }
+
+    /// Stops counting the pod with `key`; returns it if it was here.
+    pub fn remove_pod(&mut self, key: &str) -> Option<Arc<PodInfo>> {
+        let at = self.pods.iter().position(|p| p.key == key)?;
+        let pod = self.pods.swap_remove(at);
+        self.requested.sub(&pod.requests);
+        for (name, value) in &pod.scalar_requests {
+            *self.requested_scalar.entry(name.clone()).or_default() -= value;
+        }
+        self.non_zero_requested.sub(&pod.non_zero_requests);
+        for port in &pod.host_ports {
+            if let Some(at) = self.used_ports.iter().position(|p| p == port) {
+                self.used_ports.swap_remove(at);
+            }
+        }
+        if pod.has_affinity() {
+            self.pods_with_affinity -= 1;
+        }
+        if !pod.required_anti_affinity_terms.is_empty() {
+            self.pods_with_required_anti_affinity -= 1;
+        }
+        Some(pod)
+    }
+}
+
+/// What the plugins see of the cluster: the nodes with their pods, and the objects the plugins
+/// consult (upstream's snapshot and listers), all keyed `namespace/name` (or `name`).
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The nodes, in a stable order (sampling walks it round-robin).
+    pub nodes: Vec<NodeInfo>,
+    /// Namespace labels by name (pod affinity's namespaceSelector).
+    pub namespaces: HashMap<String, Labels>,
+    /// PersistentVolumeClaims.
+    pub pvcs: HashMap<String, Arc<PersistentVolumeClaim>>,
+    /// PersistentVolumes.
+    pub pvs: HashMap<String, Arc<PersistentVolume>>,
+    /// StorageClasses.
+    pub storage_classes: HashMap<String, Arc<StorageClass>>,
+    /// Services (default spreading).
+    pub services: HashMap<String, Arc<Service>>,
+    /// ReplicaSets (default spreading).
+    pub replica_sets: HashMap<String, Arc<ReplicaSet>>,
+    /// StatefulSets (default spreading).
+    pub stateful_sets: HashMap<String, Arc<StatefulSet>>,
+    /// ReplicationControllers (default spreading).
+    pub replication_controllers: HashMap<String, Arc<ReplicationController>>,
+    /// PodDisruptionBudgets (preemption).
+    pub pdbs: HashMap<String, Arc<PodDisruptionBudget>>,
+    /// Pending pods nominated to a node by preemption, by node name.
+    pub nominated: HashMap<String, Vec<Arc<PodInfo>>>,
+}
+
+impl Snapshot {
+    /// The node called `name`.
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// Labels of the namespace called `name`.
+    pub fn namespace_labels(&self, name: &str) -> Option<&Labels> {
+        self.namespaces.get(name)
+    }
+}
+
+/// A plugin's verdict (upstream's `framework.Code`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The node fits / the step passed.
+    Success,
+    /// The node does not fit, but preempting pods there might help.
+    Unschedulable,
+    /// The node does not fit and preemption cannot help.
+    UnschedulableAndUnresolvable,
+    /// Something went wrong (a missing object the pod needs).
+    Error,
+    /// The plugin has nothing to do for this pod.
+    Skip,
+}
+
+/// A plugin's verdict with its reasons (upstream's `framework.Status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The verdict.
+    pub code: Code,
+    /// Reasons, each counted in the FitError message.
+    pub reasons: Vec<Cow<'static, str>>,
+    /// The plugin that gave it.
+    pub plugin: &'static str,
+}
+
+impl Status {
+    /// Success.
+    pub const fn success() -> Self {
+        Status {
+            code: Code::Success,
+            reasons: Vec::new(),
+            plugin: "",
+        }
+    }
+
+    /// Skip.
+    pub const fn skip() -> Self {
+        Status {
+            code: Code::Skip,
+            reasons: Vec::new(),
+            plugin: "",
+        }
+    }
+
+    /// A failure with one reason.
+    pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Self {
+        Status {
+            code,
+            reasons: vec![reason.into()],
+            plugin: "",
+        }
+    }
+
+    /// Whether the step passed.
+    pub fn is_success(&self) -> bool {
+        self.code == Code::Success
+    }
+
+    /// Whether this rejects the pod.
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self.code,
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable | Code::Error
+        )
+    }
+
+    /// The reasons joined as upstream's `Status.Message()`.
+    pub fn message(&self) -> String {
+        self.reasons.join(", ")
+    }
+
+    fn by_plugin(mut self, plugin: &'static str) -> Self {
+        self.plugin = plugin;
+        self
+    }
+}
+
+/// Per-cycle data the plugins compute in PreFilter / PreScore and read in Filter / Score
+/// (upstream's `CycleState`, typed).
+#[derive(Debug, Clone, Default)]
+pub struct CycleState {
+    /// Filter plugins whose PreFilter returned Skip.
+    pub skip_filter: Vec<&'static str>,
+    /// Indices (into the Filter list) of the filters to run, once PreFilter has run.
+    pub active_filters: Option<Vec<usize>>,
+    /// Score plugins whose PreScore returned Skip.
+    pub skip_score: Vec<&'static str>,
+    /// InterPodAffinity's PreFilter counts.
+    pub inter_pod_affinity: Option<inter_pod_affinity::PreFilterState>,
+    /// InterPodAffinity's PreScore topology scores.
+    pub inter_pod_affinity_score: Option<inter_pod_affinity::PreScoreState>,
+    /// PodTopologySpread's PreFilter counts.
+    pub topology_spread: Option<pod_topology_spread::PreFilterState>,
+    /// PodTopologySpread's PreScore counts.
+    pub topology_spread_score: Option<pod_topology_spread::PreScoreState>,
+    /// VolumeBinding's claims of the pod.
+    pub volumes: Option<volumes::PodVolumes>,
+}
+
+/// A node's score from one plugin.
+#[derive(Debug, Clone)]
+pub struct NodeScore {
+    /// The node's index in the snapshot.
+    pub node: usize,
+    /// The score.
+    pub score: i64,
+}
+
+/// An API write the binding cycle makes before binding (PreBind) — sans-IO.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiAction {
+    /// Merge-patch an object: (API path, JSON merge patch).
+    Patch {
+        /// e.g. `/api/v1/namespaces/ns/persistentvolumeclaims/data`.
+        path: String,
+        /// The merge patch.
+        patch: serde_json::Value,
+    },
+}
+
+/// What the binding cycle must do for a pod placed on `node`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingPlan {
+    /// The node.
+    pub node: String,
+    /// PreBind writes (volume binding), in order.
+    pub pre_bind: Vec<ApiAction>,
+}
+
+/// The extension points, each a no-op by default. Plugins are stateless; per-cycle data lives
+/// in [`CycleState`].
+pub trait Plugin: Sync {
+    /// Upstream's plugin name.
+    fn name(&self) -> &'static str;
+
+    /// QueueSort: whether `a` goes before `b` in the active queue.
+    fn less(&self, _a: &QueuedOrder, _b: &QueuedOrder) -> bool {
+        false
+    }
+
+    /// PreFilter: computes state once per cycle; a rejection rejects every node; Skip skips
+    /// this plugin's Filter.
+    fn pre_filter(&self, _state: &mut CycleState, _pod: &PodInfo, _snapshot: &Snapshot) -> Status {
+        Status::skip()
+    }
+
+    /// PreFilterExtensions.AddPod: `added` is now counted on `node` (nominated pods, preemption).
+    fn add_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _added: &PodInfo,
+        _node: &NodeInfo,
+        _snapshot: &Snapshot,
+    ) {
+    }
+
+    /// PreFilterExtensions.RemovePod: `removed` is no longer counted on `node`.
+    fn remove_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _removed: &PodInfo,
+        _node: &NodeInfo,
+        _snapshot: &Snapshot,
+    ) {
+    }
+
+    /// Filter: whether `pod` fits `node`.
+    fn filter(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _snapshot: &Snapshot,
+    ) -> Status {
+        Status::success()
+    }
+
+    /// PreScore: computes scoring state over the feasible nodes; Skip skips Score.
+    fn pre_score(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+        _feasible: &[usize],
+    ) -> Status {
+        Status::skip()
+    }
+
+    /// Score: a raw score for one feasible node.
+    fn score(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> i64 {
+        0
+    }
+
+    /// ScoreExtensions.NormalizeScore: brings the raw scores to 0–100.
+    fn normalize_score(
+        &self,
+        _state: &CycleState,
+        _snapshot: &Snapshot,
+        _scores: &mut [NodeScore],
+    ) {
+    }
+
+    /// Reserve: claims what the pod needs on the chosen node; returns PreBind writes.
+    fn reserve(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _snapshot: &Snapshot,
+    ) -> Result<Vec<ApiAction>, Status> {
+        Ok(Vec::new())
+    }
+
+    /// Permit: `Success` to bind now (no default plugin waits or denies).
+    fn permit(&self, _pod: &PodInfo, _node: &str) -> Status {
+        Status::success()
+    }
+}
+
+/// What PrioritySort compares.
+#[derive(Debug, Clone, Copy)]
+pub struct QueuedOrder {
+    /// The pod's priority.
+    pub priority: i32,
+    /// When it was (re)added to the queue.
+    pub timestamp: std::time::Instant,
+}
+
+/// Why a pod fits nowhere (upstream's `Diagnosis`).
+#[derive(Debug, Clone, Default)]
+pub struct Diagnosis {
+    /// Each rejected node's status, by index in the snapshot.
+    pub node_statuses: Vec<(usize, Status)>,
+    /// The status of every node not in `node_statuses` (a PreFilter rejection).
+    pub absent_status: Option<Status>,
+    /// A PreFilter rejection's message.
+    pub pre_filter_msg: Option<String>,
+    /// The plugins that rejected the pod (queueing hints).
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+    /// The PostFilter's message (preemption).
+    pub post_filter_msg: Option<String>,
+}
+
+/// Upstream's FitError.
+#[derive(Debug, Clone)]
+pub struct FitError {
+    /// Nodes in the snapshot.
+    pub num_all_nodes: usize,
+    /// Why.
+    pub diagnosis: Diagnosis,
+}
+
+impl FitError {
+    /// Upstream's message: `0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match
+    /// Pod's node affinity/selector. preemption: …` (reasons counted, sorted).
+    pub fn message(&self) -> String {
+        if self.num_all_nodes == 0 && self.diagnosis.pre_filter_msg.is_none() {
+            // Upstream's ErrNoNodesAvailable.
+            return "no nodes available to schedule pods".to_string();
+        }
+        let mut message = format!("0/{} nodes are available:", self.num_all_nodes);
+        match &self.diagnosis.pre_filter_msg {
+            Some(pre_filter) => message.push_str(&format!(" {pre_filter}.")),
+            None => message.push_str(&format!(
+                " {}.",
+                reasons_histogram(self.diagnosis.node_statuses.iter().map(|(_, s)| s))
+            )),
+        }
+        if let Some(post_filter) = &self.diagnosis.post_filter_msg {
+            message.push_str(&format!(" {post_filter}."));
+        }
+        message
+    }
+}
+
+/// `1 Insufficient cpu, 2 node(s) …`: each reason counted over the statuses, sorted.
+pub fn reasons_histogram<'a>(statuses: impl Iterator<Item = &'a Status>) -> String {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for reason in reasons {
-        *counts.entry(reason.as_str()).or_default() += 1;
+    for status in statuses {
+        for reason in &status.reasons {
+            *counts.entry(reason.as_ref()).or_default() += 1;
+        }
     }
     let mut parts: Vec<String> = counts
         .into_iter()
         .map(|(reason, count)| format!("{count} {reason}"))
         .collect();
     parts.sort();
-    if nodes == 0 {
-        // Upstream's ErrNoNodesAvailable.
-        "no nodes available to schedule pods".to_string()
-    } else if parts.is_empty() {
-        format!("0/{nodes} nodes are available.")
-    } else {
-        format!("0/{nodes} nodes are available: {}.", parts.join(", "))
+    parts.join(", ")
+}
+
+/// A pod placed on a node.
+#[derive(Debug, Clone)]
+pub struct ScheduleResult {
+    /// The chosen node's index in the snapshot.
+    pub node: usize,
+    /// Nodes filtered.
+    pub evaluated: usize,
+    /// Nodes that fit.
+    pub feasible: usize,
+    /// The cycle's state (Reserve reads it).
+    pub state: CycleState,
+}
+
+/// Upstream's `minFeasibleNodesToFind`, `minFeasibleNodesPercentageToFind` and
+/// `basePercentageOfNodesToScore`.
+const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+const BASE_PERCENTAGE_OF_NODES_TO_SCORE: usize = 50;
+
+/// How many feasible nodes to look for before scoring (upstream's `numFeasibleNodesToFind`
+/// with the adaptive `percentageOfNodesToScore`): all of up to 100 nodes, else
+/// `max(5, 50 - nodes/125)` percent, at least 100.
+pub fn num_feasible_nodes_to_find(all_nodes: usize) -> usize {
+    if all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
+        return all_nodes;
+    }
+    let percentage = BASE_PERCENTAGE_OF_NODES_TO_SCORE
+        .saturating_sub(all_nodes / 125)
+        .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND);
+    (all_nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// A profile: the plugins enabled at each extension point, in order, with score weights.
+pub struct Framework {
+    /// QueueSort.
+    pub queue_sort: &'static dyn Plugin,
+    /// PreFilter.
+    pub pre_filter: Vec<&'static dyn Plugin>,
+    /// Filter.
+    pub filter: Vec<&'static dyn Plugin>,
+    /// PostFilter.
+    pub post_filter: Vec<&'static str>,
+    /// PreScore.
+    pub pre_score: Vec<&'static dyn Plugin>,
+    /// Score, with weights.
+    pub score: Vec<(&'static dyn Plugin, i64)>,
+    /// Reserve (and PreBind: the writes Reserve returns).
+    pub reserve: Vec<&'static dyn Plugin>,
+    /// Permit.
+    pub permit: Vec<&'static dyn Plugin>,
+    /// Bind.
+    pub bind: &'static str,
+}
+
+impl Default for Framework {
+    /// Upstream's default plugins (`getDefaultPlugins`), expanded per extension point in the
+    /// MultiPoint order: SchedulingGates (PreEnqueue, in the queue), PrioritySort,
+    /// NodeUnschedulable, NodeName, TaintToleration (3), NodeAffinity (2), NodePorts,
+    /// NodeResourcesFit (1), VolumeBinding, VolumeZone, PodTopologySpread (2),
+    /// InterPodAffinity (2), DefaultPreemption, NodeResourcesBalancedAllocation (1),
+    /// DefaultBinder.
+    fn default() -> Self {
+        use inter_pod_affinity::InterPodAffinity;
+        use node_plugins::*;
+        use pod_topology_spread::PodTopologySpread;
+        use volumes::{VolumeBinding, VolumeZone};
+        Framework {
+            queue_sort: &PrioritySort,
+            pre_filter: vec![
+                &NodeAffinity,
+                &NodePorts,
+                &NodeResourcesFit,
+                &VolumeBinding,
+                &VolumeZone,
+                &PodTopologySpread,
+                &InterPodAffinity,
+            ],
+            filter: vec![
+                &NodeUnschedulable,
+                &NodeName,
+                &TaintToleration,
+                &NodeAffinity,
+                &NodePorts,
+                &NodeResourcesFit,
+                &VolumeBinding,
+                &VolumeZone,
+                &PodTopologySpread,
+                &InterPodAffinity,
+            ],
+            post_filter: vec![preemption::NAME],
+            pre_score: vec![
+                &TaintToleration,
+                &NodeAffinity,
+                &NodeResourcesFit,
+                &PodTopologySpread,
+                &InterPodAffinity,
+                &NodeResourcesBalancedAllocation,
+            ],
+            score: vec![
+                (&TaintToleration, 3),
+                (&NodeAffinity, 2),
+                (&NodeResourcesFit, 1),
+                (&PodTopologySpread, 2),
+                (&InterPodAffinity, 2),
+                (&NodeResourcesBalancedAllocation, 1),
+            ],
+            reserve: vec![&VolumeBinding],
+            permit: Vec::new(),
+            bind: DEFAULT_BINDER,
+        }
     }
 }
 
-/// Picks the best node for `pod`: (node name) or the FitError message.
-pub fn schedule(pod: &Pod, nodes: &[NodeInfo]) -> Result<String, String> {
-    let mut reasons = Vec::new();
-    let mut best: Option<(i64, &str)> = None;
-    for info in nodes {
-        let name = info.node.metadata.name.as_deref().unwrap_or("");
-        match filter(pod, info) {
-            Ok(()) => {
-                let value = score(pod, info);
-                // Ties keep the first node in the snapshot's order (by name).
-                let better = match best {
-                    None => true,
-                    Some((top, _)) => value > top,
-                };
-                if better {
-                    best = Some((value, name));
-                }
+/// Upstream's DefaultBinder: `POST pods/{name}/binding` (done by `lib.rs`).
+pub const DEFAULT_BINDER: &str = "DefaultBinder";
+
+impl Framework {
+    /// Runs the PreFilter plugins; the first rejection stops them.
+    pub fn run_pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Status {
+        for plugin in &self.pre_filter {
+            let status = plugin.pre_filter(state, pod, snapshot);
+            match status.code {
+                Code::Success => {}
+                Code::Skip => state.skip_filter.push(plugin.name()),
+                _ => return status.by_plugin(plugin.name()),
             }
-            Err(why) => reasons.extend(why),
+        }
+        state.active_filters = Some(
+            (0..self.filter.len())
+                .filter(|&i| !state.skip_filter.contains(&self.filter[i].name()))
+                .collect(),
+        );
+        Status::success()
+    }
+
+    /// Runs the Filter plugins on one node; the first rejection stops them.
+    pub fn run_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        snapshot: &Snapshot,
+    ) -> Status {
+        let run = |plugin: &'static dyn Plugin| {
+            let status = plugin.filter(state, pod, node, snapshot);
+            (!status.is_success()).then(|| status.by_plugin(plugin.name()))
+        };
+        let rejection = match &state.active_filters {
+            Some(active) => active.iter().find_map(|&i| run(self.filter[i])),
+            None => self
+                .filter
+                .iter()
+                .filter(|p| !state.skip_filter.contains(&p.name()))
+                .find_map(|p| run(*p)),
+        };
+        rejection.unwrap_or_else(Status::success)
+    }
+
+    /// Runs the AddPod extensions.
+    pub fn run_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+        snapshot: &Snapshot,
+    ) {
+        for plugin in &self.pre_filter {
+            if !state.skip_filter.contains(&plugin.name()) {
+                plugin.add_pod(state, pod, added, node, snapshot);
+            }
         }
     }
-    match best {
-        Some((_, name)) => Ok(name.to_string()),
-        None => Err(fit_error(nodes.len(), &reasons)),
+
+    /// Runs the RemovePod extensions.
+    pub fn run_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+        snapshot: &Snapshot,
+    ) {
+        for plugin in &self.pre_filter {
+            if !state.skip_filter.contains(&plugin.name()) {
+                plugin.remove_pod(state, pod, removed, node, snapshot);
+            }
+        }
+    }
+
+    /// Filters with the pods nominated to the node that are at least as important counted
+    /// there first, then without them (upstream's `RunFilterPluginsWithNominatedPods`).
+    pub fn run_filter_with_nominated_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        snapshot: &Snapshot,
+    ) -> Status {
+        if snapshot.nominated.is_empty() {
+            return self.run_filter(state, pod, node, snapshot);
+        }
+        let nominated: Vec<&Arc<PodInfo>> = snapshot
+            .nominated
+            .get(&node.name)
+            .into_iter()
+            .flatten()
+            .filter(|n| n.priority >= pod.priority && n.key != pod.key)
+            .collect();
+        if !nominated.is_empty() {
+            let mut with = node.clone();
+            let mut state_with = state.clone();
+            for added in nominated {
+                with.add_pod(added.clone());
+                self.run_add_pod(&mut state_with, pod, added, &with, snapshot);
+            }
+            let status = self.run_filter(&state_with, pod, &with, snapshot);
+            if !status.is_success() {
+                return status;
+            }
+        }
+        self.run_filter(state, pod, node, snapshot)
+    }
+
+    /// Schedules one pod (upstream's `schedulePod`): PreFilter, Filter over a sample of nodes
+    /// starting at `start` (the caller advances it by `evaluated`), PreScore, Score, and the
+    /// best node; or the FitError.
+    pub fn schedule_pod(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        start: usize,
+    ) -> Result<ScheduleResult, Box<(FitError, CycleState)>> {
+        let all = snapshot.nodes.len();
+        let mut state = CycleState::default();
+        let mut diagnosis = Diagnosis::default();
+        if all == 0 {
+            return Err(Box::new((
+                FitError {
+                    num_all_nodes: 0,
+                    diagnosis,
+                },
+                state,
+            )));
+        }
+        let pre_filter = self.run_pre_filter(&mut state, pod, snapshot);
+        if !pre_filter.is_success() {
+            diagnosis.pre_filter_msg = Some(pre_filter.message());
+            diagnosis.unschedulable_plugins.insert(pre_filter.plugin);
+            diagnosis.absent_status = Some(Status {
+                code: Code::UnschedulableAndUnresolvable,
+                ..pre_filter
+            });
+            return Err(Box::new((
+                FitError {
+                    num_all_nodes: all,
+                    diagnosis,
+                },
+                state,
+            )));
+        }
+        // A pod nominated by an earlier preemption tries its nominated node first.
+        if let Some(nominated) = pod.nominated_node_name()
+            && let Some(index) = snapshot.nodes.iter().position(|n| n.name == nominated)
+            && self
+                .run_filter_with_nominated_pods(&state, pod, &snapshot.nodes[index], snapshot)
+                .is_success()
+        {
+            return Ok(ScheduleResult {
+                node: index,
+                evaluated: 0,
+                feasible: 1,
+                state,
+            });
+        }
+        let wanted = num_feasible_nodes_to_find(all);
+        let mut feasible: Vec<usize> = Vec::with_capacity(wanted.min(all));
+        let mut evaluated = 0;
+        for offset in 0..all {
+            if feasible.len() >= wanted {
+                break;
+            }
+            let index = (start + offset) % all;
+            evaluated += 1;
+            let status =
+                self.run_filter_with_nominated_pods(&state, pod, &snapshot.nodes[index], snapshot);
+            if status.is_success() {
+                feasible.push(index);
+            } else {
+                diagnosis.unschedulable_plugins.insert(status.plugin);
+                diagnosis.node_statuses.push((index, status));
+            }
+        }
+        if feasible.is_empty() {
+            return Err(Box::new((
+                FitError {
+                    num_all_nodes: all,
+                    diagnosis,
+                },
+                state,
+            )));
+        }
+        if feasible.len() == 1 {
+            return Ok(ScheduleResult {
+                node: feasible[0],
+                evaluated,
+                feasible: 1,
+                state,
+            });
+        }
+        let totals = self.prioritize(&mut state, pod, snapshot, &feasible);
+        // The highest total; ties go to the first in evaluation order (upstream picks one of
+        // them at random).
+        let mut best = 0;
+        for (i, total) in totals.iter().enumerate() {
+            if *total > totals[best] {
+                best = i;
+            }
+        }
+        Ok(ScheduleResult {
+            node: feasible[best],
+            evaluated,
+            feasible: feasible.len(),
+            state,
+        })
+    }
+
+    /// PreScore and Score over the feasible nodes: each plugin's normalized score times its
+    /// weight, summed per node (upstream's `prioritizeNodes`).
+    pub fn prioritize(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[usize],
+    ) -> Vec<i64> {
+        for plugin in &self.pre_score {
+            if plugin.pre_score(state, pod, snapshot, feasible).code == Code::Skip {
+                state.skip_score.push(plugin.name());
+            }
+        }
+        let mut totals = vec![0i64; feasible.len()];
+        let mut scores: Vec<NodeScore> = Vec::with_capacity(feasible.len());
+        for (plugin, weight) in &self.score {
+            if state.skip_score.contains(&plugin.name()) {
+                continue;
+            }
+            scores.clear();
+            scores.extend(feasible.iter().map(|&node| NodeScore {
+                node,
+                score: plugin.score(state, pod, &snapshot.nodes[node]),
+            }));
+            plugin.normalize_score(state, snapshot, &mut scores);
+            for (total, score) in totals.iter_mut().zip(&scores) {
+                *total += score.score * weight;
+            }
+        }
+        totals
+    }
+
+    /// Reserve and Permit on the chosen node: the binding cycle's plan, or the rejection.
+    pub fn reserve_and_permit(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        snapshot: &Snapshot,
+    ) -> Result<BindingPlan, Status> {
+        let mut pre_bind = Vec::new();
+        for plugin in &self.reserve {
+            pre_bind.extend(
+                plugin
+                    .reserve(state, pod, node, snapshot)
+                    .map_err(|s| s.by_plugin(plugin.name()))?,
+            );
+        }
+        for plugin in &self.permit {
+            let status = plugin.permit(pod, &node.name);
+            if !status.is_success() {
+                return Err(status.by_plugin(plugin.name()));
+            }
+        }
+        Ok(BindingPlan {
+            node: node.name.clone(),
+            pre_bind,
+        })
+    }
+}
+
+/// Upstream's `DefaultNormalizeScore`: scales to 0–100 by the highest score, reversed if asked.
+pub fn default_normalize_score(scores: &mut [NodeScore], reverse: bool) {
+    let max = scores.iter().map(|s| s.score).max().unwrap_or(0);
+    if max == 0 {
+        if reverse {
+            for s in scores {
+                s.score = MAX_NODE_SCORE;
+            }
+        }
+        return;
+    }
+    for s in scores {
+        let scaled = MAX_NODE_SCORE * s.score / max;
+        s.score = if reverse {
+            MAX_NODE_SCORE - scaled
+        } else {
+            scaled
+        };
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn node(
-        name: &str,
-        cpu: &str,
-        labels: serde_json::Value,
-        taints: serde_json::Value,
-    ) -> NodeInfo {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"taints": taints},
-            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}},
-        }))
-        .expect("node");
-        NodeInfo::new(node)
-    }
-
-    fn pod(spec: serde_json::Value) -> Pod {
-        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).expect("pod")
-    }
-
-    #[test]
-    fn quantities_parse_as_upstream() {
-        assert_eq!(parse_quantity("100m", 1000), Some(100));
-        assert_eq!(parse_quantity("2", 1000), Some(2000));
-        assert_eq!(parse_quantity("0.5", 1000), Some(500));
-        assert_eq!(parse_quantity("128Mi", 1), Some(128 * 1024 * 1024));
-        assert_eq!(parse_quantity("1G", 1), Some(1_000_000_000));
-        assert_eq!(parse_quantity("1e3", 1), Some(1000));
-        assert_eq!(parse_quantity("bogus", 1), None);
-    }
-
-    #[test]
-    fn filters_and_message_follow_upstream() {
-        let nodes = vec![
-            node("small", "1", json!({"zone": "a"}), json!([])),
-            node(
-                "tainted",
-                "8",
-                json!({"zone": "a"}),
-                json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
-            ),
-            node("elsewhere", "8", json!({"zone": "b"}), json!([])),
-        ];
-        let wants_two_cpus_in_a = pod(json!({
-            "nodeSelector": {"zone": "a"},
-            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "2"}}}],
-        }));
-        assert_eq!(
-            schedule(&wants_two_cpus_in_a, &nodes),
-            Err("0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}.".into())
-        );
-        let tolerant = pod(json!({
-            "nodeSelector": {"zone": "a"},
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
-            "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "2"}}}],
-        }));
-        assert_eq!(schedule(&tolerant, &nodes), Ok("tainted".into()));
-        let affinity = pod(json!({
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}}},
-            "containers": [{"name": "c", "image": "x"}],
-        }));
-        assert_eq!(schedule(&affinity, &nodes), Ok("elsewhere".into()));
-    }
-
-    #[test]
-    fn least_allocated_spreads_and_ports_conflict() {
-        let mut busy = node("busy", "4", json!({}), json!([]));
-        busy.add_pod(&pod(json!({"containers": [{"name": "c", "image": "x",
-            "resources": {"requests": {"cpu": "3"}},
-            "ports": [{"containerPort": 80, "hostPort": 8080}]}]})));
-        let idle = node("idle", "4", json!({}), json!([]));
-        let plain = pod(
-            json!({"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "500m"}}}]}),
-        );
-        assert_eq!(
-            schedule(&plain, &[busy.clone(), idle.clone()]),
-            Ok("idle".into())
-        );
-        let with_port = pod(
-            json!({"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}),
-        );
-        assert!(filter(&with_port, &busy).is_err());
-        assert!(filter(&with_port, &idle).is_ok());
-    }
-
-    #[test]
-    fn best_effort_pods_spread_by_their_non_zero_requests() {
-        let best_effort = pod(json!({"containers": [{"name": "c", "image": "x"}]}));
-        let mut first = node("a", "4", json!({}), json!([]));
-        let second = node("b", "4", json!({}), json!([]));
-        first.add_pod(&best_effort);
-        assert_eq!(schedule(&best_effort, &[first, second]), Ok("b".into()));
-    }
-}
+mod tests;
