@@ -18,6 +18,8 @@ mod jobs;
 mod lifecycle;
 #[path = "e2e/sets.rs"]
 mod sets;
+#[path = "e2e/scheduling.rs"]
+mod scheduling;
 #[path = "e2e/tenancy.rs"]
 mod tenancy;
 
