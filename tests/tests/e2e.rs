@@ -16,10 +16,10 @@ mod deployment;
 mod jobs;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
-#[path = "e2e/sets.rs"]
-mod sets;
 #[path = "e2e/scheduling.rs"]
 mod scheduling;
+#[path = "e2e/sets.rs"]
+mod sets;
 #[path = "e2e/tenancy.rs"]
 mod tenancy;
 
