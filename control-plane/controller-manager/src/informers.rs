@@ -103,12 +103,17 @@ impl Informers {
         }
         let (store, writer) = reflector::store::<K>();
         let (signal, changes) = watch::channel(0u64);
+        // managedFields are never read by a controller and are often the larger part of an
+        // object: dropped before caching (upstream's informers do the same transform).
         let events = reflector::reflector(
             writer,
             watcher::watcher(
                 Api::<K>::all(self.client.clone()),
                 watcher::Config::default(),
-            ),
+            )
+            .modify(|object| {
+                object.meta_mut().managed_fields = None;
+            }),
         )
         .default_backoff();
         let task = tokio::spawn(async move {

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PostParams};
@@ -23,6 +24,8 @@ const RESYNC: Duration = Duration::from_secs(5);
 const MANAGER: &str = "replicaset-controller";
 /// The largest batch of pod creates in flight at once (upstream's burst).
 const MAX_BATCH: usize = 500;
+/// ReplicaSets synced at once.
+const CONCURRENT_SYNCS: usize = 16;
 
 /// Runs the controller until the task is aborted.
 pub async fn run(informers: Arc<Informers>) {
@@ -53,7 +56,9 @@ async fn sync_all(
             owned.entry(owner.uid.as_str()).or_default().push(pod);
         }
     }
-    for set in sets.list() {
+    let sets_now = sets.list();
+    let mut syncs: Vec<BoxFuture<'_, ()>> = Vec::new();
+    for set in &sets_now {
         let key = pods::key(&set.metadata);
         let namespace = set.metadata.namespace.as_deref().unwrap_or("");
         let caught_up = expectations.satisfied(
@@ -69,10 +74,21 @@ async fn sync_all(
         }
         let uid = set.metadata.uid.as_deref().unwrap_or("");
         let mine = owned.remove(uid).unwrap_or_default();
-        if let Err(err) = sync(client, &set, &mine, expectations).await {
-            tracing::info!(replicaset = %key, %err, "replicaset sync failed; retrying");
-        }
+        syncs.push(
+            async move {
+                if let Err(err) = sync(client, set, &mine, expectations).await {
+                    tracing::info!(replicaset = %key, %err, "replicaset sync failed; retrying");
+                }
+            }
+            .boxed(),
+        );
     }
+    // ReplicaSets are independent: syncing several at once keeps a large scale-up of one
+    // from holding up the others.
+    futures::stream::iter(syncs)
+        .buffer_unordered(CONCURRENT_SYNCS)
+        .collect::<Vec<()>>()
+        .await;
 }
 
 /// One ReplicaSet: create or delete pods toward `spec.replicas`, then report status.
