@@ -80,6 +80,29 @@ impl Drop for Process {
     }
 }
 
+/// Polls `done` every 200 ms until it holds, failing with "timed out waiting until {what}"
+/// after `within`.
+pub fn until(
+    what: &str,
+    within: Duration,
+    mut done: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    while !done()? {
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// `kubectl ARGS -o jsonpath=PATH`, trimmed.
+pub fn jsonpath(kubectl: &Kubectl, args: &[&str], path: &str) -> anyhow::Result<String> {
+    let expression = format!("jsonpath={path}");
+    let mut all = args.to_vec();
+    all.extend(["-o", expression.as_str()]);
+    Ok(kubectl.ok(&all)?.trim().to_string())
+}
+
 /// Runs `flotilla ARGS` in the background (e.g. `simulate-nodes`, `controller-manager`,
 /// `scheduler`), its output discarded; killed when dropped.
 pub fn flotilla_process(args: &[&str]) -> anyhow::Result<Process> {

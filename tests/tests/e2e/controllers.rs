@@ -2,7 +2,7 @@
 //! `--cascade=background|foreground|orphan`, and separate controller-manager and scheduler
 //! processes killed mid-rollout finishing it after a restart without duplicate pods.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Flotilla, Kubectl, flotilla_process};
@@ -24,13 +24,8 @@ fn pods_of(kubectl: &Kubectl, app: &str) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-fn until(what: &str, mut done: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done()? {
-        ensure!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(())
+fn until(what: &str, done: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    flotilla_e2e::until(what, Duration::from_secs(30), done)
 }
 
 fn create_set(kubectl: &Kubectl, name: &str) -> anyhow::Result<()> {
@@ -102,7 +97,7 @@ fn cascading_deletion_background_foreground_and_orphan() -> anyhow::Result<()> {
     Ok(())
 }
 
-const ROLLOUT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 12\n  strategy: {rollingUpdate: {maxSurge: 3, maxUnavailable: 0}}\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: nginx:1.25}]}\n";
+const ROLLOUT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 12\n  minReadySeconds: 2\n  strategy: {rollingUpdate: {maxSurge: 3, maxUnavailable: 0}}\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: nginx:1.25}]}\n";
 
 /// `flotilla up --external-control-loops` with `flotilla controller-manager`, `flotilla
 /// scheduler` and the node simulator as separate processes; both control-loop processes are
@@ -149,6 +144,19 @@ fn a_rollout_survives_its_controller_manager_and_scheduler_being_killed() -> any
     })?;
     controllers.kill();
     placer.kill();
+    // minReadySeconds makes every step of the rollout take two seconds: it is surely
+    // unfinished when the loops die.
+    let available = kubectl.ok(&[
+        "get",
+        "deploy",
+        "web",
+        "-o",
+        "jsonpath={.status.updatedReplicas}/{.status.availableReplicas}",
+    ])?;
+    ensure!(
+        available != "12/12",
+        "the rollout finished before the loops were killed"
+    );
     let _controllers = controller_manager("cm1")?;
     let _placer = scheduler()?;
     kubectl.ok(&["rollout", "status", "deploy/web", "--timeout=60s"])?;

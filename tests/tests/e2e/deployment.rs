@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Flotilla, Kubectl};
@@ -52,13 +52,8 @@ impl Drop for Simulator {
     }
 }
 
-fn until(what: &str, mut done: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done()? {
-        ensure!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(())
+fn until(what: &str, done: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    flotilla_e2e::until(what, Duration::from_secs(60), done)
 }
 
 fn json(kubectl: &Kubectl, args: &[&str]) -> anyhow::Result<Value> {

@@ -6,10 +6,10 @@
 //! are written by the test on pods no node can take.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use flotilla_e2e::{Backend, Flotilla, Kubectl};
+use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
 
 /// A Job of `busybox` pods with `extra` spec lines (two-space indented under `spec:`).
 fn job(name: &str, extra: &str, pod_extra: &str) -> String {
@@ -20,26 +20,6 @@ fn job(name: &str, extra: &str, pod_extra: &str) -> String {
 
 /// Pod lines that keep a pod Pending forever: no node matches.
 const NOWHERE: &str = "      nodeSelector: {zone: mars}\n";
-
-fn until(
-    what: &str,
-    limit: Duration,
-    mut done: impl FnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while !done()? {
-        ensure!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(150));
-    }
-    Ok(())
-}
-
-fn jsonpath(kubectl: &Kubectl, args: &[&str], path: &str) -> anyhow::Result<String> {
-    let template = format!("jsonpath={path}");
-    let mut all = args.to_vec();
-    all.extend(["-o", &template]);
-    kubectl.ok(&all)
-}
 
 /// Names of the pods of Job `name`.
 fn pods_of(kubectl: &Kubectl, name: &str) -> anyhow::Result<Vec<String>> {

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use flotilla_e2e::{Backend, Flotilla, Kubectl};
+use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
 
 /// A `flotilla simulate-nodes` process, killed when dropped.
 struct Simulator(Child);
@@ -50,26 +50,6 @@ fn contains(haystack: &str, needle: &str) -> anyhow::Result<()> {
 }
 
 /// Polls `done` every 250 ms until it holds or `within` passes.
-fn until(
-    what: &str,
-    within: Duration,
-    mut done: impl FnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    while !done()? {
-        ensure!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    Ok(())
-}
-
-fn jsonpath(kubectl: &Kubectl, args: &[&str], path: &str) -> anyhow::Result<String> {
-    let mut all: Vec<&str> = args.to_vec();
-    let expression = format!("jsonpath={path}");
-    all.extend(["-o", expression.as_str()]);
-    Ok(kubectl.ok(&all)?.trim().to_string())
-}
-
 const NODE_READY: &str = "{.status.conditions[?(@.type==\"Ready\")].status}";
 
 const POD_ON_LOST: &str = r#"

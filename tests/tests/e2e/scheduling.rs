@@ -3,7 +3,7 @@
 //! node), and a pod whose required anti-affinity no node satisfies reports upstream's message.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Flotilla, Kubectl};
@@ -50,13 +50,8 @@ spec:
   containers: [{name: c, image: nginx}]
 "#;
 
-fn until(what: &str, mut done: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done()? {
-        ensure!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(())
+fn until(what: &str, done: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    flotilla_e2e::until(what, Duration::from_secs(60), done)
 }
 
 fn low_pods(kubectl: &Kubectl) -> anyhow::Result<usize> {

@@ -45,6 +45,25 @@ spec:
       resources: {requests: {storage: 1Gi}}
 "#;
 
+/// Volumes for the StatefulSet's claims: nothing provisions volumes dynamically yet, and the
+/// scheduler (as upstream's) does not place a pod whose Immediate claim is unbound.
+const VOLUMES: &str = r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: www-0}
+spec: {capacity: {storage: 1Gi}, accessModes: [ReadWriteOnce], hostPath: {path: /tmp/www-0}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: www-1}
+spec: {capacity: {storage: 1Gi}, accessModes: [ReadWriteOnce], hostPath: {path: /tmp/www-1}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: www-2}
+spec: {capacity: {storage: 1Gi}, accessModes: [ReadWriteOnce], hostPath: {path: /tmp/www-2}}
+"#;
+
 const DAEMON_SET: &str = r#"
 apiVersion: apps/v1
 kind: DaemonSet
@@ -179,6 +198,7 @@ fn statefulset_orders_its_pods_claims_scale_down_and_rollout() -> anyhow::Result
             r#"jsonpath={.metadata.name} ready={.status.conditions[?(@.type=="Ready")].status} deleting={.metadata.deletionTimestamp} image={.spec.containers[0].image}{"\n"}"#,
         ],
     )?;
+    kubectl.ok_stdin(&["apply", "-f", "-"], VOLUMES)?;
     contains(
         &kubectl.ok_stdin(&["apply", "-f", "-"], STATEFUL_SET)?,
         "statefulset.apps/web created",
