@@ -453,8 +453,11 @@ async fn resource_request(
             plain(scale_of(&obj, &scale_spec))
         }
         (&Method::POST, None, None) => {
-            let body = call.body_json()?;
+            let mut body = call.body_json()?;
             let options = call.write_options()?;
+            if resource.kind == "Pod" && body.is_object() {
+                crate::priority::admit(server, tenant, &mut body).await?;
+            }
             if !options.dry_run {
                 state
                     .object_count

@@ -22,6 +22,7 @@ pub mod node;
 pub mod openapi;
 pub mod patching;
 pub mod pki;
+pub mod priority;
 pub mod resources;
 pub mod reviews;
 pub mod selection;

@@ -112,6 +112,31 @@ fn higher_priority_pods_preempt_and_anti_affinity_is_reported() -> anyhow::Resul
             "--timeout=60s",
         ])?;
         until("one low pod is left", || Ok(low_pods(&kubectl)? == 1))?;
+        // Priority admission resolved the class into the pod's spec; an unknown class is
+        // refused.
+        let priority = kubectl.ok(&[
+            "get",
+            "pod",
+            "urgent",
+            "-o",
+            "jsonpath={.spec.priority}/{.spec.preemptionPolicy}",
+        ])?;
+        ensure!(
+            priority == "1000/PreemptLowerPriority",
+            "urgent's priority: {priority}"
+        );
+        let refused = kubectl.fails(&[
+            "run",
+            "nobody",
+            "--image=nginx",
+            "--overrides={\"spec\":{\"priorityClassName\":\"missing\"}}",
+        ])?;
+        ensure!(
+            refused.contains(
+                "pods \"nobody\" is forbidden: no PriorityClass with name missing was found"
+            ),
+            "{refused}"
+        );
         let events = kubectl.ok(&["get", "events"])?;
         ensure!(
             events.contains("Preempted"),

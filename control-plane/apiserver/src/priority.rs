@@ -1,0 +1,104 @@
+//! Upstream's Priority admission plugin on pod create: `spec.priorityClassName` (or the
+//! cluster's `globalDefault` PriorityClass) resolved into `spec.priority` and
+//! `spec.preemptionPolicy`; an unknown class is refused with upstream's 403.
+
+use serde_json::{Value, json};
+
+use crate::ApiServer;
+use crate::error::ApiError;
+use crate::meta;
+use crate::selection::Selection;
+use crate::store::{ListOptions, ReadAt, Tenant};
+
+/// The two classes every cluster has (upstream creates them at start-up; here they are known
+/// by value even before anyone stores them).
+const SYSTEM_CLASSES: [(&str, i64); 2] = [
+    ("system-node-critical", 2_000_001_000),
+    ("system-cluster-critical", 2_000_000_000),
+];
+
+/// Resolves the priority of `pod` (a create's body) in place.
+pub async fn admit(server: &ApiServer, tenant: &Tenant, pod: &mut Value) -> Result<(), ApiError> {
+    let classes = server
+        .resources
+        .find("scheduling.k8s.io", "v1", "priorityclasses")
+        .ok_or_else(|| ApiError::internal("priorityclasses are not served"))?;
+    let name = meta::str_at(pod, &["spec", "priorityClassName"])
+        .filter(|n| !n.is_empty())
+        .map(str::to_string);
+    let class: Option<Value> = match &name {
+        Some(name) => match server
+            .store
+            .get(tenant, classes, "", name, ReadAt::Latest)
+            .await
+        {
+            Ok(class) => Some(class),
+            Err(err) if err.code == 404 => match SYSTEM_CLASSES.iter().find(|(n, _)| n == name) {
+                Some((_, value)) => Some(json!({"metadata": {"name": name}, "value": value})),
+                None => {
+                    return Err(ApiError::forbidden(
+                        &crate::resources::GroupResource {
+                            group: String::new(),
+                            resource: "pods".into(),
+                        },
+                        meta::name(pod),
+                        &format!("no PriorityClass with name {name} was found"),
+                    ));
+                }
+            },
+            Err(err) => return Err(err),
+        },
+        None => {
+            let all = server
+                .store
+                .list(
+                    tenant,
+                    classes,
+                    None,
+                    &ListOptions {
+                        read_at: ReadAt::Latest,
+                        selection: Selection::default(),
+                        limit: 0,
+                        continue_token: None,
+                    },
+                )
+                .await?;
+            // Several global defaults: upstream takes the lowest value.
+            all.items
+                .into_iter()
+                .filter(|c| c["globalDefault"] == json!(true))
+                .min_by_key(|c| c["value"].as_i64().unwrap_or(0))
+        }
+    };
+    let Some(class) = class else {
+        return Ok(());
+    };
+    let value = class["value"].as_i64().unwrap_or(0);
+    let given = meta::at(pod, &["spec", "priority"]).and_then(Value::as_i64);
+    if let Some(given) = given
+        && given != value
+    {
+        return Err(ApiError::forbidden(
+            &crate::resources::GroupResource {
+                group: String::new(),
+                resource: "pods".into(),
+            },
+            meta::name(pod),
+            &format!(
+                "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {value} from the given PriorityClass name"
+            ),
+        ));
+    }
+    meta::set_at(
+        pod,
+        &["spec", "priorityClassName"],
+        json!(meta::name(&class)),
+    );
+    meta::set_at(pod, &["spec", "priority"], json!(value));
+    let policy = class
+        .get("preemptionPolicy")
+        .cloned()
+        .unwrap_or(json!("PreemptLowerPriority"));
+    meta::set_at(pod, &["spec", "preemptionPolicy"], policy);
+    Ok(())
+}
