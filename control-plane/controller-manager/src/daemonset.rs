@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    PodSpec, PodTemplateSpec, Taint, Toleration,
+    PodSpec, PodTemplateSpec, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -681,27 +681,6 @@ pub fn add_daemon_tolerations(spec: &mut PodSpec) {
     }
 }
 
-/// Upstream `Toleration.ToleratesTaint`.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
-        && effect != taint.effect
-    {
-        return false;
-    }
-    if let Some(key) = toleration.key.as_deref().filter(|k| !k.is_empty())
-        && key != taint.key
-    {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or("") {
-        "" | "Equal" => {
-            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        "Exists" => true,
-        _ => false,
-    }
-}
-
 fn requirement_matches(requirement: &NodeSelectorRequirement, value: Option<&str>) -> bool {
     let values = requirement.values.as_deref().unwrap_or(&[]);
     let contains = |v: &str| values.iter().any(|w| w == v);
@@ -792,7 +771,7 @@ pub fn should_run(node: &Node, template: &PodTemplateSpec) -> (bool, bool) {
             .iter()
             .flat_map(|s| s.taints.iter().flatten())
             .filter(|t| effects.contains(&t.effect.as_str()))
-            .any(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
+            .any(|t| !tolerations.iter().any(|tol| pods::tolerates(tol, t)))
     };
     if untolerated(&["NoSchedule", "NoExecute"]) {
         return (false, !untolerated(&["NoExecute"]));

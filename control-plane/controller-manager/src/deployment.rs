@@ -21,9 +21,7 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus,
 };
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta, OwnerReference, Time,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PostParams};
@@ -265,7 +263,7 @@ impl DeploymentSync<'_> {
             .as_ref()
             .map(|s| s.selector.clone())
             .unwrap_or_default();
-        if selects_everything(&label_selector) {
+        if crate::selectors::is_empty(&label_selector) {
             self.event(
                 "Warning",
                 "SelectingAll",
@@ -1035,14 +1033,6 @@ fn has_progress_deadline(d: &Deployment) -> bool {
         .as_ref()
         .and_then(|s| s.progress_deadline_seconds)
         .is_some_and(|s| s != NO_DEADLINE)
-}
-
-fn selects_everything(selector: &LabelSelector) -> bool {
-    selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(|e| e.is_empty())
 }
 
 /// The owner reference marked `controller: true`, of any kind.

@@ -414,33 +414,6 @@ enum Eviction {
     Never,
 }
 
-/// Upstream's ToleratesTaint.
-fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    if toleration
-        .effect
-        .as_deref()
-        .is_some_and(|e| !e.is_empty() && e != taint.effect)
-    {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or("");
-    let operator = toleration.operator.as_deref().unwrap_or("Equal");
-    if key.is_empty() {
-        // An empty key with Exists tolerates every taint.
-        return operator == "Exists";
-    }
-    if key != taint.key {
-        return false;
-    }
-    match operator {
-        "Exists" => true,
-        "Equal" | "" => {
-            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        _ => false,
-    }
-}
-
 /// Upstream's GetMatchingTolerations then getMinTolerationTime: each taint is tolerated by the
 /// first toleration matching it; the pod goes after the shortest `tolerationSeconds` among
 /// those (at once for zero or less), or never when none of them is limited.
@@ -450,7 +423,10 @@ fn eviction_for(taints: &[&Taint], tolerations: &[Toleration]) -> Eviction {
     }
     let mut shortest: Option<i64> = None;
     for taint in taints {
-        let Some(used) = tolerations.iter().find(|t| tolerates(t, taint)) else {
+        let Some(used) = tolerations
+            .iter()
+            .find(|t| crate::pods::tolerates(t, taint))
+        else {
             return Eviction::Now;
         };
         if let Some(seconds) = used.toleration_seconds {

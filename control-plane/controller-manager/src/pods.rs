@@ -1,7 +1,7 @@
 //! What several controllers ask of pods and owned objects: is a pod active or ready, which
 //! object controls it, and how a controller stamps a pod out of its template.
 
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, PatchParams};
 
@@ -108,5 +108,26 @@ pub fn manager(name: &str) -> PatchParams {
     PatchParams {
         field_manager: Some(name.into()),
         ..Default::default()
+    }
+}
+
+/// Upstream `Toleration.ToleratesTaint`.
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect
+    {
+        return false;
+    }
+    if let Some(key) = toleration.key.as_deref().filter(|k| !k.is_empty())
+        && key != taint.key
+    {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+        "Exists" => true,
+        _ => false,
     }
 }

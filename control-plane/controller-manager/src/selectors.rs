@@ -1,30 +1,16 @@
-//! Label selectors (upstream `metav1.LabelSelectorAsSelector` then `Matches`) over typed
-//! k8s-openapi objects: `matchLabels` and `matchExpressions` (In, NotIn, Exists, DoesNotExist).
+//! Label selectors over typed k8s-openapi objects (upstream `metav1.LabelSelectorAsSelector`
+//! then `Matches`), on top of kube's `Selector`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::SelectorExt;
 
-/// Whether `labels` satisfy `selector`. An empty selector matches everything, as upstream's
-/// `LabelSelectorAsSelector`; an unknown operator matches nothing (upstream rejects it).
+/// Whether `labels` satisfy `selector` (kube's selector, as the Deployment controller uses it
+/// too). An empty selector matches everything, as upstream's `LabelSelectorAsSelector`; an
+/// invalid one (an unknown operator) matches nothing.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_match = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(key, value)| labels.get(key) == Some(value));
-    labels_match
-        && selector.match_expressions.iter().flatten().all(|expr| {
-            let value = labels.get(&expr.key);
-            let values = expr.values.as_deref().unwrap_or_default();
-            match expr.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
+    kube::core::Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// Whether `selector` has no requirements at all (`selector.Empty()` upstream).
