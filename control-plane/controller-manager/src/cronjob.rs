@@ -44,16 +44,7 @@ pub async fn run(informers: Arc<Informers>) {
     let mut triggers = Triggers::new(RESYNC).on(&cronjobs).on(&jobs);
     let mut wake: Option<Duration> = None;
     loop {
-        match wake {
-            Some(after) => {
-                tokio::select! {
-                    () = triggers.next() => {}
-                    () = tokio::time::sleep(after) => {}
-                }
-            }
-            None => triggers.next().await,
-        }
-        wake = None;
+        triggers.next_within(wake.take()).await;
         if cronjobs.is_ready() && jobs.is_ready() {
             wake = controller.sync_all(&cronjobs, &jobs).await;
         }

@@ -175,16 +175,23 @@ impl Triggers {
 
     /// Waits for the next reason to run a pass.
     pub async fn next(&mut self) {
+        self.next_within(None).await
+    }
+
+    /// As [`Triggers::next`], but also wakes after `wake` when that comes before the resync
+    /// (a deadline, backoff or schedule time the loop is waiting for).
+    pub async fn next_within(&mut self, wake: Option<Duration>) {
+        let limit = wake.map_or(self.resync, |wake| wake.min(self.resync));
         let waits: Vec<_> = self
             .changes
             .iter_mut()
             .map(|changes| Box::pin(changes.changed()))
             .collect();
         if waits.is_empty() {
-            tokio::time::sleep(self.resync).await;
+            tokio::time::sleep(limit).await;
             return;
         }
-        match tokio::time::timeout(self.resync, futures::future::select_all(waits)).await {
+        match tokio::time::timeout(limit, futures::future::select_all(waits)).await {
             // A cache's watch ended (its informers are being dropped): do not spin.
             Ok((Err(_), _, _)) => tokio::time::sleep(self.resync).await,
             Ok((Ok(()), _, _)) | Err(_) => {}

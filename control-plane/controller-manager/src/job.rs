@@ -54,16 +54,7 @@ pub async fn run(informers: Arc<Informers>) {
     let mut wake: Option<Duration> = None;
     loop {
         // A Job's deadline, pod backoff or TTL may fall before the next change or resync.
-        match wake {
-            Some(after) => {
-                tokio::select! {
-                    () = triggers.next() => {}
-                    () = tokio::time::sleep(after) => {}
-                }
-            }
-            None => triggers.next().await,
-        }
-        wake = None;
+        triggers.next_within(wake.take()).await;
         // Only with both caches filled: an empty pod cache would mean "create every pod".
         if jobs.is_ready() && pods.is_ready() {
             wake = controller.sync_all(&jobs, &pods).await;
