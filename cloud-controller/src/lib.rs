@@ -1,7 +1,26 @@
 //! Flotilla's cloud controller: the provider traits ([`provider`]), their AWS implementation
 //! ([`aws`], the only code that links the AWS SDK), and the per-cluster controllers that run
-//! as pure API clients of the tenant API, beside the scheduler and the controller-manager.
+//! as pure API clients of the tenant API, beside the scheduler and the controller-manager:
+//! nodes ([`node`]), `type: LoadBalancer` Services ([`service`]), EBS volumes ([`volume`]) and
+//! node pools ([`nodepool`], driven by the hosted service's records).
 
 pub mod aws;
 pub mod config;
+pub mod node;
 pub mod provider;
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::config::CloudSettings;
+use crate::provider::Cloud;
+
+/// Runs every cloud controller of one cluster until the task is dropped (upstream's
+/// cloud-controller-manager): they are joined here, not spawned, so dropping stops them all.
+pub async fn run(client: kube::Client, cloud: Arc<dyn Cloud>, settings: Arc<CloudSettings>) {
+    let _ = &settings;
+    let controllers: Vec<BoxFuture<'static, ()>> = vec![node::run(client, cloud).boxed()];
+    futures::future::join_all(controllers).await;
+}

@@ -657,3 +657,161 @@ impl Serve {
         }
     }
 }
+
+/// LocalStack (EC2, EBS, ELBv2 from moto) on a free loopback port, installed and started by
+/// `tests/localstack/` (which needs only PyPI); stopped when dropped.
+pub struct LocalStack {
+    dir: tempfile::TempDir,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// `http://127.0.0.1:PORT`, the endpoint override of a cluster's `cloud` section.
+    pub endpoint: String,
+}
+
+/// A VPC with one subnet in each of two zones, tagged for load balancers.
+#[derive(Debug, Clone)]
+pub struct AwsNetwork {
+    /// The VPC.
+    pub vpc_id: String,
+    /// Subnets in `us-east-1a` and `us-east-1b`.
+    pub subnet_ids: Vec<String>,
+}
+
+fn localstack_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("localstack")
+        .join(name)
+}
+
+impl LocalStack {
+    /// Installs LocalStack when missing (a no-op when up to date) and starts it.
+    pub fn start() -> anyhow::Result<Self> {
+        let install = Command::new(localstack_script("install"))
+            .output()
+            .context("running tests/localstack/install")?;
+        if !install.status.success() {
+            bail!(
+                "LocalStack is not installed and tests/localstack/install failed: {}{}",
+                String::from_utf8_lossy(&install.stdout),
+                String::from_utf8_lossy(&install.stderr)
+            );
+        }
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let localstack = LocalStack {
+            dir,
+            port,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        localstack.resume()?;
+        Ok(localstack)
+    }
+
+    /// Starts it again after [`LocalStack::pause`], on the same port (its state is kept only
+    /// in memory, so use this only for faults between calls, not to keep resources).
+    pub fn resume(&self) -> anyhow::Result<()> {
+        let started = Command::new(localstack_script("start"))
+            .arg(self.dir.path())
+            .arg(self.port.to_string())
+            .output()
+            .context("running tests/localstack/start")?;
+        if !started.status.success() {
+            bail!(
+                "LocalStack did not start: {}{}",
+                String::from_utf8_lossy(&started.stdout),
+                String::from_utf8_lossy(&started.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops it.
+    pub fn pause(&self) {
+        let _ = Command::new(localstack_script("stop"))
+            .arg(self.dir.path())
+            .output();
+    }
+
+    /// One AWS call (`ec2`, `describe_instances`, keyword arguments) through boto3; an AWS
+    /// error is `Ok(Err((code, message)))`.
+    pub fn try_call(
+        &self,
+        service: &str,
+        operation: &str,
+        arguments: serde_json::Value,
+    ) -> anyhow::Result<Result<serde_json::Value, (String, String)>> {
+        let output = Command::new(localstack_script("aws"))
+            .arg(self.port.to_string())
+            .arg(service)
+            .arg(operation)
+            .arg(arguments.to_string())
+            .output()
+            .context("running tests/localstack/aws")?;
+        let answer: serde_json::Value =
+            serde_json::from_slice(&output.stdout).with_context(|| {
+                format!(
+                    "{service} {operation} printed no JSON: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                )
+            })?;
+        if let Some(error) = answer.get("Error") {
+            let text = |field: &str| error[field].as_str().unwrap_or_default().to_string();
+            return Ok(Err((text("Code"), text("Message"))));
+        }
+        Ok(Ok(answer))
+    }
+
+    /// As [`LocalStack::try_call`], an AWS error being a test failure.
+    pub fn call(
+        &self,
+        service: &str,
+        operation: &str,
+        arguments: serde_json::Value,
+    ) -> anyhow::Result<serde_json::Value> {
+        match self.try_call(service, operation, arguments)? {
+            Ok(answer) => Ok(answer),
+            Err((code, message)) => bail!("{service} {operation}: {code}: {message}"),
+        }
+    }
+
+    /// A VPC `10.77.0.0/16` with subnets in `us-east-1a` and `us-east-1b`, both tagged
+    /// `kubernetes.io/role/elb=1` (upstream's subnet discovery tag for public load balancers).
+    pub fn network(&self) -> anyhow::Result<AwsNetwork> {
+        let vpc = self.call(
+            "ec2",
+            "create_vpc",
+            serde_json::json!({"CidrBlock": "10.77.0.0/16"}),
+        )?;
+        let vpc_id = vpc["Vpc"]["VpcId"]
+            .as_str()
+            .context("create_vpc answered no VpcId")?
+            .to_string();
+        let mut subnet_ids = Vec::new();
+        for (index, zone) in ["us-east-1a", "us-east-1b"].iter().enumerate() {
+            let subnet = self.call(
+                "ec2",
+                "create_subnet",
+                serde_json::json!({
+                    "VpcId": vpc_id,
+                    "CidrBlock": format!("10.77.{}.0/24", index + 1),
+                    "AvailabilityZone": zone,
+                    "TagSpecifications": [{"ResourceType": "subnet", "Tags": [
+                        {"Key": "kubernetes.io/role/elb", "Value": "1"}]}],
+                }),
+            )?;
+            subnet_ids.push(
+                subnet["Subnet"]["SubnetId"]
+                    .as_str()
+                    .context("create_subnet answered no SubnetId")?
+                    .to_string(),
+            );
+        }
+        Ok(AwsNetwork { vpc_id, subnet_ids })
+    }
+}
+
+impl Drop for LocalStack {
+    fn drop(&mut self) {
+        self.pause();
+    }
+}

@@ -2,6 +2,7 @@
 //! commands (`account`, `cluster`, `nodepool`).
 
 pub mod client;
+mod cloud;
 mod commands;
 mod inprocess;
 mod placement;
@@ -55,6 +56,10 @@ pub enum Command {
     /// The controllers against any cluster (leader-elected on
     /// kube-system/kube-controller-manager).
     ControllerManager(StandaloneArgs),
+    /// The cloud controllers (nodes, load balancers, volumes) against any cluster, on AWS or
+    /// an endpoint override such as LocalStack (leader-elected on
+    /// kube-system/cloud-controller-manager).
+    CloudController(CloudControllerArgs),
     /// Simulated nodes (kwok-style) for tests and benchmarks: registers nodes, heartbeats,
     /// and runs the pods bound to them. Not the real kubelet.
     SimulateNodes(SimulateArgs),
@@ -78,6 +83,33 @@ pub struct StandaloneArgs {
     /// This replica's name in the Lease (default: host name and process id).
     #[arg(long)]
     pub identity: Option<String>,
+}
+
+/// `flotilla cloud-controller`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CloudControllerArgs {
+    /// The cluster and who runs its loops.
+    #[command(flatten)]
+    pub standalone: StandaloneArgs,
+    /// The cluster's id in resource tags (`kubernetes.io/cluster/<id>=owned`).
+    #[arg(long)]
+    pub cluster_id: String,
+    /// Cloud region.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    pub region: String,
+    /// Endpoint of every cloud API instead of the region's (e.g. LocalStack's).
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    pub endpoint_override: Option<String>,
+    /// The cluster's VPC.
+    #[arg(long)]
+    pub vpc_id: Option<String>,
+    /// The cluster's subnets (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub subnet_ids: Vec<String>,
+    /// A role to assume for every call (credentials otherwise come from the environment, as
+    /// the AWS CLI finds them).
+    #[arg(long)]
+    pub role_arn: Option<String>,
 }
 
 /// `flotilla simulate-nodes`.
@@ -393,6 +425,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster { client, command } => commands::cluster(&client, command).await,
         Command::Nodepool { client, command } => commands::node_pool(&client, command).await,
         Command::SimulateNodes(args) => simulator::run(args).await,
+        Command::CloudController(args) => cloud::standalone(args).await,
         Command::Scheduler(args) => {
             standalone::run(args, "kube-scheduler", flotilla_scheduler::run).await
         }
