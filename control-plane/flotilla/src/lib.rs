@@ -54,7 +54,7 @@ pub enum Command {
     Scheduler(StandaloneArgs),
     /// The controllers against any cluster (leader-elected on
     /// kube-system/kube-controller-manager).
-    ControllerManager(StandaloneArgs),
+    ControllerManager(ControllerManagerArgs),
     /// Simulated nodes (kwok-style) for tests and benchmarks: registers nodes, heartbeats,
     /// and runs the pods bound to them. Not the real kubelet.
     SimulateNodes(SimulateArgs),
@@ -78,6 +78,25 @@ pub struct StandaloneArgs {
     /// This replica's name in the Lease (default: host name and process id).
     #[arg(long)]
     pub identity: Option<String>,
+}
+
+/// `flotilla controller-manager`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerManagerArgs {
+    /// The cluster and this replica.
+    #[command(flatten)]
+    pub standalone: StandaloneArgs,
+    /// The CA certificate (PEM) approved certificate signing requests are signed with (with
+    /// --cluster-signing-key-file; without both, requests are approved but not signed).
+    #[arg(long, requires = "cluster_signing_key_file")]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// The CA's private key (PEM).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest certificate the signer issues, in seconds (upstream's
+    /// --cluster-signing-duration, one year).
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    pub cluster_signing_duration_seconds: u64,
 }
 
 /// `flotilla simulate-nodes`.
@@ -397,9 +416,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             standalone::run(args, "kube-scheduler", flotilla_scheduler::run).await
         }
         Command::ControllerManager(args) => {
-            let root_ca = standalone::cluster_ca_pem(&args.kubeconfig)?;
-            standalone::run(args, "kube-controller-manager", move |client| {
-                flotilla_controller_manager::run(client, root_ca.clone())
+            let config = standalone::controller_manager_config(&args)?;
+            standalone::run(args.standalone, "kube-controller-manager", move |client| {
+                flotilla_controller_manager::run(client, config.clone())
             })
             .await
         }
