@@ -4,6 +4,8 @@
 pub mod client;
 mod commands;
 mod inprocess;
+mod join;
+pub mod nodeconfig;
 mod placement;
 mod service;
 mod simulator;
@@ -99,12 +101,32 @@ pub struct ControllerManagerArgs {
     pub cluster_signing_duration_seconds: u64,
 }
 
-/// `flotilla simulate-nodes`.
+/// `flotilla simulate-nodes`: `--kubeconfig` runs `--count` nodes with that (admin)
+/// credential; `--node-config` joins one node the kubelet's way (bootstrap token →
+/// CertificateSigningRequest → its own `system:node:<name>` credential).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
     /// The cluster's kubeconfig (an admin's).
-    #[arg(long)]
-    pub kubeconfig: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "node_config",
+        conflicts_with = "node_config"
+    )]
+    pub kubeconfig: Option<PathBuf>,
+    /// A node bootstrap document (`node.flotilla.dev/v1alpha1` NodeConfig, YAML or JSON): join
+    /// one node with its bootstrap token.
+    #[arg(long, requires_all = ["node_name", "node_ip", "cert_dir"])]
+    pub node_config: Option<PathBuf>,
+    /// The joining node's name (from its instance metadata).
+    #[arg(long, requires = "node_config")]
+    pub node_name: Option<String>,
+    /// The joining node's InternalIP (from its instance metadata).
+    #[arg(long, requires = "node_config")]
+    pub node_ip: Option<std::net::IpAddr>,
+    /// Where the joining node keeps its key and signed certificate
+    /// (`kubelet-client-current.pem`), reused on restart while valid.
+    #[arg(long, requires = "node_config")]
+    pub cert_dir: Option<PathBuf>,
     /// How many nodes.
     #[arg(long, default_value_t = 3)]
     pub count: usize,
