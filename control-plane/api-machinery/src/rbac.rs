@@ -1805,6 +1805,47 @@ pub fn bootstrap_cluster_role_bindings() -> Vec<ClusterRoleBinding> {
     ]
 }
 
+/// The group every bootstrap token's user is in (`system:bootstrap:<id>`).
+pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+
+/// kubeadm's bindings for joining nodes (`cmd/kubeadm/app/phases/bootstraptoken/node`): bootstrap
+/// token users may create CertificateSigningRequests (`kubeadm:kubelet-bootstrap`) that the
+/// approver signs off as node client certificates (`kubeadm:node-autoapprove-bootstrap`), and
+/// nodes may renew their own (`kubeadm:node-autoapprove-certificate-rotation`). kubeadm binds
+/// the token group `system:bootstrappers:kubeadm:default-node-token`; these bind every
+/// bootstrap token's `system:bootstrappers`. Not labelled as upstream's bootstrap policy.
+pub fn node_bootstrap_cluster_role_bindings() -> Vec<ClusterRoleBinding> {
+    let binding = |name: &str, role: &str, group: &str| ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: GROUP_NAME.to_string(),
+            kind: "ClusterRole".to_string(),
+            name: role.to_string(),
+        },
+        subjects: Some(vec![rbac_subject(GROUP_KIND, group)]),
+    };
+    vec![
+        binding(
+            "kubeadm:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            BOOTSTRAPPERS_GROUP,
+        ),
+        binding(
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            BOOTSTRAPPERS_GROUP,
+        ),
+        binding(
+            "kubeadm:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            NODES_GROUP,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1994,6 +2035,56 @@ mod tests {
         assert_eq!(
             reason,
             r#"RBAC: allowed by RoleBinding "reader-view/team" of ClusterRole "view" to ServiceAccount "reader/team""#
+        );
+    }
+
+    #[test]
+    fn bootstrap_tokens_may_request_node_client_certificates() {
+        let mut policy = bootstrap_policy();
+        policy
+            .cluster_role_bindings
+            .extend(node_bootstrap_cluster_role_bindings());
+        let token = UserInfo::new(
+            "system:bootstrap:abcdef",
+            &[BOOTSTRAPPERS_GROUP, ALL_AUTHENTICATED],
+        );
+        let csr = |user: &UserInfo, verb: &str, subresource: &str| Attributes {
+            user: user.clone(),
+            verb: verb.into(),
+            api_group: CERTIFICATES_GROUP.into(),
+            resource: "certificatesigningrequests".into(),
+            subresource: subresource.into(),
+            resource_request: true,
+            ..Default::default()
+        };
+        for (verb, sub) in [
+            ("create", ""),
+            ("get", ""),
+            ("watch", ""),
+            ("create", "nodeclient"),
+        ] {
+            assert_eq!(
+                policy.authorize(&csr(&token, verb, sub)).0,
+                Decision::Allow,
+                "{verb} {sub}"
+            );
+        }
+        assert_ne!(
+            policy.authorize(&csr(&token, "create", "selfnodeclient")).0,
+            Decision::Allow
+        );
+        assert_ne!(
+            policy.authorize(&csr(&token, "delete", "")).0,
+            Decision::Allow
+        );
+        let node = UserInfo::new("system:node:n1", &[NODES_GROUP, ALL_AUTHENTICATED]);
+        assert_eq!(
+            policy.authorize(&csr(&node, "create", "selfnodeclient")).0,
+            Decision::Allow
+        );
+        assert_ne!(
+            policy.authorize(&csr(&node, "create", "nodeclient")).0,
+            Decision::Allow
         );
     }
 

@@ -67,6 +67,15 @@ fn subresources(
         out.push(("binding", "", "v1", "Binding", vec!["create"]));
         out.push(("eviction", "policy", "v1", "Eviction", vec!["create"]));
     }
+    if resource.kind == "CertificateSigningRequest" {
+        out.push((
+            "approval",
+            resource.group,
+            resource.version,
+            resource.kind,
+            read_write(),
+        ));
+    }
     if resource.kind == "Namespace" {
         out.push(("finalize", "", "v1", "Namespace", vec!["update"]));
     }

@@ -124,6 +124,7 @@ impl Call {
             field_validation,
             field_manager,
             apply: false,
+            user: Some(self.user.clone()),
         })
     }
 
@@ -437,7 +438,7 @@ async fn resource_request(
             let list = json!({"kind": resource.list_kind, "apiVersion": resource.api_version(), "metadata": metadata, "items": page.items});
             respond(StatusCode::OK, list, &[])
         }
-        (&Method::GET, Some(name), None | Some("status")) => {
+        (&Method::GET, Some(name), None | Some("status") | Some("approval")) => {
             check_subresource(resource, target.subresource)?;
             let read_at = ReadAt::parse(call.param("resourceVersion"), None)?;
             let obj = store
@@ -509,14 +510,22 @@ async fn resource_request(
             &resource.group_resource(),
             "create",
         )),
-        (&Method::PUT, Some(name), sub @ (None | Some("status") | Some("finalize"))) => {
+        (
+            &Method::PUT,
+            Some(name),
+            sub @ (None | Some("status") | Some("finalize") | Some("approval")),
+        ) => {
             check_subresource(resource, sub)?;
             let body = call.body_json()?;
             let options = call.write_options()?;
             let target_part = match sub {
                 Some("status") => UpdateTarget::Status,
+                Some("approval") => UpdateTarget::Approval,
                 _ => UpdateTarget::Main,
             };
+            if target_part == UpdateTarget::Approval {
+                admit_approval(server, state, resource, name, &call.user).await?;
+            }
             let mut warnings = Vec::new();
             let finalize = sub == Some("finalize");
             let updated = store
@@ -574,13 +583,16 @@ async fn resource_request(
             )
             .await
         }
-        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
+        (&Method::PATCH, Some(name), sub @ (None | Some("status") | Some("approval"))) => {
             check_subresource(resource, sub)?;
-            let target_part = if sub == Some("status") {
-                UpdateTarget::Status
-            } else {
-                UpdateTarget::Main
+            let target_part = match sub {
+                Some("status") => UpdateTarget::Status,
+                Some("approval") => UpdateTarget::Approval,
+                _ => UpdateTarget::Main,
             };
+            if target_part == UpdateTarget::Approval {
+                admit_approval(server, state, resource, name, &call.user).await?;
+            }
             patch_request(
                 server,
                 tenant,
@@ -698,10 +710,28 @@ fn plain_with(code: StatusCode, value: &Value) -> Result<Response, ApiError> {
     Ok(json_response(code, "application/json", value, &[]))
 }
 
+/// `certificateapproval` admission for an update of `name`'s approval: the stored request's
+/// signer (its spec never changes) decides what the user must be allowed.
+async fn admit_approval(
+    server: &ApiServer,
+    state: &TenantState,
+    resource: &ResourceInfo,
+    name: &str,
+    user: &crate::authn::UserInfo,
+) -> Result<(), ApiError> {
+    let current = server
+        .store
+        .get(&state.tenant, resource, "", name, ReadAt::Latest)
+        .await?;
+    crate::certificates::admit_approval(server, state, user, &resource.group_resource(), &current)
+        .await
+}
+
 fn check_subresource(resource: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {
     match sub {
         None => Ok(()),
         Some("status") if resource.status_subresource => Ok(()),
+        Some("approval") if resource.kind == "CertificateSigningRequest" => Ok(()),
         Some("finalize") if resource.kind == "Namespace" => Ok(()),
         Some(_) => Err(ApiError::no_such_path()),
     }

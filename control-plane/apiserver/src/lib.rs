@@ -8,6 +8,7 @@
 pub mod allocator;
 pub mod authn;
 pub mod authz;
+pub mod certificates;
 pub mod discovery;
 pub mod error;
 pub mod eviction;

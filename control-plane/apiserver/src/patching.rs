@@ -132,7 +132,7 @@ fn apply_options(
     match target {
         UpdateTarget::Main if resource.status_subresource => ignored.insert(&field("status")),
         UpdateTarget::Main => {}
-        UpdateTarget::Status => {
+        UpdateTarget::Status | UpdateTarget::Approval => {
             let names = top_level_fields
                 .iter()
                 .filter_map(|v| v.as_object())
@@ -149,10 +149,10 @@ fn apply_options(
         now: meta::now_rfc3339(),
         schema: PatchMeta::for_kind(resource.kind).unwrap_or_default(),
         ignored,
-        subresource: if target == UpdateTarget::Status {
-            "status".into()
-        } else {
-            String::new()
+        subresource: match target {
+            UpdateTarget::Main => String::new(),
+            UpdateTarget::Status => "status".into(),
+            UpdateTarget::Approval => "approval".into(),
         },
     }
 }

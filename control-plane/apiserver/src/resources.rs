@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::FieldError;
+use crate::store::UpdateTarget;
 use crate::strategies;
 use crate::table::Column;
 
@@ -36,8 +37,24 @@ pub trait Strategy: Send + Sync {
     /// `PrepareForCreate`: clear or set fields the client may not choose.
     fn prepare_for_create(&self, _obj: &mut Value) {}
 
+    /// The part of `PrepareForCreate` that reads the request's user from its context (a
+    /// CertificateSigningRequest records its requester); runs after [`Strategy::prepare_for_create`].
+    fn prepare_for_create_by(
+        &self,
+        _obj: &mut Value,
+        _user: &flotilla_api_machinery::rbac::UserInfo,
+    ) {
+    }
+
     /// `PrepareForUpdate`: carry over fields the client may not change through this endpoint.
     fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
+
+    /// `PrepareForUpdate` of the strategy serving `target` (a kind whose subresources have
+    /// strategies of their own, as upstream's CSR status and approval strategies); by default
+    /// [`Strategy::prepare_for_update`] for every target.
+    fn prepare_for_update_to(&self, _target: UpdateTarget, new: &mut Value, old: &Value) {
+        self.prepare_for_update(new, old)
+    }
 
     /// Fill in upstream defaults (the `SetDefaults_*` functions).
     fn default(&self, _obj: &mut Value) {}
@@ -50,6 +67,16 @@ pub trait Strategy: Send + Sync {
     /// `ValidateUpdate`; defaults to the create validation.
     fn validate_update(&self, new: &Value, _old: &Value) -> Vec<FieldError> {
         self.validate(new)
+    }
+
+    /// `ValidateUpdate` of the strategy serving `target`; by default [`Strategy::validate_update`].
+    fn validate_update_to(
+        &self,
+        _target: UpdateTarget,
+        new: &Value,
+        old: &Value,
+    ) -> Vec<FieldError> {
+        self.validate_update(new, old)
     }
 
     /// Field selector labels beyond `metadata.name` / `metadata.namespace` (`GetAttrs`); a
@@ -293,9 +320,10 @@ impl Resources {
         use k8s_openapi::api::{
             apps::v1 as apps, authentication::v1 as authentication,
             authorization::v1 as authorization, autoscaling::v2 as autoscaling, batch::v1 as batch,
-            coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-            events::v1 as events, networking::v1 as networking, policy::v1 as policy,
-            rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+            certificates::v1 as certificates, coordination::v1 as coordination, core::v1 as core,
+            discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
+            policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+            storage::v1 as storage,
         };
         use strategies as s;
         let all_cat: &'static [&'static str] = &["all"];
@@ -415,6 +443,10 @@ impl Resources {
             ),
             define::<storage::CSIDriver>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<storage::CSINode>(PLAIN, Box::new(s::DefaultStrategy)),
+            define::<certificates::CertificateSigningRequest>(
+                status_only(&["csr"], false),
+                Box::new(crate::certificates::CertificateSigningRequestStrategy),
+            ),
             define::<scheduling::PriorityClass>(short(&["pc"]), Box::new(s::DefaultStrategy)),
             define::<rbac::Role>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),

@@ -93,6 +93,9 @@ pub struct WriteOptions {
     pub field_manager: String,
     /// The write is a server-side apply, whose ownership is already computed.
     pub apply: bool,
+    /// Who writes (the request context's user), for strategies that record it; `None` for
+    /// the server's own writes.
+    pub user: Option<flotilla_api_machinery::rbac::UserInfo>,
 }
 
 /// `resourceVersion` + `resourceVersionMatch` of a get or list.
@@ -478,6 +481,9 @@ impl Store {
             meta::remove_at(&mut obj, &["status"]);
         }
         resource.strategy.prepare_for_create(&mut obj);
+        if let Some(user) = &options.user {
+            resource.strategy.prepare_for_create_by(&mut obj, user);
+        }
         resource.strategy.default(&mut obj);
         // An apply's ownership was computed by the apply itself.
         if !options.apply {
@@ -857,7 +863,7 @@ impl Store {
                     }
                 }
             }
-            UpdateTarget::Status => {
+            UpdateTarget::Status | UpdateTarget::Approval => {
                 // Only status (and labels/annotations, as ResetObjectMetaForStatus allows) move.
                 let mut next = current.clone();
                 match new.get("status") {
@@ -918,7 +924,9 @@ impl Store {
                 ));
             }
         }
-        resource.strategy.prepare_for_update(&mut new, current);
+        resource
+            .strategy
+            .prepare_for_update_to(subresource, &mut new, current);
         resource.strategy.default(&mut new);
         let mut new = self.canonicalize(resource, new, options.field_validation, warnings)?;
         // Upstream's status strategies never bump generation, even when they carry an
@@ -935,7 +943,9 @@ impl Store {
             resource,
             &new,
             false,
-            resource.strategy.validate_update(&new, current),
+            resource
+                .strategy
+                .validate_update_to(subresource, &new, current),
         )?;
         // An apply's ownership was computed by the apply itself.
         if !options.apply {
@@ -1125,6 +1135,8 @@ pub enum UpdateTarget {
     Main,
     /// The `/status` subresource: only status changes.
     Status,
+    /// A CertificateSigningRequest's `/approval`: only its Approved/Denied conditions change.
+    Approval,
 }
 
 /// Side effects of creating and deleting certain kinds (service IP and port allocation).

@@ -50,8 +50,10 @@ pub struct TenantRecord {
 }
 
 /// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
-/// ServiceAccounts, `kube-root-ca.crt` ConfigMaps and the `kubernetes` endpoints. A cluster below it is brought up to date on its next request.
-pub const BOOTSTRAP_VERSION: u32 = 1;
+/// ServiceAccounts, `kube-root-ca.crt` ConfigMaps and the `kubernetes` endpoints; 2 the
+/// kubeadm-style node bootstrap bindings (bootstrap tokens request node client certificates,
+/// nodes renew their own). A cluster below it is brought up to date on its next request.
+pub const BOOTSTRAP_VERSION: u32 = 2;
 
 /// A loaded tenant: where its keys are and how its clients are authenticated.
 pub struct TenantState {
@@ -458,7 +460,11 @@ async fn bootstrap_objects(server: &crate::ApiServer, tenant: &Tenant) -> Result
             obj["kind"] = json!("ClusterRole");
             writes.push((roles, "", obj));
         }
-        for binding in flotilla_api_machinery::rbac::bootstrap_cluster_role_bindings() {
+        let node_bootstrap = flotilla_api_machinery::rbac::node_bootstrap_cluster_role_bindings();
+        for binding in flotilla_api_machinery::rbac::bootstrap_cluster_role_bindings()
+            .into_iter()
+            .chain(node_bootstrap)
+        {
             let mut obj = serde_json::to_value(&binding).map_err(ApiError::internal)?;
             obj["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
             obj["kind"] = json!("ClusterRoleBinding");

@@ -3,6 +3,7 @@
 //! them per tenant on the in-process transport; `flotilla controller-manager` runs them
 //! against any kubeconfig.
 
+pub mod certificates;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
@@ -27,11 +28,24 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use informers::Informers;
 
+/// What the controllers of one cluster are given at start.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// What the root-CA publisher publishes (`kube-root-ca.crt`).
+    pub root_ca_pem: String,
+    /// The CA `csrsigning` signs approved requests with; without it the signer does not run.
+    pub cluster_signing: Option<certificates::ClusterSigning>,
+}
+
 /// Runs every controller of one cluster until the task is aborted: aborting drops every loop
 /// and watch, since they are joined here rather than spawned.
-pub async fn run(client: kube::Client, root_ca_pem: String) {
+pub async fn run(client: kube::Client, config: Config) {
+    let Config {
+        root_ca_pem,
+        cluster_signing,
+    } = config;
     let informers = Informers::new(client.clone());
-    let controllers: Vec<BoxFuture<'static, ()>> = vec![
+    let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
         namespace::run(client, root_ca_pem).boxed(),
         replicaset::run(informers.clone()).boxed(),
         deployment::run(informers.clone()).boxed(),
@@ -45,6 +59,10 @@ pub async fn run(client: kube::Client, root_ca_pem: String) {
         cronjob::run(informers.clone()).boxed(),
         statefulset::run(informers.clone()).boxed(),
         daemonset::run(informers.clone()).boxed(),
+        certificates::run_approver(informers.clone()).boxed(),
     ];
+    if let Some(ca) = cluster_signing {
+        controllers.push(certificates::run_signer(informers.clone(), ca).boxed());
+    }
     futures::future::join_all(controllers).await;
 }

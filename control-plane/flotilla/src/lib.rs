@@ -5,6 +5,8 @@ pub mod client;
 mod cloud;
 mod commands;
 mod inprocess;
+mod join;
+pub mod nodeconfig;
 mod placement;
 mod service;
 mod simulator;
@@ -55,7 +57,7 @@ pub enum Command {
     Scheduler(StandaloneArgs),
     /// The controllers against any cluster (leader-elected on
     /// kube-system/kube-controller-manager).
-    ControllerManager(StandaloneArgs),
+    ControllerManager(ControllerManagerArgs),
     /// The cloud controllers (nodes, load balancers, volumes) against any cluster, on AWS or
     /// an endpoint override such as LocalStack (leader-elected on
     /// kube-system/cloud-controller-manager).
@@ -112,12 +114,51 @@ pub struct CloudControllerArgs {
     pub role_arn: Option<String>,
 }
 
-/// `flotilla simulate-nodes`.
+/// `flotilla controller-manager`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerManagerArgs {
+    /// The cluster and this replica.
+    #[command(flatten)]
+    pub standalone: StandaloneArgs,
+    /// The CA certificate (PEM) approved certificate signing requests are signed with (with
+    /// --cluster-signing-key-file; without both, requests are approved but not signed).
+    #[arg(long, requires = "cluster_signing_key_file")]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// The CA's private key (PEM).
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest certificate the signer issues, in seconds (upstream's
+    /// --cluster-signing-duration, one year).
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    pub cluster_signing_duration_seconds: u64,
+}
+
+/// `flotilla simulate-nodes`: `--kubeconfig` runs `--count` nodes with that (admin)
+/// credential; `--node-config` joins one node the kubelet's way (bootstrap token →
+/// CertificateSigningRequest → its own `system:node:<name>` credential).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
     /// The cluster's kubeconfig (an admin's).
-    #[arg(long)]
-    pub kubeconfig: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "node_config",
+        conflicts_with = "node_config"
+    )]
+    pub kubeconfig: Option<PathBuf>,
+    /// A node bootstrap document (`node.flotilla.dev/v1alpha1` NodeConfig, YAML or JSON): join
+    /// one node with its bootstrap token.
+    #[arg(long, requires_all = ["node_name", "node_ip", "cert_dir"])]
+    pub node_config: Option<PathBuf>,
+    /// The joining node's name (from its instance metadata).
+    #[arg(long, requires = "node_config")]
+    pub node_name: Option<String>,
+    /// The joining node's InternalIP (from its instance metadata).
+    #[arg(long, requires = "node_config")]
+    pub node_ip: Option<std::net::IpAddr>,
+    /// Where the joining node keeps its key and signed certificate
+    /// (`kubelet-client-current.pem`), reused on restart while valid.
+    #[arg(long, requires = "node_config")]
+    pub cert_dir: Option<PathBuf>,
     /// How many nodes.
     #[arg(long, default_value_t = 3)]
     pub count: usize,
@@ -430,9 +471,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             standalone::run(args, "kube-scheduler", flotilla_scheduler::run).await
         }
         Command::ControllerManager(args) => {
-            let root_ca = standalone::cluster_ca_pem(&args.kubeconfig)?;
-            standalone::run(args, "kube-controller-manager", move |client| {
-                flotilla_controller_manager::run(client, root_ca.clone())
+            let config = standalone::controller_manager_config(&args)?;
+            standalone::run(args.standalone, "kube-controller-manager", move |client| {
+                flotilla_controller_manager::run(client, config.clone())
             })
             .await
         }

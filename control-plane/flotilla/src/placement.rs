@@ -81,11 +81,26 @@ pub fn spawn(server: Arc<ApiServer>, router: Router, config: PlacementConfig) ->
             for (id, held) in outcomes {
                 if held {
                     held_now.push(id.clone());
-                    running.entry(id.clone()).or_insert_with(|| {
-                        tracing::info!(cluster = %id, replica = %config.identity, "running the cluster's control loops");
-                        let client = crate::inprocess::client(router.clone(), &id, controller_user());
-                        tokio::spawn(cluster_loops(client, config.root_ca_pem.clone()))
+                    if running.contains_key(&id) {
+                        continue;
+                    }
+                    // The cluster's own client CA signs its nodes' certificates, as the
+                    // kube-controller-manager's --cluster-signing-cert-file does upstream.
+                    let cluster_signing = server.tenants.get(&id).await.map(|tenant| {
+                        flotilla_controller_manager::certificates::ClusterSigning {
+                            cert_pem: tenant.record.client_ca.cert_pem.clone(),
+                            key_pem: tenant.record.client_ca.key_pem.clone(),
+                            max_duration:
+                                flotilla_controller_manager::certificates::DEFAULT_MAX_DURATION,
+                        }
                     });
+                    tracing::info!(cluster = %id, replica = %config.identity, "running the cluster's control loops");
+                    let client = crate::inprocess::client(router.clone(), &id, controller_user());
+                    let controllers = flotilla_controller_manager::Config {
+                        root_ca_pem: config.root_ca_pem.clone(),
+                        cluster_signing,
+                    };
+                    running.insert(id.clone(), tokio::spawn(cluster_loops(client, controllers)));
                 }
             }
             running.retain(|id, task| {
@@ -165,9 +180,9 @@ fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::E
 
 /// Everything that runs per cluster on the replica holding its lease: the controllers and the
 /// scheduler, joined so that aborting the task stops them all.
-async fn cluster_loops(client: kube::Client, root_ca_pem: String) {
+async fn cluster_loops(client: kube::Client, controllers: flotilla_controller_manager::Config) {
     futures::future::join(
-        flotilla_controller_manager::run(client.clone(), root_ca_pem),
+        flotilla_controller_manager::run(client.clone(), controllers),
         flotilla_scheduler::run(client),
     )
     .await;

@@ -2,7 +2,8 @@
 //! kube-rs client of any cluster. It registers nodes with capacity, keeps their Leases and
 //! Ready conditions fresh, runs pods bound to them (Running and Ready at once, Job pods
 //! Succeeded), and finishes the graceful deletion of their pods as a kubelet would. It is not
-//! the real kubelet (that lives in `node-image/`).
+//! the real kubelet (that lives in `node-image/`). With `--node-config` it joins one node the
+//! kubelet's way first ([`crate::join`]) and then acts as that node's own identity.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,29 +27,40 @@ const STATUS_REFRESH: Duration = Duration::from_secs(60);
 /// The field manager of everything the simulator writes.
 const MANAGER: &str = "flotilla-simulate-nodes";
 
+/// One simulated node: what it registers as.
+#[derive(Debug, Clone)]
+pub struct SimNode {
+    /// The Node's name.
+    pub name: String,
+    /// Its InternalIP (also the hostIP of its pods).
+    pub ip: String,
+    /// Labels beyond the simulator's own (kubelet `--node-labels`).
+    pub labels: BTreeMap<String, String>,
+    /// Taints it registers with (kubelet `--register-with-taints`).
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+}
+
 /// Runs the simulator until Ctrl-C.
 pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let kubeconfig = std::fs::read_to_string(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::from_yaml(&kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .context("the kubeconfig is not usable")?;
-    let client = kube::Client::try_from(config)?;
-    let names: Vec<String> = (0..args.count)
-        .map(|i| format!("{}-{i}", args.prefix))
-        .collect();
-    for (index, name) in names.iter().enumerate() {
-        register(&client, name, index, &args).await?;
+    let (client, nodes, own_node) = match (&args.kubeconfig, &args.node_config) {
+        (_, Some(node_config)) => {
+            let (client, node) = crate::join::join(node_config, &args).await?;
+            let name = node.name.clone();
+            (client, vec![node], Some(name))
+        }
+        (Some(kubeconfig), None) => (admin_client(kubeconfig).await?, count_nodes(&args), None),
+        (None, None) => anyhow::bail!("either --kubeconfig or --node-config is required"),
+    };
+    for node in &nodes {
+        register(&client, node, &args).await?;
     }
     eprintln!(
         "{} simulated nodes registered; running their pods",
-        names.len()
+        nodes.len()
     );
-    let heartbeats = tokio::spawn(heartbeat(client.clone(), names.clone()));
-    let pods = tokio::spawn(run_pods(client, names));
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let heartbeats = tokio::spawn(heartbeat(client.clone(), names));
+    let pods = tokio::spawn(run_pods(client, nodes, own_node));
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         outcome = heartbeats => outcome.context("heartbeats stopped")?,
@@ -68,26 +80,49 @@ fn node_ip(index: usize) -> String {
     format!("10.250.{}.{}", index / 250, index % 250 + 1)
 }
 
-/// Creates (or refreshes) node `name` with its capacity and a Ready condition.
-async fn register(
-    client: &kube::Client,
-    name: &str,
-    index: usize,
-    args: &SimulateArgs,
-) -> anyhow::Result<()> {
+async fn admin_client(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let text = std::fs::read_to_string(kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&text)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("the kubeconfig is not usable")?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// `--count` nodes named `PREFIX-i`.
+fn count_nodes(args: &SimulateArgs) -> Vec<SimNode> {
+    (0..args.count)
+        .map(|i| SimNode {
+            name: format!("{}-{i}", args.prefix),
+            ip: node_ip(i),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        })
+        .collect()
+}
+
+/// Creates (or refreshes) `sim`'s Node with its capacity and a Ready condition.
+async fn register(client: &kube::Client, sim: &SimNode, args: &SimulateArgs) -> anyhow::Result<()> {
+    let name = sim.name.as_str();
     let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "node.kubernetes.io/instance-type": "flotilla-simulated",
-                "type": "simulated",
-            },
-        },
-    }))?;
+    let mut labels = json!({
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "flotilla-simulated",
+        "type": "simulated",
+    });
+    for (key, value) in &sim.labels {
+        labels[key] = json!(value);
+    }
+    let mut metadata = json!({"metadata": {"name": name, "labels": labels}});
+    if !sim.taints.is_empty() {
+        metadata["spec"] = json!({"taints": sim.taints});
+    }
+    let node: Node = serde_json::from_value(metadata)?;
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -97,7 +132,7 @@ async fn register(
     let status = json!({"status": {
         "capacity": resources,
         "allocatable": resources,
-        "addresses": [{"type": "InternalIP", "address": node_ip(index)}, {"type": "Hostname", "address": name}],
+        "addresses": [{"type": "InternalIP", "address": sim.ip}, {"type": "Hostname", "address": name}],
         "nodeInfo": {
             "kubeletVersion": "v1.33.0-flotilla-simulated",
             "kubeProxyVersion": "v1.33.0-flotilla-simulated",
@@ -189,16 +224,21 @@ async fn renew(leases: &Api<Lease>, name: &str) -> Result<(), kube::Error> {
 /// Pods handled at once (a real node's kubelet works on its pods concurrently too).
 const CONCURRENT_PODS: usize = 64;
 
-/// Watches every pod; those bound to a simulated node are run (or finished deleting).
-async fn run_pods(client: kube::Client, names: Vec<String>) -> anyhow::Result<()> {
+/// Watches every pod (only its own, as the kubelet does, when running as one node's
+/// identity); those bound to a simulated node are run (or finished deleting).
+async fn run_pods(
+    client: kube::Client,
+    nodes: Vec<SimNode>,
+    own_node: Option<String>,
+) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::all(client.clone());
-    let node_index: BTreeMap<String, usize> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.clone(), i))
-        .collect();
+    let node_index: BTreeMap<String, String> = nodes.into_iter().map(|n| (n.name, n.ip)).collect();
     let pod_count = std::sync::atomic::AtomicUsize::new(0);
-    watcher::watcher(pods, watcher::Config::default())
+    let mut config = watcher::Config::default();
+    if let Some(node) = own_node {
+        config = config.fields(&format!("spec.nodeName={node}"));
+    }
+    watcher::watcher(pods, config)
         .filter_map(|event| async {
             match event {
                 Ok(Event::Apply(pod) | Event::InitApply(pod)) => Some(pod),
@@ -213,11 +253,11 @@ async fn run_pods(client: kube::Client, names: Vec<String>) -> anyhow::Result<()
             let (client, node_index, pod_count) = (&client, &node_index, &pod_count);
             async move {
                 let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-                let Some(index) = node.as_ref().and_then(|n| node_index.get(n)) else {
+                let Some(host_ip) = node.as_ref().and_then(|n| node_index.get(n)) else {
                     return;
                 };
                 let count = pod_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if let Err(err) = step(client, &pod, *index, count).await {
+                if let Err(err) = step(client, &pod, host_ip, count).await {
                     tracing::info!(pod = ?pod.metadata.name, %err, "pod step failed; retried on its next event");
                 }
             }
@@ -230,7 +270,7 @@ async fn run_pods(client: kube::Client, names: Vec<String>) -> anyhow::Result<()
 async fn step(
     client: &kube::Client,
     pod: &Pod,
-    node_index: usize,
+    host_ip: &str,
     pod_count: usize,
 ) -> Result<(), kube::Error> {
     let (Some(name), Some(namespace)) = (&pod.metadata.name, &pod.metadata.namespace) else {
@@ -282,7 +322,7 @@ async fn step(
     let condition = |kind: &str, status: &str| json!({"type": kind, "status": status, "lastTransitionTime": now});
     let status = json!({"status": {
         "phase": target,
-        "hostIP": node_ip(node_index),
+        "hostIP": host_ip,
         "podIP": format!("10.244.{}.{}", pod_count / 250 % 250, pod_count % 250 + 1),
         "startTime": now,
         "conditions": [

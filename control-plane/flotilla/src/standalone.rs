@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::StandaloneArgs;
 use crate::placement::hold_lease;
+use crate::{ControllerManagerArgs, StandaloneArgs};
 
 /// Upstream's leader-election timings.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -30,6 +30,39 @@ pub fn cluster_ca_pem(kubeconfig: &std::path::Path) -> anyhow::Result<String> {
         .decode(data.trim())
         .context("the kubeconfig's certificate-authority-data is not base64")?;
     Ok(String::from_utf8(pem)?)
+}
+
+/// The controllers' configuration from `flotilla controller-manager`'s flags: the kubeconfig's
+/// CA for the root-CA publisher, and the signing CA when both files are given.
+pub fn controller_manager_config(
+    args: &ControllerManagerArgs,
+) -> anyhow::Result<flotilla_controller_manager::Config> {
+    let root_ca_pem = cluster_ca_pem(&args.standalone.kubeconfig)?;
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    };
+    let cluster_signing = match (
+        &args.cluster_signing_cert_file,
+        &args.cluster_signing_key_file,
+    ) {
+        (Some(cert), Some(key)) => {
+            Some(flotilla_controller_manager::certificates::ClusterSigning {
+                cert_pem: read(cert)?,
+                key_pem: read(key)?,
+                max_duration: Duration::from_secs(args.cluster_signing_duration_seconds),
+            })
+        }
+        _ => {
+            tracing::info!(
+                "no --cluster-signing-cert-file/--cluster-signing-key-file: the csrsigning controller does not run"
+            );
+            None
+        }
+    };
+    Ok(flotilla_controller_manager::Config {
+        root_ca_pem,
+        cluster_signing,
+    })
 }
 
 /// Runs `component`'s loops (built by `start` from a client) while holding its Lease.
