@@ -1,6 +1,7 @@
 //! Sans-IO Kubernetes API machinery for Flotilla: label and field selectors, name validation,
 //! JSON / merge / strategic-merge patches, server-side-apply field ownership and RBAC
-//! authorization (rule evaluation, aggregation, escalation checks, bootstrap policy).
+//! authorization (rule evaluation, aggregation, escalation checks, bootstrap policy), and the
+//! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read.
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
 //! so the apiserver (and anything else) can call it from any context and test it with tables.
@@ -10,6 +11,7 @@
 pub mod field;
 pub mod managed_fields;
 pub mod names;
+pub mod nodeconfig;
 pub mod patch;
 pub mod rbac;
 pub mod schema;

@@ -14,8 +14,8 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::SimulateArgs;
-use crate::nodeconfig::NodeConfig;
 use crate::simulator::SimNode;
+use flotilla_api_machinery::nodeconfig::NodeConfig;
 
 /// The certificate and key the node authenticates with (the kubelet's file name).
 const CURRENT_PAIR: &str = "kubelet-client-current.pem";
