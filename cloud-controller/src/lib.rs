@@ -7,9 +7,14 @@
 pub mod aws;
 pub mod config;
 pub mod node;
+pub mod nodepool;
 pub mod provider;
 
 use std::sync::Arc;
+
+/// The CSI driver name of the EBS volumes this controller provisions (the EBS CSI driver's,
+/// so StorageClasses written for EKS work unchanged).
+pub const EBS_DRIVER: &str = "ebs.csi.aws.com";
 
 use futures::FutureExt;
 use futures::future::BoxFuture;

@@ -6,6 +6,8 @@ mod ebs;
 mod elb;
 mod instances;
 
+pub use instances::instance_id_from_provider_id;
+
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;

@@ -351,7 +351,7 @@ fn parse_taint(text: &str) -> anyhow::Result<Value> {
 }
 
 /// Polls `path` until its `field.status` is `wanted`, showing each status change on standard
-/// error; a `FAILED` status ends the wait with its reason.
+/// error; a `FAILED` or `DEGRADED` status ends the wait with its reason.
 async fn wait_for(
     client: &ManagementClient,
     what: &str,
@@ -372,9 +372,9 @@ async fn wait_for(
         if status == wanted {
             return Ok(object.clone());
         }
-        if status == "FAILED" {
+        if status == "FAILED" || status == "DEGRADED" {
             let reason = object["statusReason"].as_str().unwrap_or("no reason given");
-            bail!("{what} FAILED: {reason}");
+            bail!("{what} {status}: {reason}");
         }
         if started.elapsed() > WAIT_TIMEOUT {
             bail!(
@@ -440,10 +440,11 @@ const CLUSTER_COLUMNS: [Column; 5] = [
     ("ENDPOINT", &["endpoint"]),
     ("CREATED", &["createdAt"]),
 ];
-const POOL_COLUMNS: [Column; 6] = [
+const POOL_COLUMNS: [Column; 7] = [
     ("NAME", &["name"]),
     ("STATUS", &["status"]),
     ("DESIRED", &["scalingConfig", "desiredSize"]),
+    ("READY", &["readyNodes"]),
     ("MIN", &["scalingConfig", "minSize"]),
     ("MAX", &["scalingConfig", "maxSize"]),
     ("INSTANCE TYPES", &["instanceTypes"]),

@@ -24,7 +24,7 @@ const LEASE_NAMESPACE: &str = "kube-system";
 const CONCURRENT_LEASES: usize = 16;
 
 /// How this replica takes part.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PlacementConfig {
     /// This replica's identity in the leases (unique among replicas).
     pub identity: String,
@@ -34,6 +34,8 @@ pub struct PlacementConfig {
     pub retry_period: Duration,
     /// What the root-CA publisher publishes.
     pub root_ca_pem: String,
+    /// The management records the cloud controllers work from (clusters with a cloud).
+    pub management: Arc<flotilla_management::Management>,
 }
 
 /// Who the control loops act as: the controller manager, with the masters' group so every
@@ -100,7 +102,12 @@ pub fn spawn(server: Arc<ApiServer>, router: Router, config: PlacementConfig) ->
                         root_ca_pem: config.root_ca_pem.clone(),
                         cluster_signing,
                     };
-                    running.insert(id.clone(), tokio::spawn(cluster_loops(client, controllers)));
+                    let cloud =
+                        crate::cloud::hosted(client.clone(), config.management.clone(), id.clone());
+                    running.insert(
+                        id.clone(),
+                        tokio::spawn(cluster_loops(client, controllers, cloud)),
+                    );
                 }
             }
             running.retain(|id, task| {
@@ -178,12 +185,17 @@ fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::E
     }
 }
 
-/// Everything that runs per cluster on the replica holding its lease: the controllers and the
-/// scheduler, joined so that aborting the task stops them all.
-async fn cluster_loops(client: kube::Client, controllers: flotilla_controller_manager::Config) {
-    futures::future::join(
+/// Everything that runs per cluster on the replica holding its lease: the controllers, the
+/// scheduler and the cloud controllers, joined so that aborting the task stops them all.
+async fn cluster_loops(
+    client: kube::Client,
+    controllers: flotilla_controller_manager::Config,
+    cloud: impl std::future::Future<Output = ()>,
+) {
+    futures::future::join3(
         flotilla_controller_manager::run(client.clone(), controllers),
         flotilla_scheduler::run(client),
+        cloud,
     )
     .await;
 }

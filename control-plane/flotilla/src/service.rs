@@ -192,6 +192,7 @@ async fn start(
                 retry_period: (placement_options.lease_duration / 5)
                     .max(Duration::from_millis(200)),
                 root_ca_pem: ca.cert_pem.clone(),
+                management: management.clone(),
             },
         );
     }

@@ -159,12 +159,37 @@ pub struct PublicEndpoint {
     pub ca_pem: String,
 }
 
+/// A cluster record with its node pools, as the reconciler last read them (secrets
+/// included: this is for the cloud controller in this process, never for responses).
+#[derive(Debug, Clone)]
+pub struct ManagedCluster {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Its node pools.
+    pub pools: Vec<NodePool>,
+}
+
+/// Every cluster by id, as of the reconciler's last pass.
+pub type ClusterIndex = std::collections::HashMap<String, ManagedCluster>;
+
+/// What the cloud controller saw of a node pool on one pass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodePoolReport {
+    /// Its live instances.
+    pub instance_ids: Vec<String>,
+    /// How many of their Nodes are Ready.
+    pub ready_nodes: u32,
+    /// What keeps it from its size.
+    pub issues: Vec<NodePoolIssue>,
+}
+
 /// The management service.
 pub struct Management {
     storage: Arc<dyn Storage>,
     api: Arc<ApiServer>,
     endpoint: PublicEndpoint,
     wake: tokio::sync::Notify,
+    index: tokio::sync::watch::Sender<Arc<ClusterIndex>>,
 }
 
 impl Management {
@@ -175,7 +200,82 @@ impl Management {
             api,
             endpoint,
             wake: tokio::sync::Notify::new(),
+            index: tokio::sync::watch::Sender::new(Arc::new(ClusterIndex::new())),
         })
+    }
+
+    /// Every cluster with its node pools, renewed on every reconciler pass (at least every
+    /// two seconds): what this replica's cloud controllers work from.
+    pub fn cluster_index(&self) -> tokio::sync::watch::Receiver<Arc<ClusterIndex>> {
+        self.index.subscribe()
+    }
+
+    /// The serving CA and public URL nodes are told to reach clusters at.
+    pub fn public_endpoint(&self) -> &PublicEndpoint {
+        &self.endpoint
+    }
+
+    /// Records what the cloud controller saw of a pool: its instances, Ready nodes and
+    /// issues, and the status that follows (`DEGRADED` with issues, `ACTIVE` once every
+    /// wanted node is Ready, otherwise still `CREATING` / `UPDATING`). A `DELETING` pool
+    /// keeps its status. Writes only when something changed.
+    pub async fn report_node_pool(
+        &self,
+        cluster: &Cluster,
+        pool: &str,
+        report: NodePoolReport,
+    ) -> Result<()> {
+        let key = pool_key(&cluster.account_id, &cluster.name, pool);
+        let Some(kv) = self.storage.get(&key).await? else {
+            return Ok(());
+        };
+        let mut record: NodePool = from_kv(&kv)?;
+        let before = serde_json::to_value(&record).map_err(ManagementError::internal)?;
+        record.instance_ids = report.instance_ids;
+        record.ready_nodes = report.ready_nodes;
+        record.health.issues = report.issues;
+        if record.status != NodePoolStatus::Deleting {
+            let desired = record.scaling_config.desired_size;
+            if let Some(issue) = record.health.issues.first() {
+                record.status = NodePoolStatus::Degraded;
+                record.status_reason = Some(format!("{}: {}", issue.code, issue.message));
+            } else if record.ready_nodes == desired && record.instance_ids.len() == desired as usize
+            {
+                record.status = NodePoolStatus::Active;
+                record.status_reason = None;
+            } else if record.status == NodePoolStatus::Degraded {
+                record.status = NodePoolStatus::Updating;
+                record.status_reason = None;
+            }
+        }
+        let after = serde_json::to_value(&record).map_err(ManagementError::internal)?;
+        if before != after {
+            // A concurrent change (a scale) wins; the next pass reports again.
+            self.swap(&key, &record, kv.mod_revision).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes a `DELETING` pool's record once the cloud controller has nothing left of it.
+    pub async fn forget_node_pool(&self, cluster: &Cluster, pool: &str) -> Result<()> {
+        let key = pool_key(&cluster.account_id, &cluster.name, pool);
+        self.storage.delete(&key, None).await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Marks a `DELETING` cluster's cloud resources as gone, so the reconciler destroys it.
+    pub async fn release_cloud(&self, cluster: &Cluster) -> Result<()> {
+        self.modify(
+            &cluster_key(&cluster.account_id, &cluster.name),
+            || ManagementError::not_found(format!("no cluster named {:?}", cluster.name)),
+            |record: &mut Cluster| {
+                record.cloud_released = true;
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// The axum router of `/v1/…`; mount it at the root.
@@ -435,6 +535,7 @@ impl Management {
             created_at: now(),
             certificate_authority: None,
             identity: None,
+            cloud_released: false,
         };
         match self
             .storage
@@ -588,6 +689,8 @@ impl Management {
             status: NodePoolStatus::Creating,
             status_reason: None,
             instance_ids: Vec::new(),
+            ready_nodes: 0,
+            health: NodePoolHealth::default(),
             client_request_token: request.client_request_token,
             created_at: now(),
         };
@@ -638,6 +741,7 @@ impl Management {
     /// fleet costs little; only records in a transitional state cause writes.
     pub async fn reconcile_all(&self) -> Result<()> {
         let accounts: Vec<(Account, i64)> = self.range_all(&accounts_prefix()).await?;
+        let mut index = ClusterIndex::new();
         for (account, _) in accounts {
             let clusters: Vec<(Cluster, i64)> =
                 self.range_all(&clusters_prefix(&account.id)).await?;
@@ -648,11 +752,19 @@ impl Management {
                     .into_iter()
                     .partition(|(pool, _)| pool.cluster_name == cluster.name);
                 pools = others;
+                index.insert(
+                    cluster.id.clone(),
+                    ManagedCluster {
+                        cluster: cluster.clone(),
+                        pools: own.iter().map(|(pool, _)| pool.clone()).collect(),
+                    },
+                );
                 if let Err(err) = self.reconcile_cluster(cluster.clone(), revision, own).await {
                     tracing::warn!(cluster = %cluster.id, %err, "cluster reconcile failed");
                 }
             }
         }
+        self.index.send_replace(Arc::new(index));
         Ok(())
     }
 
@@ -685,7 +797,13 @@ impl Management {
             }
             ClusterStatus::Active => self.reconcile_node_pools(&cluster, pools, false).await?,
             ClusterStatus::Deleting => {
+                let pools_left = !pools.is_empty();
                 self.reconcile_node_pools(&cluster, pools, true).await?;
+                // With a cloud, the cloud controller (running on the tenant's API) first
+                // removes what it created; the tenant stays until it says so.
+                if cluster.has_cloud() && (pools_left || !cluster.cloud_released) {
+                    return Ok(());
+                }
                 self.api.tenants.destroy(&cluster.id).await?;
                 self.storage.delete(&key, Some(revision)).await?;
                 tracing::info!(cluster = %cluster.id, "cluster deleted");
@@ -695,8 +813,9 @@ impl Management {
         Ok(())
     }
 
-    /// Node pools move to `ACTIVE` once recorded (instances are the cloud controller's job);
-    /// deleted ones, and all of them when the cluster goes, are removed.
+    /// Without a cloud, node pools are records only: `ACTIVE` once recorded, removed when
+    /// deleted. With one, the cloud controller reports their status and removes deleted ones
+    /// once their instances are gone; here a deleted cluster only marks them `DELETING`.
     async fn reconcile_node_pools(
         &self,
         cluster: &Cluster,
@@ -705,7 +824,12 @@ impl Management {
     ) -> Result<()> {
         for (mut pool, revision) in pools {
             let key = pool_key(&cluster.account_id, &cluster.name, &pool.name);
-            if cluster_deleting || pool.status == NodePoolStatus::Deleting {
+            if cluster.has_cloud() {
+                if cluster_deleting && pool.status != NodePoolStatus::Deleting {
+                    pool.status = NodePoolStatus::Deleting;
+                    self.swap(&key, &pool, revision).await?;
+                }
+            } else if cluster_deleting || pool.status == NodePoolStatus::Deleting {
                 self.storage.delete(&key, None).await?;
             } else if matches!(
                 pool.status,

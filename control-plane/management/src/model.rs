@@ -225,6 +225,10 @@ pub struct Cluster {
     /// `certificateAuthority.data`: base64 of the PEM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_authority: Option<CertificateAuthorityData>,
+    /// Set by the cloud controller once every cloud resource created for a `DELETING` cluster
+    /// (instances, load balancers, volumes) is gone; only then is the tenant destroyed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cloud_released: bool,
     /// The cluster's OIDC issuer for its service-account tokens (responses only, as EKS's
     /// `identity.oidc.issuer`): a cloud IAM trusts it through its discovery document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,6 +257,12 @@ pub struct OidcIdentity {
 }
 
 impl Cluster {
+    /// Whether the cluster has a cloud (a region or an endpoint override): its node pools
+    /// then get instances, and its deletion waits for the cloud controller's clean-up.
+    pub fn has_cloud(&self) -> bool {
+        self.cloud.region.is_some() || self.cloud.endpoint_override.is_some()
+    }
+
     /// The cluster without secrets, for responses.
     pub fn redacted(mut self) -> Self {
         if let Some(credentials) = self.cloud.credentials.as_mut() {
@@ -356,6 +366,45 @@ pub enum NodePoolStatus {
     Deleting,
     /// Failed; `statusReason` says why.
     Failed,
+    /// Running but short of its size for a reason the cloud gave (EKS's `DEGRADED`):
+    /// `health.issues` says which; the cloud controller keeps trying.
+    Degraded,
+}
+
+impl std::fmt::Display for NodePoolStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NodePoolStatus::Creating => "CREATING",
+            NodePoolStatus::Active => "ACTIVE",
+            NodePoolStatus::Updating => "UPDATING",
+            NodePoolStatus::Deleting => "DELETING",
+            NodePoolStatus::Failed => "FAILED",
+            NodePoolStatus::Degraded => "DEGRADED",
+        })
+    }
+}
+
+/// One problem of a node pool (EKS's `health.issues[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolIssue {
+    /// EKS-style issue code (`Ec2SubnetNotFound`, `InsufficientInstanceCapacity`,
+    /// `AccessDenied`…).
+    pub code: String,
+    /// The cloud's own words.
+    pub message: String,
+    /// The resources concerned (subnet ids, instance ids).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_ids: Vec<String>,
+}
+
+/// `health` of a node pool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolHealth {
+    /// What keeps the pool from its size now (empty when healthy).
+    #[serde(default)]
+    pub issues: Vec<NodePoolIssue>,
 }
 
 /// A node pool as reported and stored.
@@ -387,6 +436,12 @@ pub struct NodePool {
     /// Instance ids of its nodes (filled by the cloud controller).
     #[serde(default)]
     pub instance_ids: Vec<String>,
+    /// Nodes of the pool that are Ready (filled by the cloud controller).
+    #[serde(default)]
+    pub ready_nodes: u32,
+    /// Problems the cloud controller met.
+    #[serde(default)]
+    pub health: NodePoolHealth,
     /// The token it was created with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_token: Option<String>,
