@@ -214,6 +214,12 @@ pub(crate) fn api_error(err: kube::Error) -> CloudError {
 }
 
 fn error_policy(node: Arc<Node>, err: &CloudError, _: Arc<Context>) -> Action {
+    // A write that lost to the kubelet's own status update is retried at once on the new
+    // version; anything else waits a monitor period.
+    if err.message.contains("Conflict") {
+        tracing::debug!(node = ?node.metadata.name, %err, "node changed meanwhile; retrying");
+        return Action::requeue(Duration::from_millis(200));
+    }
     tracing::warn!(node = ?node.metadata.name, %err, "node reconcile failed; retrying");
     Action::requeue(LIFECYCLE_PERIOD)
 }

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+pub mod hypervisor;
+
 /// How long a component gets to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -523,7 +525,19 @@ impl FlotillaCli {
         failed("flotilla", args, self.run(args)?)
     }
 
+    /// Runs `flotilla ARGS` with extra environment variables (secrets kept off the command
+    /// line); returns stdout, failing with stderr when it exits non-zero.
+    pub fn ok_env(&self, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<String> {
+        let mut command = self.command(args)?;
+        command.envs(env.iter().copied());
+        succeeded("flotilla", args, run_with_stdin(command, None)?)
+    }
+
     fn run(&self, args: &[&str]) -> anyhow::Result<Output> {
+        run_with_stdin(self.command(args)?, None)
+    }
+
+    fn command(&self, args: &[&str]) -> anyhow::Result<Command> {
         let mut command = Command::new(flotilla_bin()?);
         command
             .args(args)
@@ -531,7 +545,7 @@ impl FlotillaCli {
             .env_remove("FLOTILLA_ENDPOINT")
             .env_remove("FLOTILLA_API_KEY")
             .env_remove("FLOTILLA_CA_FILE");
-        run_with_stdin(command, None)
+        Ok(command)
     }
 
     /// The same caller through another replica of the service.
@@ -740,25 +754,7 @@ impl LocalStack {
         operation: &str,
         arguments: serde_json::Value,
     ) -> anyhow::Result<Result<serde_json::Value, (String, String)>> {
-        let output = Command::new(localstack_script("aws"))
-            .arg(self.port.to_string())
-            .arg(service)
-            .arg(operation)
-            .arg(arguments.to_string())
-            .output()
-            .context("running tests/localstack/aws")?;
-        let answer: serde_json::Value =
-            serde_json::from_slice(&output.stdout).with_context(|| {
-                format!(
-                    "{service} {operation} printed no JSON: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                )
-            })?;
-        if let Some(error) = answer.get("Error") {
-            let text = |field: &str| error[field].as_str().unwrap_or_default().to_string();
-            return Ok(Err((text("Code"), text("Message"))));
-        }
-        Ok(Ok(answer))
+        aws_call(self.port, service, operation, arguments)
     }
 
     /// As [`LocalStack::try_call`], an AWS error being a test failure.
@@ -808,6 +804,33 @@ impl LocalStack {
         }
         Ok(AwsNetwork { vpc_id, subnet_ids })
     }
+}
+
+/// One AWS call against LocalStack on `port` (see [`LocalStack::try_call`]).
+pub fn aws_call(
+    port: u16,
+    service: &str,
+    operation: &str,
+    arguments: serde_json::Value,
+) -> anyhow::Result<Result<serde_json::Value, (String, String)>> {
+    let output = Command::new(localstack_script("aws"))
+        .arg(port.to_string())
+        .arg(service)
+        .arg(operation)
+        .arg(arguments.to_string())
+        .output()
+        .context("running tests/localstack/aws")?;
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).with_context(|| {
+        format!(
+            "{service} {operation} printed no JSON: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })?;
+    if let Some(error) = answer.get("Error") {
+        let text = |field: &str| error[field].as_str().unwrap_or_default().to_string();
+        return Ok(Err((text("Code"), text("Message"))));
+    }
+    Ok(Ok(answer))
 }
 
 impl Drop for LocalStack {

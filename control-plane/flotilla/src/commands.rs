@@ -51,7 +51,11 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
             let wait = create.wait;
             let name = create.name.clone();
             let answer = client
-                .call_json(Method::POST, "/v1/clusters", Some(&cluster_request(create)))
+                .call_json(
+                    Method::POST,
+                    "/v1/clusters",
+                    Some(&cluster_request(*create)),
+                )
                 .await?;
             let cluster = if wait {
                 wait_for(
@@ -304,6 +308,21 @@ fn cluster_request(args: ClusterCreateArgs) -> Value {
     }
     if let Some(endpoint) = args.cloud_endpoint {
         request["cloud"]["endpointOverride"] = json!(endpoint);
+    }
+    if let Some(vpc) = args.vpc_id {
+        request["cloud"]["vpcId"] = json!(vpc);
+    }
+    if !args.security_groups.is_empty() {
+        request["cloud"]["securityGroupIds"] = json!(args.security_groups);
+    }
+    if let Some(role) = args.role_arn {
+        request["cloud"]["roleArn"] = json!(role);
+    }
+    if let Some(key) = args.cloud_access_key_id {
+        request["cloud"]["credentials"] = json!({
+            "accessKeyId": key,
+            "secretAccessKey": args.cloud_secret_access_key,
+        });
     }
     if let Some(token) = args.client_request_token {
         request["clientRequestToken"] = json!(token);

@@ -297,7 +297,7 @@ pub enum AccountCommand {
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Create a cluster.
-    Create(ClusterCreateArgs),
+    Create(Box<ClusterCreateArgs>),
     /// List clusters.
     List,
     /// Show one cluster.
@@ -361,6 +361,27 @@ pub struct ClusterCreateArgs {
     /// Cloud API endpoint override (e.g. LocalStack).
     #[arg(long)]
     pub cloud_endpoint: Option<String>,
+    /// The VPC of the cluster's cloud resources.
+    #[arg(long)]
+    pub vpc_id: Option<String>,
+    /// Security groups of the cluster's instances (repeatable).
+    #[arg(long = "security-group")]
+    pub security_groups: Vec<String>,
+    /// A role the cloud controllers assume for every cloud call.
+    #[arg(long, conflicts_with = "cloud_access_key_id")]
+    pub role_arn: Option<String>,
+    /// Access key id of static cloud credentials (the secret comes from
+    /// FLOTILLA_CLOUD_SECRET_ACCESS_KEY, so it stays out of process listings).
+    #[arg(long, requires = "cloud_secret_access_key")]
+    pub cloud_access_key_id: Option<String>,
+    /// The secret of --cloud-access-key-id.
+    #[arg(
+        long,
+        env = "FLOTILLA_CLOUD_SECRET_ACCESS_KEY",
+        hide_env_values = true,
+        hide = true
+    )]
+    pub cloud_secret_access_key: Option<String>,
     /// Idempotency token: a retry with the same token returns the same cluster.
     #[arg(long)]
     pub client_request_token: Option<String>,

@@ -1,0 +1,371 @@
+//! Node pools on LocalStack's EC2: `flotilla up` with a cluster whose cloud is LocalStack, the
+//! local hypervisor booting a joining node for each running instance, driven by the
+//! `flotilla` CLI, kubectl and AWS API calls. Creating, scaling up and down (drained first),
+//! replacing an instance terminated behind the controller's back, a pool with an unknown
+//! subnet, and deleting the cluster with its instances.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use flotilla_e2e::hypervisor::Hypervisor;
+use flotilla_e2e::{Backend, Flotilla, FlotillaCli, Kubectl, LocalStack, jsonpath, until};
+
+/// Instances of a pool that are `running`, by the tags the cloud controller gives them.
+fn pool_instances(
+    aws: &LocalStack,
+    cluster_id: &str,
+    pool: &str,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let answer = aws.call(
+        "ec2",
+        "describe_instances",
+        serde_json::json!({"Filters": [
+            {"Name": format!("tag:kubernetes.io/cluster/{cluster_id}"), "Values": ["owned"]},
+            {"Name": "tag:flotilla.dev/nodepool", "Values": [pool]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]}),
+    )?;
+    Ok(answer["Reservations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|r| r["Instances"].as_array().cloned().unwrap_or_default())
+        .collect())
+}
+
+/// Names of the pool's Nodes that are Ready and initialized by the cloud controller.
+fn ready_initialized_nodes(kubectl: &Kubectl, pool: &str) -> anyhow::Result<Vec<String>> {
+    let nodes: serde_json::Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "nodes",
+        "-l",
+        &format!("flotilla.dev/nodepool={pool}"),
+        "-o",
+        "json",
+    ])?)?;
+    Ok(nodes["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|node| {
+            let ready = node["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let initialized = node["spec"]["providerID"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("aws:///"))
+                && !node["spec"]["taints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| t["key"] == "node.cloudprovider.kubernetes.io/uninitialized");
+            ready && initialized && node["spec"]["unschedulable"] != true
+        })
+        .filter_map(|node| node["metadata"]["name"].as_str().map(String::from))
+        .collect())
+}
+
+fn pool_field(cli: &FlotillaCli, pool: &str, field: &str) -> anyhow::Result<serde_json::Value> {
+    let list: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["nodepool", "list", "prod", "-o", "json"])?)?;
+    Ok(list["nodePools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == pool)
+        .map(|p| p[field].clone())
+        .unwrap_or(serde_json::Value::Null))
+}
+
+#[test]
+fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
+    let aws = LocalStack::start()?;
+    let network = aws.network()?;
+    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let cli = FlotillaCli {
+        config: flotilla.data_dir().join("flotilla.json"),
+    };
+    let _hypervisor = Hypervisor::start(aws.port)?;
+    let created: serde_json::Value = serde_json::from_str(&cli.ok_env(
+        &[
+            "cluster",
+            "create",
+            "prod",
+            "--region",
+            "us-east-1",
+            "--cloud-endpoint",
+            &aws.endpoint,
+            "--vpc-id",
+            &network.vpc_id,
+            "--subnet",
+            &network.subnet_ids[0],
+            "--subnet",
+            &network.subnet_ids[1],
+            "--cloud-access-key-id",
+            "test",
+            "--wait",
+            "-o",
+            "json",
+        ],
+        &[("FLOTILLA_CLOUD_SECRET_ACCESS_KEY", "test")],
+    )?)?;
+    let cluster_id = created["id"]
+        .as_str()
+        .context("the cluster has no id")?
+        .to_string();
+    ensure!(
+        created["cloud"]["credentials"]
+            .get("secretAccessKey")
+            .is_none(),
+        "the secret access key must never be returned: {created}"
+    );
+    let kubeconfig = flotilla.data_dir().join("prod.kubeconfig");
+    cli.ok(&[
+        "cluster",
+        "kubeconfig",
+        "prod",
+        "--file",
+        kubeconfig.to_str().context("path")?,
+    ])?;
+    let kubectl = Kubectl::new(&kubeconfig);
+
+    // Create: two instances with the pool's tags and a NodeConfig user data, two Nodes join.
+    let scale_started = Instant::now();
+    cli.ok(&[
+        "nodepool",
+        "create",
+        "prod",
+        "workers",
+        "--instance-type",
+        "t3.large",
+        "--min",
+        "1",
+        "--max",
+        "3",
+        "--desired",
+        "2",
+        "--label",
+        "team=infra",
+    ])?;
+    until(
+        "2 instances run in LocalStack",
+        Duration::from_secs(60),
+        || Ok(pool_instances(&aws, &cluster_id, "workers")?.len() == 2),
+    )?;
+    let instances = pool_instances(&aws, &cluster_id, "workers")?;
+    let zones: std::collections::BTreeSet<&str> = instances
+        .iter()
+        .filter_map(|i| i["Placement"]["AvailabilityZone"].as_str())
+        .collect();
+    ensure!(
+        zones.len() == 2,
+        "instances should spread over both zones: {zones:?}"
+    );
+    let first = instances[0]["InstanceId"].as_str().context("instance id")?;
+    ensure!(
+        instances[0]["InstanceType"] == "t3.large",
+        "{}",
+        instances[0]
+    );
+    let user_data = aws.call(
+        "ec2",
+        "describe_instance_attribute",
+        serde_json::json!({"InstanceId": first, "Attribute": "userData"}),
+    )?;
+    let user_data = {
+        use base64::Engine;
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD.decode(
+                user_data["UserData"]["Value"]
+                    .as_str()
+                    .context("no user data")?,
+            )?,
+        )?
+    };
+    ensure!(
+        user_data.contains("kind: NodeConfig")
+            && user_data.contains(&format!("/clusters/{cluster_id}"))
+            && user_data.contains("bootstrapToken:"),
+        "user data is not the node bootstrap document:\n{user_data}"
+    );
+    until(
+        "2 Nodes of the pool are Ready and initialized",
+        Duration::from_secs(90),
+        || Ok(ready_initialized_nodes(&kubectl, "workers")?.len() == 2),
+    )?;
+    eprintln!(
+        "figure: node pool create → 2 Nodes Ready and initialized: {:.1} s",
+        scale_started.elapsed().as_secs_f64()
+    );
+    let node = &ready_initialized_nodes(&kubectl, "workers")?[0];
+    let labels = jsonpath(&kubectl, &["get", "node", node], "{.metadata.labels}")?;
+    for expected in [
+        "\"topology.kubernetes.io/zone\":\"us-east-1",
+        "\"topology.kubernetes.io/region\":\"us-east-1\"",
+        "\"node.kubernetes.io/instance-type\":\"t3.large\"",
+        "\"team\":\"infra\"",
+    ] {
+        ensure!(
+            labels.contains(expected),
+            "node {node} lacks {expected}: {labels}"
+        );
+    }
+    let csr = kubectl.ok(&["get", "csr"])?;
+    ensure!(
+        csr.contains("Approved,Issued"),
+        "the nodes joined through CSRs: {csr}"
+    );
+    until(
+        "the pool is ACTIVE with 2 Ready nodes",
+        Duration::from_secs(30),
+        || {
+            Ok(pool_field(&cli, "workers", "status")? == "ACTIVE"
+                && pool_field(&cli, "workers", "readyNodes")? == 2)
+        },
+    )?;
+
+    // Scale up to 3.
+    let scale_started = Instant::now();
+    cli.ok(&["nodepool", "scale", "prod", "workers", "--desired", "3"])?;
+    until("3 Nodes are Ready", Duration::from_secs(90), || {
+        Ok(ready_initialized_nodes(&kubectl, "workers")?.len() == 3)
+    })?;
+    eprintln!(
+        "figure: node pool scale 2 → 3, new Node Ready: {:.1} s",
+        scale_started.elapsed().as_secs_f64()
+    );
+
+    // Pods on every node, then down to 1: the removed nodes are drained (their pods move).
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}
+      containers: [{name: web, image: busybox}]
+"#,
+    )?;
+    kubectl.ok(&["rollout", "status", "deployment/web", "--timeout=60s"])?;
+    cli.ok(&[
+        "nodepool",
+        "scale",
+        "prod",
+        "workers",
+        "--desired",
+        "1",
+        "--min",
+        "1",
+    ])?;
+    until("one instance is left", Duration::from_secs(90), || {
+        Ok(pool_instances(&aws, &cluster_id, "workers")?.len() == 1)
+    })?;
+    let survivor = pool_instances(&aws, &cluster_id, "workers")?[0]["PrivateDnsName"]
+        .as_str()
+        .context("private dns name")?
+        .to_string();
+    until(
+        "every web pod runs on the remaining node",
+        Duration::from_secs(60),
+        || {
+            let placed = jsonpath(
+                &kubectl,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "app=web",
+                    "--field-selector=status.phase=Running",
+                ],
+                "{.items[*].spec.nodeName}",
+            )?;
+            let nodes: Vec<&str> = placed.split_whitespace().collect();
+            Ok(nodes.len() == 3 && nodes.iter().all(|n| *n == survivor))
+        },
+    )?;
+    until(
+        "the removed Nodes are deleted",
+        Duration::from_secs(120),
+        || {
+            let names = jsonpath(
+                &kubectl,
+                &["get", "nodes", "-l", "flotilla.dev/nodepool=workers"],
+                "{.items[*].metadata.name}",
+            )?;
+            Ok(names.split_whitespace().collect::<Vec<_>>() == [survivor.as_str()])
+        },
+    )?;
+
+    // An instance terminated behind the controller's back is replaced; its Node goes.
+    let victim = pool_instances(&aws, &cluster_id, "workers")?[0]["InstanceId"]
+        .as_str()
+        .context("instance id")?
+        .to_string();
+    aws.call(
+        "ec2",
+        "terminate_instances",
+        serde_json::json!({"InstanceIds": [victim]}),
+    )?;
+    until(
+        "a replacement instance runs",
+        Duration::from_secs(60),
+        || {
+            let now = pool_instances(&aws, &cluster_id, "workers")?;
+            Ok(now.len() == 1 && now[0]["InstanceId"] != victim.as_str())
+        },
+    )?;
+    until(
+        "the terminated instance's Node is deleted and the new one Ready",
+        Duration::from_secs(120),
+        || {
+            let ready = ready_initialized_nodes(&kubectl, "workers")?;
+            let all = jsonpath(&kubectl, &["get", "nodes"], "{.items[*].metadata.name}")?;
+            Ok(ready.len() == 1 && ready[0] != survivor && !all.contains(&survivor))
+        },
+    )?;
+
+    // Bad input: an unknown subnet is a DEGRADED pool with EKS's issue code, nothing launched.
+    let refused = cli.fails(&[
+        "nodepool",
+        "create",
+        "prod",
+        "stray",
+        "--subnet",
+        "subnet-00000000",
+        "--desired",
+        "1",
+        "--min",
+        "1",
+        "--wait",
+    ])?;
+    ensure!(
+        refused.contains("DEGRADED") && refused.contains("Ec2SubnetNotFound"),
+        "an unknown subnet should fail the wait with its reason: {refused}"
+    );
+    ensure!(
+        pool_instances(&aws, &cluster_id, "stray")?.is_empty(),
+        "nothing launched for a bad subnet"
+    );
+    let issues = pool_field(&cli, "stray", "health")?;
+    ensure!(
+        issues.to_string().contains("subnet-00000000"),
+        "the issue names the subnet: {issues}"
+    );
+
+    // Deleting the cluster terminates every instance and removes it.
+    cli.ok(&["cluster", "delete", "prod", "--wait"])?;
+    ensure!(
+        pool_instances(&aws, &cluster_id, "workers")?.is_empty(),
+        "the cluster's instances are terminated with it"
+    );
+    Ok(())
+}
