@@ -770,6 +770,33 @@ impl LocalStack {
         }
     }
 
+    /// Replaces LocalStack's fault rules (`tests/localstack`'s subset of the Chaos API):
+    /// e.g. `[{"service": "ec2", "operation": "RunInstances", "error": {"statusCode": 400,
+    /// "code": "InsufficientInstanceCapacity"}}]`; `[]` clears them.
+    pub fn set_faults(&self, rules: serde_json::Value) -> anyhow::Result<()> {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-f",
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+            ])
+            .arg(rules.to_string())
+            .arg(format!("{}/_localstack/chaos/faults", self.endpoint))
+            .output()
+            .context("running curl")?;
+        if !out.status.success() {
+            bail!(
+                "setting LocalStack faults failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// A VPC `10.77.0.0/16` with subnets in `us-east-1a` and `us-east-1b`, both tagged
     /// `kubernetes.io/role/elb=1` (upstream's subnet discovery tag for public load balancers).
     pub fn network(&self) -> anyhow::Result<AwsNetwork> {

@@ -226,16 +226,53 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
         },
     )?;
 
-    // Scale up to 3.
-    let scale_started = Instant::now();
+    // Scale up to 3 while EC2 has no capacity, then refuses access: the pool is DEGRADED
+    // with each reason, nothing leaks, and it recovers once EC2 does.
+    let no_capacity = |code: &str, status: u16| {
+        serde_json::json!([{"service": "ec2", "operation": "RunInstances",
+            "error": {"statusCode": status, "code": code, "message": format!("injected {code}")}}])
+    };
+    aws.set_faults(no_capacity("InsufficientInstanceCapacity", 400))?;
     cli.ok(&["nodepool", "scale", "prod", "workers", "--desired", "3"])?;
+    for (code, status, issue) in [
+        (
+            "InsufficientInstanceCapacity",
+            400,
+            "InsufficientInstanceCapacity",
+        ),
+        ("UnauthorizedOperation", 403, "AccessDenied"),
+    ] {
+        aws.set_faults(no_capacity(code, status))?;
+        until(
+            &format!("the pool is DEGRADED by {code}"),
+            Duration::from_secs(30),
+            || {
+                Ok(pool_field(&cli, "workers", "status")? == "DEGRADED"
+                    && pool_field(&cli, "workers", "health")?
+                        .to_string()
+                        .contains(issue)
+                    && pool_field(&cli, "workers", "statusReason")?
+                        .to_string()
+                        .contains(code))
+            },
+        )?;
+        ensure!(
+            pool_instances(&aws, &cluster_id, "workers")?.len() == 2,
+            "no instance leaks from a failed launch"
+        );
+    }
+    let scale_started = Instant::now();
+    aws.set_faults(serde_json::json!([]))?;
     until("3 Nodes are Ready", Duration::from_secs(90), || {
         Ok(ready_initialized_nodes(&kubectl, "workers")?.len() == 3)
     })?;
     eprintln!(
-        "figure: node pool scale 2 → 3, new Node Ready: {:.1} s",
+        "figure: EC2 recovers → third Node Ready: {:.1} s",
         scale_started.elapsed().as_secs_f64()
     );
+    until("the pool is ACTIVE again", Duration::from_secs(30), || {
+        Ok(pool_field(&cli, "workers", "status")? == "ACTIVE")
+    })?;
 
     // Pods on every node, then down to 1: the removed nodes are drained (their pods move).
     kubectl.ok_stdin(
