@@ -9,6 +9,7 @@ pub mod config;
 pub mod node;
 pub mod nodepool;
 pub mod provider;
+pub mod service;
 
 use std::sync::Arc;
 
@@ -25,7 +26,9 @@ use crate::provider::Cloud;
 /// Runs every cloud controller of one cluster until the task is dropped (upstream's
 /// cloud-controller-manager): they are joined here, not spawned, so dropping stops them all.
 pub async fn run(client: kube::Client, cloud: Arc<dyn Cloud>, settings: Arc<CloudSettings>) {
-    let _ = &settings;
-    let controllers: Vec<BoxFuture<'static, ()>> = vec![node::run(client, cloud).boxed()];
+    let controllers: Vec<BoxFuture<'static, ()>> = vec![
+        node::run(client.clone(), cloud.clone()).boxed(),
+        service::run(client, cloud, settings).boxed(),
+    ];
     futures::future::join_all(controllers).await;
 }

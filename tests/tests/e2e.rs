@@ -18,6 +18,8 @@ mod deployment;
 mod jobs;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+#[path = "e2e/loadbalancer.rs"]
+mod loadbalancer;
 #[path = "e2e/nodepools.rs"]
 mod nodepools;
 #[path = "e2e/scheduling.rs"]
