@@ -8,6 +8,7 @@ pub mod aws;
 pub mod config;
 pub mod node;
 pub mod provider;
+pub mod volume;
 
 use std::sync::Arc;
 
@@ -20,7 +21,9 @@ use crate::provider::Cloud;
 /// Runs every cloud controller of one cluster until the task is dropped (upstream's
 /// cloud-controller-manager): they are joined here, not spawned, so dropping stops them all.
 pub async fn run(client: kube::Client, cloud: Arc<dyn Cloud>, settings: Arc<CloudSettings>) {
-    let _ = &settings;
-    let controllers: Vec<BoxFuture<'static, ()>> = vec![node::run(client, cloud).boxed()];
+    let controllers: Vec<BoxFuture<'static, ()>> = vec![
+        node::run(client.clone(), cloud.clone()).boxed(),
+        volume::run(client, cloud, settings).boxed(),
+    ];
     futures::future::join_all(controllers).await;
 }
