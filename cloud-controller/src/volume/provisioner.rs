@@ -220,6 +220,11 @@ pub(crate) async fn sync(context: &Arc<Context>) {
             continue;
         };
         let Some(class) = class else { continue };
+        // The cache may be behind a PV made a moment ago: ask before provisioning again.
+        let pvs: Api<PersistentVolume> = Api::all(context.client.clone());
+        if !matches!(pvs.get_opt(&pv_name).await, Ok(None)) {
+            continue;
+        }
         event(
             &context.client,
             &*claim,

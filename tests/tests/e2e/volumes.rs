@@ -220,6 +220,23 @@ fn ebs_volumes_are_provisioned_attached_grown_detached_and_deleted() -> anyhow::
             )? == "true")
         },
     )?;
+    let table = kubectl.ok(&["get", "volumeattachments"])?;
+    ensure!(
+        table.lines().next().is_some_and(|h| h.contains("ATTACHER")
+            && h.contains("PV")
+            && h.contains("NODE")
+            && h.contains("ATTACHED")),
+        "{table}"
+    );
+    ensure!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.contains(pv_name.as_str())
+                && row.contains("sim-0")
+                && row.contains("true")),
+        "{table}"
+    );
     let attachment = |path: &str| jsonpath(&kubectl, &["get", "volumeattachments"], path);
     ensure!(attachment("{.items[0].metadata.name}")?.starts_with("csi-"));
     ensure!(attachment("{.items[0].spec.attacher}")? == "ebs.csi.aws.com");
