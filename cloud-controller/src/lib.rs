@@ -10,12 +10,9 @@ pub mod node;
 pub mod nodepool;
 pub mod provider;
 pub mod service;
+pub mod volume;
 
 use std::sync::Arc;
-
-/// The CSI driver name of the EBS volumes this controller provisions (the EBS CSI driver's,
-/// so StorageClasses written for EKS work unchanged).
-pub const EBS_DRIVER: &str = "ebs.csi.aws.com";
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -28,7 +25,8 @@ use crate::provider::Cloud;
 pub async fn run(client: kube::Client, cloud: Arc<dyn Cloud>, settings: Arc<CloudSettings>) {
     let controllers: Vec<BoxFuture<'static, ()>> = vec![
         node::run(client.clone(), cloud.clone()).boxed(),
-        service::run(client, cloud, settings).boxed(),
+        service::run(client.clone(), cloud.clone(), settings.clone()).boxed(),
+        volume::run(client, cloud, settings).boxed(),
     ];
     futures::future::join_all(controllers).await;
 }

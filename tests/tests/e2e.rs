@@ -28,6 +28,8 @@ mod scheduling;
 mod sets;
 #[path = "e2e/tenancy.rs"]
 mod tenancy;
+#[path = "e2e/volumes.rs"]
+mod volumes;
 
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1

@@ -439,7 +439,7 @@ impl Resources {
             define::<storage::StorageClass>(short(&["sc"]), Box::new(s::StorageClassStrategy)),
             define::<storage::VolumeAttachment>(
                 status_only(&[], false),
-                Box::new(s::DefaultStrategy),
+                Box::new(s::VolumeAttachmentStrategy),
             ),
             define::<storage::CSIDriver>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<storage::CSINode>(PLAIN, Box::new(s::DefaultStrategy)),

@@ -1038,6 +1038,33 @@ impl Strategy for StorageClassStrategy {
     }
 }
 
+/// VolumeAttachments: upstream's printer columns (`kubectl get volumeattachments`).
+pub struct VolumeAttachmentStrategy;
+impl Strategy for VolumeAttachmentStrategy {
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            name_column(),
+            Column::new("Attacher", "string", "The attacher", |o| {
+                json!(str_at(o, &["spec", "attacher"]).unwrap_or(""))
+            }),
+            Column::new("PV", "string", "The persistent volume", |o| {
+                json!(str_at(o, &["spec", "source", "persistentVolumeName"]).unwrap_or(""))
+            }),
+            Column::new("Node", "string", "The node", |o| {
+                json!(str_at(o, &["spec", "nodeName"]).unwrap_or(""))
+            }),
+            Column::new("Attached", "boolean", "Whether it is attached", |o| {
+                json!(
+                    at(o, &["status", "attached"])
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                )
+            }),
+            age_column(),
+        ]
+    }
+}
+
 // ---------------------------------------------------------------- apps
 
 /// Deployments: upstream defaults, selector/template validation, the rollout columns.

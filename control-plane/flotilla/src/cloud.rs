@@ -237,7 +237,7 @@ async fn release(client: &kube::Client, cloud: &AwsCloud) -> anyhow::Result<()> 
         let ours = spec
             .csi
             .as_ref()
-            .is_some_and(|csi| csi.driver == flotilla_cloud_controller::EBS_DRIVER);
+            .is_some_and(|csi| csi.driver == flotilla_cloud_controller::volume::params::DRIVER);
         let delete = spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete");
         if let (true, true, Some(csi)) = (ours, delete, spec.csi.as_ref()) {
             cloud.delete_volume(&csi.volume_handle).await?;
