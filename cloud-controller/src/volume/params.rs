@@ -297,7 +297,9 @@ mod tests {
         assert_eq!(defaults.volume_type, "gp3");
         assert!(!defaults.encrypted);
         assert_eq!(defaults.fs_type, "ext4");
-        let cases: &[(&[(&str, &str)], &str, bool, Option<i32>)] = &[
+        // (parameters, volume type, encrypted, iops)
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, bool, Option<i32>);
+        let cases: &[Case<'_>] = &[
             (
                 &[("type", "io2"), ("iops", "4000")],
                 "io2",
