@@ -16,6 +16,8 @@ mod controllers;
 mod deployment;
 #[path = "e2e/jobs.rs"]
 mod jobs;
+#[path = "e2e/kubelet.rs"]
+mod kubelet;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
 #[path = "e2e/loadbalancer.rs"]

@@ -1,0 +1,172 @@
+//! `flotilla-kubelet`: the node agent on containerd's CRI. Parses flags, joins the cluster
+//! (a kubeconfig, or a node bootstrap document and a bootstrap token), registers the Node,
+//! then heartbeats and runs the pods bound to it until SIGINT/SIGTERM.
+
+mod cri;
+mod join;
+mod machine;
+mod node;
+mod pods;
+mod status;
+mod translate;
+
+use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use clap::Parser;
+
+/// The kubelet's flags (upstream's names).
+#[derive(Debug, Parser)]
+#[command(
+    name = "flotilla-kubelet",
+    about = "The Flotilla kubelet on containerd's CRI"
+)]
+struct Args {
+    /// A kubeconfig to talk to the API with.
+    #[arg(long, conflicts_with = "node_config")]
+    kubeconfig: Option<PathBuf>,
+    /// The node bootstrap document (node.flotilla.dev/v1alpha1 NodeConfig): join with its
+    /// bootstrap token through a CertificateSigningRequest.
+    #[arg(long, requires = "cert_dir")]
+    node_config: Option<PathBuf>,
+    /// Where the node's own certificate is kept (with --node-config).
+    #[arg(long)]
+    cert_dir: Option<PathBuf>,
+    /// The CRI endpoint.
+    #[arg(long, default_value = "unix:///run/containerd/containerd.sock")]
+    container_runtime_endpoint: String,
+    /// The Node's name (default: the hostname).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// The node's IP (default: the local address that reaches the API server).
+    #[arg(long)]
+    node_ip: Option<IpAddr>,
+    /// Taints to register with: key=value:Effect,…
+    #[arg(long, default_value = "")]
+    register_with_taints: String,
+    /// Labels to register with: key=value,…
+    #[arg(long, default_value = "")]
+    node_labels: String,
+    /// Where the kubelet keeps its files (pod logs under `logs/`).
+    #[arg(long, default_value = "/var/lib/flotilla-kubelet")]
+    root_dir: PathBuf,
+    /// The node's pod capacity.
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn,tower=warn,h2=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let args = Args::parse();
+    tokio::select! {
+        outcome = run(args) => outcome,
+        _ = shutdown() => Ok(()),
+    }
+}
+
+async fn shutdown() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The local address the kernel would use to reach `server` (no packet is sent).
+fn local_ip_towards(server: &str) -> Option<IpAddr> {
+    let uri: http::Uri = server.parse().ok()?;
+    let host = uri.host()?.trim_matches(['[', ']']).to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let target = (host.as_str(), port).to_socket_addrs().ok()?.next()?;
+    let bind = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let socket = UdpSocket::bind(bind).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let name = args.node_name.clone().unwrap_or_else(hostname);
+    let mut labels = node::parse_labels(&args.node_labels).map_err(anyhow::Error::msg)?;
+    let mut taints = node::parse_taints(&args.register_with_taints).map_err(anyhow::Error::msg)?;
+    let (client, server) = match (&args.kubeconfig, &args.node_config, &args.cert_dir) {
+        (Some(path), _, _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::from_yaml(&text)?,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .context("the kubeconfig is not usable")?;
+            let server = config.cluster_url.to_string();
+            (kube::Client::try_from(config)?, server)
+        }
+        (None, Some(path), Some(cert_dir)) => {
+            let (client, config) = join::join(path, &name, cert_dir).await?;
+            for (key, value) in config.spec.kubelet.node_labels {
+                labels.entry(key).or_insert(value);
+            }
+            taints.extend(config.spec.kubelet.register_with_taints);
+            (client, config.spec.cluster.api_server_endpoint)
+        }
+        _ => anyhow::bail!("either --kubeconfig or --node-config with --cert-dir is required"),
+    };
+    let node_ip = match args.node_ip {
+        Some(ip) => ip,
+        None => local_ip_towards(&server).with_context(|| {
+            format!("cannot tell the node's IP towards {server}; pass --node-ip")
+        })?,
+    };
+    let mut cri = cri::Cri::connect(&args.container_runtime_endpoint).await?;
+    let version = cri.version().await?;
+    tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, "container runtime");
+    let spec = node::NodeSpec {
+        name: name.clone(),
+        ip: node_ip.to_string(),
+        labels,
+        taints,
+        max_pods: args.max_pods,
+        machine: machine::current(),
+        runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
+    };
+    node::register(&client, &spec).await?;
+    let log_root = args.root_dir.join("logs");
+    std::fs::create_dir_all(&log_root)
+        .with_context(|| format!("creating {}", log_root.display()))?;
+    let kubelet = Arc::new(pods::Kubelet {
+        client: client.clone(),
+        cri: cri.clone(),
+        node_name: name,
+        node_ip: node_ip.to_string(),
+        log_root: log_root.to_string_lossy().into_owned(),
+        backoff: Mutex::new(status::Backoff::default()),
+    });
+    let heartbeat = tokio::spawn(node::heartbeat(client, spec, cri));
+    tokio::select! {
+        outcome = pods::run(kubelet) => outcome,
+        _ = heartbeat => anyhow::bail!("the heartbeat stopped"),
+    }
+}

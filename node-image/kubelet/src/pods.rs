@@ -1,0 +1,591 @@
+//! The pod loop: every pod bound to this node (watched with `spec.nodeName=<node>`) gets a
+//! worker (upstream `pod_workers.go`) that drives the runtime toward the spec by level —
+//! sandbox, then each container (image check, config, create, start, restart with crash-loop
+//! back-off) — and reports the status it sees through `pods/{name}/status`. Deleted pods are
+//! stopped with their grace period, their sandboxes removed, then deleted for good (grace 0).
+//! All state lives in the runtime (labels and annotations), so a restarted kubelet adopts
+//! its sandboxes and containers instead of duplicating them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{Api, DeleteParams, Patch, Preconditions};
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::cri::{Cri, CriError, call};
+use crate::node::manager;
+use crate::status::{self, Backoff, ContainerView, RuntimeContainer, RuntimeState};
+use crate::translate::{
+    self, CONTAINER_NAME_LABEL, EnvSources, ImageDecision, NodeFacts, POD_UID_LABEL,
+    RESTART_COUNT_ANNOTATION,
+};
+
+/// How often a pod is re-synced while something is still to happen.
+const BUSY_RESYNC: Duration = Duration::from_secs(1);
+/// How often a steady pod is re-synced (there is no runtime event stream yet).
+const STEADY_RESYNC: Duration = Duration::from_secs(3);
+
+/// What every pod worker shares.
+pub struct Kubelet {
+    /// The node's API client.
+    pub client: kube::Client,
+    /// The runtime.
+    pub cri: Cri,
+    /// The Node's name.
+    pub node_name: String,
+    /// The node's IP (pods' hostIP).
+    pub node_ip: String,
+    /// Where pod logs go (`<dir>/<ns>_<name>_<uid>/<container>/<n>.log`).
+    pub log_root: String,
+    /// Crash-loop back-off, keyed `<uid>/<container>`.
+    pub backoff: Mutex<Backoff>,
+}
+
+/// Watches this node's pods and runs a worker per pod until the watch ends.
+pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::all(kubelet.client.clone());
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={}", kubelet.node_name));
+    let mut events = watcher::watcher(pods, config).boxed();
+    let mut workers: HashMap<String, watch::Sender<Pod>> = HashMap::new();
+    let mut listed: HashSet<String> = HashSet::new();
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(err) => {
+                tracing::debug!(%err, "pod watch failed; retrying");
+                continue;
+            }
+        };
+        match event {
+            Event::Init => listed.clear(),
+            Event::InitApply(pod) | Event::Apply(pod) => {
+                let Some(uid) = pod.metadata.uid.clone() else {
+                    continue;
+                };
+                listed.insert(uid.clone());
+                match workers.get(&uid) {
+                    Some(sender) => {
+                        let _ = sender.send(pod);
+                    }
+                    None => {
+                        let (sender, receiver) = watch::channel(pod);
+                        workers.insert(uid, sender);
+                        tokio::spawn(worker(kubelet.clone(), receiver));
+                    }
+                }
+            }
+            Event::Delete(pod) => {
+                // Dropping the sender tells the worker its pod is gone from the API.
+                if let Some(uid) = &pod.metadata.uid {
+                    workers.remove(uid);
+                }
+            }
+            Event::InitDone => {
+                // Pods that vanished while the watch was down get no Delete event.
+                workers.retain(|uid, _| listed.contains(uid));
+                let known: HashSet<String> = workers.keys().cloned().collect();
+                if let Err(err) = remove_orphans(&kubelet, &known).await {
+                    tracing::warn!(%err, "removing orphaned sandboxes failed");
+                }
+            }
+        }
+    }
+    anyhow::bail!("the pod watch ended")
+}
+
+/// Removes the sandboxes of pods that are no longer bound here (deleted while the kubelet
+/// was down).
+async fn remove_orphans(kubelet: &Kubelet, known: &HashSet<String>) -> Result<(), CriError> {
+    let mut cri = kubelet.cri.clone();
+    for sandbox in cri.sandboxes(None).await? {
+        let uid = sandbox
+            .labels
+            .get(POD_UID_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        if !known.contains(&uid) {
+            tracing::info!(pod_uid = %uid, sandbox = %sandbox.id, "removing an orphaned sandbox");
+            kill_pod(&mut cri, &uid, 2).await?;
+        }
+    }
+    Ok(())
+}
+
+/// One pod's worker: syncs on every change of the pod and after each resync interval;
+/// when the pod is gone from the API, makes sure nothing of it runs.
+async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
+    let mut last_sent: Option<serde_json::Value> = None;
+    let uid = pod.borrow().metadata.uid.clone().unwrap_or_default();
+    loop {
+        let current = pod.borrow_and_update().clone();
+        let wait = match sync_pod(&kubelet, &current, &mut last_sent).await {
+            Ok(wait) => wait,
+            Err(err) => {
+                tracing::warn!(pod = ?current.metadata.name, %err, "pod sync failed; retrying");
+                BUSY_RESYNC * 2
+            }
+        };
+        tokio::select! {
+            changed = pod.changed() => if changed.is_err() { break },
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    let mut cri = kubelet.cri.clone();
+    if let Err(err) = kill_pod(&mut cri, &uid, 2).await {
+        tracing::warn!(pod_uid = %uid, %err, "cleaning up a deleted pod failed");
+    }
+    if let Ok(mut backoff) = kubelet.backoff.lock() {
+        backoff.forget_prefix(&format!("{uid}/"));
+    }
+}
+
+/// Stops every container of pod `uid` with `grace` seconds, then stops and removes its
+/// sandboxes (upstream `killPodWithSyncResult`).
+async fn kill_pod(cri: &mut Cri, uid: &str, grace: i64) -> Result<(), CriError> {
+    let running = cri
+        .containers(uid)
+        .await?
+        .into_iter()
+        .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32);
+    // Containers stop in parallel, each with the whole grace period, as upstream.
+    let stops = running.map(|c| {
+        let mut cri = cri.clone();
+        async move { cri.stop_container(&c.id, grace).await }
+    });
+    for result in futures::future::join_all(stops).await {
+        result?;
+    }
+    for sandbox in cri.sandboxes(Some(uid)).await? {
+        cri.remove_sandbox(&sandbox.id).await?;
+    }
+    Ok(())
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The monotonic instant of a runtime timestamp (ns since the epoch).
+fn instant_of(ns: i64) -> Instant {
+    let ago = u64::try_from(now_ns().saturating_sub(ns)).unwrap_or(0);
+    Instant::now()
+        .checked_sub(Duration::from_nanos(ago))
+        .unwrap_or_else(Instant::now)
+}
+
+fn runtime_container(status: &cri::ContainerStatus) -> RuntimeContainer {
+    let state = match cri::ContainerState::try_from(status.state) {
+        Ok(cri::ContainerState::ContainerCreated) => RuntimeState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => RuntimeState::Running,
+        Ok(cri::ContainerState::ContainerExited) => RuntimeState::Exited,
+        _ => RuntimeState::Unknown,
+    };
+    let restart_count = status
+        .annotations
+        .get(RESTART_COUNT_ANNOTATION)
+        .and_then(|n| n.parse().ok())
+        .or_else(|| {
+            status
+                .metadata
+                .as_ref()
+                .and_then(|m| i32::try_from(m.attempt).ok())
+        })
+        .unwrap_or(0);
+    RuntimeContainer {
+        id: status.id.clone(),
+        state,
+        restart_count,
+        started_at: status.started_at,
+        finished_at: status.finished_at,
+        exit_code: status.exit_code,
+        reason: status.reason.clone(),
+        message: status.message.clone(),
+        image_ref: status.image_ref.clone(),
+    }
+}
+
+/// The ConfigMaps and Secrets `container`'s env refers to, read from the API.
+async fn env_sources(
+    client: &kube::Client,
+    namespace: &str,
+    container: &k8s_openapi::api::core::v1::Container,
+) -> Result<EnvSources, kube::Error> {
+    let (config_maps, secrets) = translate::env_references(container);
+    let mut sources = EnvSources::default();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    for name in config_maps {
+        let data = cms.get_opt(&name).await?.map(|cm| {
+            let mut data = cm.data.unwrap_or_default();
+            for (key, value) in cm.binary_data.unwrap_or_default() {
+                data.insert(key, String::from_utf8_lossy(&value.0).into_owned());
+            }
+            data
+        });
+        sources.config_maps.insert(name, data);
+    }
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    for name in secrets {
+        let data = api.get_opt(&name).await?.map(|secret| {
+            let mut data: BTreeMap<String, String> = secret.string_data.unwrap_or_default();
+            for (key, value) in secret.data.unwrap_or_default() {
+                data.insert(key, String::from_utf8_lossy(&value.0).into_owned());
+            }
+            data
+        });
+        sources.secrets.insert(name, data);
+    }
+    Ok(sources)
+}
+
+/// One pass over `pod`: returns when to look again.
+async fn sync_pod(
+    kubelet: &Kubelet,
+    pod: &Pod,
+    last_sent: &mut Option<serde_json::Value>,
+) -> anyhow::Result<Duration> {
+    let (Some(name), Some(uid)) = (&pod.metadata.name, &pod.metadata.uid) else {
+        return Ok(STEADY_RESYNC);
+    };
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let Some(spec) = &pod.spec else {
+        return Ok(STEADY_RESYNC);
+    };
+    let api: Api<Pod> = Api::namespaced(kubelet.client.clone(), &namespace);
+    let mut cri = kubelet.cri.clone();
+
+    if pod.metadata.deletion_timestamp.is_some() {
+        let grace = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or(spec.termination_grace_period_seconds)
+            .unwrap_or(30);
+        kill_pod(&mut cri, uid, grace).await?;
+        // The containers are gone: finish the deletion, as the kubelet's status manager does.
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(err) => return Err(err.into()),
+        }
+        return Ok(BUSY_RESYNC);
+    }
+
+    let restart_policy = spec
+        .restart_policy
+        .clone()
+        .unwrap_or_else(|| "Always".into());
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    let terminal = matches!(phase.as_str(), "Succeeded" | "Failed");
+
+    // The sandbox: the newest ready one of this pod, or a new one.
+    let sandboxes = cri.sandboxes(Some(uid)).await?;
+    let ready = sandboxes
+        .iter()
+        .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+        .max_by_key(|s| s.created_at)
+        .cloned();
+    let attempt = |s: &cri::PodSandbox| s.metadata.as_ref().map_or(0, |m| m.attempt);
+    let sandbox = match ready {
+        Some(sandbox) => Some(sandbox),
+        None if terminal => None,
+        None => {
+            let next_attempt = sandboxes.iter().map(|s| attempt(s) + 1).max().unwrap_or(0);
+            // A sandbox that died takes its containers with it (upstream recreates all).
+            for old in &sandboxes {
+                kill_pod_sandbox(&mut cri, old).await?;
+            }
+            let config = translate::sandbox_config(pod, next_attempt, &kubelet.log_root)?;
+            std::fs::create_dir_all(&config.log_directory)?;
+            let id = cri
+                .runtime
+                .run_pod_sandbox(cri::RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .map_err(call("RunPodSandbox"))?
+                .into_inner()
+                .pod_sandbox_id;
+            tracing::info!(pod = %name, sandbox = %id, "sandbox started");
+            cri.sandboxes(Some(uid))
+                .await?
+                .into_iter()
+                .find(|s| s.id == id)
+        }
+    };
+    let sandbox_status = match &sandbox {
+        Some(s) => cri.sandbox_status(&s.id).await?,
+        None => None,
+    };
+    let pod_ip = sandbox_status
+        .as_ref()
+        .and_then(|s| s.network.as_ref())
+        .map(|n| n.ip.clone())
+        .filter(|ip| !ip.is_empty());
+    let facts = NodeFacts {
+        node_name: kubelet.node_name.clone(),
+        host_ip: kubelet.node_ip.clone(),
+        pod_ip: pod_ip.clone().unwrap_or_default(),
+    };
+
+    let mut views = Vec::new();
+    let mut wait = STEADY_RESYNC;
+    let all = cri.containers(uid).await?;
+    for container in &spec.containers {
+        // This container's runtime containers, newest first.
+        let mut mine: Vec<&cri::Container> = all
+            .iter()
+            .filter(|c| c.labels.get(CONTAINER_NAME_LABEL) == Some(&container.name))
+            .collect();
+        mine.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let mut runtime = Vec::new();
+        for c in mine.iter().take(2) {
+            if let Some(status) = cri.container_status(&c.id).await? {
+                runtime.push((c.pod_sandbox_id.clone(), runtime_container(&status)));
+            }
+        }
+        let mut view = ContainerView {
+            name: container.name.clone(),
+            image: container.image.clone().unwrap_or_default(),
+            current: runtime.first().map(|(_, c)| c.clone()),
+            previous: runtime.get(1).map(|(_, c)| c.clone()),
+            waiting: None,
+        };
+        let Some(sandbox) = &sandbox else {
+            views.push(view);
+            continue;
+        };
+        let in_sandbox = runtime.first().is_some_and(|(s, _)| *s == sandbox.id);
+        let needs_start = match &view.current {
+            None => true,
+            Some(_) if !in_sandbox => true,
+            Some(c) => match c.state {
+                RuntimeState::Running | RuntimeState::Unknown => false,
+                // Created but never started (the kubelet died in between): start it below.
+                RuntimeState::Created => true,
+                RuntimeState::Exited => status::should_restart(&restart_policy, c.exit_code),
+            },
+        };
+        if !needs_start {
+            views.push(view);
+            continue;
+        }
+        wait = BUSY_RESYNC;
+        if let Some(c) = view
+            .current
+            .clone()
+            .filter(|c| in_sandbox && c.state == RuntimeState::Created)
+        {
+            if let Err(err) = cri
+                .runtime
+                .start_container(cri::StartContainerRequest {
+                    container_id: c.id.clone(),
+                })
+                .await
+            {
+                view.waiting = Some(("RunContainerError".into(), err.message().to_string()));
+            }
+            views.push(view);
+            continue;
+        }
+        let key = format!("{uid}/{}", container.name);
+        let exited = view
+            .current
+            .clone()
+            .filter(|c| c.state == RuntimeState::Exited);
+        if let Some(c) = &exited {
+            let remaining = kubelet
+                .backoff
+                .lock()
+                .map_err(|_| anyhow::anyhow!("back-off state poisoned"))?
+                .remaining(&key, instant_of(c.finished_at), Instant::now());
+            if let Some(remaining) = remaining {
+                let delay = kubelet
+                    .backoff
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("back-off state poisoned"))?
+                    .current(&key);
+                view.waiting = Some((
+                    "CrashLoopBackOff".into(),
+                    status::crash_loop_message(delay, &container.name, pod),
+                ));
+                wait = wait.min(remaining.max(Duration::from_millis(200)));
+                views.push(view);
+                continue;
+            }
+        }
+        let result =
+            start_container(kubelet, &mut cri, pod, container, sandbox, &facts, &view).await;
+        // A restart, or a container that was created but would not start, backs off next time.
+        let started_one = exited.is_some()
+            || matches!(&result, Err((reason, _)) if reason == "RunContainerError");
+        if started_one {
+            kubelet
+                .backoff
+                .lock()
+                .map_err(|_| anyhow::anyhow!("back-off state poisoned"))?
+                .next(&key, Instant::now());
+        }
+        match result {
+            Ok(()) => {
+                // Report what the runtime now has.
+                let newest = cri
+                    .containers(uid)
+                    .await?
+                    .into_iter()
+                    .filter(|c| c.labels.get(CONTAINER_NAME_LABEL) == Some(&container.name))
+                    .max_by_key(|c| c.created_at);
+                if let Some(newest) = newest
+                    && let Some(status) = cri.container_status(&newest.id).await?
+                {
+                    view.previous = view.current.take();
+                    view.current = Some(runtime_container(&status));
+                }
+            }
+            Err(waiting) => view.waiting = Some(waiting),
+        }
+        views.push(view);
+    }
+
+    let computed = status::pod_status(
+        pod,
+        &views,
+        pod_ip.as_deref(),
+        &kubelet.node_ip,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let new_phase = computed.phase.clone().unwrap_or_default();
+    let value = serde_json::to_value(&computed)?;
+    if last_sent.as_ref().map(comparable) != Some(comparable(&value)) {
+        api.patch_status(name, &manager(), &Patch::Merge(&json!({"status": value})))
+            .await?;
+        *last_sent = Some(value);
+    }
+    // A finished pod's sandbox stops (its containers stay for their logs and exit codes).
+    if matches!(new_phase.as_str(), "Succeeded" | "Failed")
+        && let Some(sandbox) = &sandbox
+    {
+        cri.runtime
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: sandbox.id.clone(),
+            })
+            .await
+            .map_err(call("StopPodSandbox"))?;
+    }
+    Ok(wait)
+}
+
+/// A status without the times the kubelet sets afresh, to tell real changes apart.
+fn comparable(status: &serde_json::Value) -> serde_json::Value {
+    let mut status = status.clone();
+    if let Some(conditions) = status.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+        for condition in conditions {
+            if let Some(c) = condition.as_object_mut() {
+                c.remove("lastTransitionTime");
+                c.remove("lastProbeTime");
+            }
+        }
+    }
+    if let Some(s) = status.as_object_mut() {
+        s.remove("startTime");
+    }
+    status
+}
+
+async fn kill_pod_sandbox(cri: &mut Cri, sandbox: &cri::PodSandbox) -> Result<(), CriError> {
+    cri.remove_sandbox(&sandbox.id).await
+}
+
+/// Image check, config, CreateContainer, StartContainer; on failure the waiting reason and
+/// message upstream reports.
+async fn start_container(
+    kubelet: &Kubelet,
+    cri: &mut Cri,
+    pod: &Pod,
+    container: &k8s_openapi::api::core::v1::Container,
+    sandbox: &cri::PodSandbox,
+    facts: &NodeFacts,
+    view: &ContainerView,
+) -> Result<(), (String, String)> {
+    let image_name = container.image.clone().unwrap_or_default();
+    let image = cri
+        .image(&image_name)
+        .await
+        .map_err(|err| ("ErrImageInspect".to_string(), err.to_string()))?;
+    if let ImageDecision::Wait { reason, message } = translate::image_decision(
+        &image_name,
+        container.image_pull_policy.as_deref(),
+        image.is_some(),
+    ) {
+        return Err((reason.to_string(), message));
+    }
+    let image_ref = image.map(|i| i.id).unwrap_or(image_name);
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let config_error = |message: String| ("CreateContainerConfigError".to_string(), message);
+    let sources = env_sources(&kubelet.client, &namespace, container)
+        .await
+        .map_err(|err| config_error(err.to_string()))?;
+    let env = translate::resolve_env(pod, container, facts, &sources)
+        .map_err(|err| config_error(err.to_string()))?;
+    let restart_count = view
+        .current
+        .as_ref()
+        .map_or(0, |c| u32::try_from(c.restart_count + 1).unwrap_or(0));
+    let config = translate::container_config(pod, container, restart_count, &env, &image_ref)
+        .map_err(|err| config_error(err.to_string()))?;
+    let attempt = sandbox.metadata.as_ref().map_or(0, |m| m.attempt);
+    let sandbox_config = translate::sandbox_config(pod, attempt, &kubelet.log_root)
+        .map_err(|err| config_error(err.to_string()))?;
+    let _ = std::fs::create_dir_all(format!(
+        "{}/{}",
+        sandbox_config.log_directory, container.name
+    ));
+    let id = cri
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox.id.clone(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        })
+        .await
+        .map_err(|err| {
+            (
+                "CreateContainerError".to_string(),
+                err.message().to_string(),
+            )
+        })?
+        .into_inner()
+        .container_id;
+    cri.runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .map_err(|err| ("RunContainerError".to_string(), err.message().to_string()))?;
+    tracing::info!(pod = ?pod.metadata.name, container = %container.name, %id, restart_count, "container started");
+    Ok(())
+}

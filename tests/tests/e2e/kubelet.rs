@@ -1,0 +1,430 @@
+//! The real kubelet on containerd (`node-image/kubelet`): a node's own containerd with the
+//! locally built images (`node-image/image/`), `flotilla-kubelet` registering a Ready Node
+//! against `flotilla up`, and pods driven by stock kubectl 1.32 — Running with a pod IP,
+//! crash-looping with back-off, `ErrImageNeverPull`, `CreateContainerConfigError`, deletion
+//! removing the sandbox, and a SIGKILLed kubelet adopting its running container on restart.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use flotilla_e2e::{Backend, Flotilla, Kubectl, flotilla_bin, jsonpath, until};
+
+const NODE: &str = "kubelet-e2e";
+const POD_CIDR: &str = "10.244.77.0/24";
+
+fn image_scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-image/image")
+}
+
+/// Fails, naming what is missing, unless this machine can run containers.
+fn require_runtime() -> anyhow::Result<()> {
+    let mut missing = Vec::new();
+    for tool in ["containerd", "ctr", "runc", "busybox", "nsenter", "ip"] {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}"))
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            missing.push(tool.to_string());
+        }
+    }
+    for plugin in ["bridge", "host-local", "loopback"] {
+        if !Path::new("/usr/lib/cni").join(plugin).exists() {
+            missing.push(format!("/usr/lib/cni/{plugin}"));
+        }
+    }
+    if !missing.is_empty() {
+        bail!(
+            "the kubelet test needs {} (apt-get install -y containerd runc \
+             containernetworking-plugins busybox-static; tests/run installs them)",
+            missing.join(", ")
+        );
+    }
+    let uid = Command::new("id").arg("-u").output()?;
+    ensure!(
+        String::from_utf8_lossy(&uid.stdout).trim() == "0",
+        "the kubelet test runs containers and network namespaces: it needs root"
+    );
+    Ok(())
+}
+
+/// The node's containerd, stopped with everything it runs when dropped.
+struct Containerd {
+    dir: PathBuf,
+}
+
+impl Containerd {
+    fn start(dir: &Path) -> anyhow::Result<Self> {
+        let scripts = image_scripts();
+        let run = |script: &str, args: &[&str]| -> anyhow::Result<()> {
+            let out = Command::new(scripts.join(script))
+                .args(args)
+                .output()
+                .with_context(|| format!("running node-image/image/{script}"))?;
+            ensure!(
+                out.status.success(),
+                "node-image/image/{script} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
+        };
+        let images = dir.join("images");
+        let dir_arg = dir.to_string_lossy().into_owned();
+        run("build-images", &[&images.to_string_lossy()])?;
+        let containerd = Containerd {
+            dir: dir.to_path_buf(),
+        };
+        run("start-containerd", &[&dir_arg, POD_CIDR])?;
+        Ok(containerd)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    /// `ctr -n k8s.io ARGS`.
+    fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(self.socket())
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+            .context("running ctr")?;
+        ensure!(
+            out.status.success(),
+            "ctr {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The runtime containers (sandboxes included) of pod `uid`.
+    fn pod_containers(&self, uid: &str) -> anyhow::Result<Vec<String>> {
+        let filter = format!("labels.\"io.kubernetes.pod.uid\"=={uid}");
+        Ok(self
+            .ctr(&["containers", "ls", "-q", &filter])?
+            .lines()
+            .map(str::to_string)
+            .collect())
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = Command::new(image_scripts().join("stop-containerd"))
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// A running `flotilla-kubelet`, SIGKILLed when dropped; its log goes to a file.
+struct Kubelet {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Kubelet {
+    fn start(flotilla: &Flotilla, containerd: &Containerd, dir: &Path) -> anyhow::Result<Self> {
+        let bin = match std::env::var("FLOTILLA_KUBELET_BIN") {
+            Ok(path) => PathBuf::from(path),
+            Err(_) => flotilla_bin()?.with_file_name("flotilla-kubelet"),
+        };
+        ensure!(
+            bin.exists(),
+            "flotilla-kubelet not found at {}: build it first (`cargo build -p flotilla-kubelet`)",
+            bin.display()
+        );
+        let log = dir.join("kubelet.log");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        let endpoint = format!("unix://{}", containerd.socket().display());
+        let child = Command::new(bin)
+            .arg("--kubeconfig")
+            .arg(&flotilla.kubeconfig)
+            .args(["--container-runtime-endpoint", &endpoint])
+            .args(["--node-name", NODE, "--node-ip", "127.0.0.1"])
+            .args(["--node-labels", "flotilla.dev/pool=e2e"])
+            .arg("--root-dir")
+            .arg(dir.join("kubelet"))
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("starting flotilla-kubelet")?;
+        Ok(Kubelet { child, log })
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+const PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: busybox}
+spec:
+  nodeName: kubelet-e2e
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: main
+    image: flotilla.local/busybox:1
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    env:
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: crash}
+spec:
+  nodeName: kubelet-e2e
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: flotilla.local/busybox:1
+    imagePullPolicy: Never
+    command: [sh, -c, "exit 1"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: noimage}
+spec:
+  nodeName: kubelet-e2e
+  containers:
+  - name: main
+    image: flotilla.local/absent:1
+    imagePullPolicy: Never
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: noconfig}
+spec:
+  nodeName: kubelet-e2e
+  containers:
+  - name: main
+    image: flotilla.local/busybox:1
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    env:
+    - {name: X, valueFrom: {configMapKeyRef: {name: absent, key: k}}}
+"#;
+
+fn waiting_reason(kubectl: &Kubectl, pod: &str) -> anyhow::Result<String> {
+    jsonpath(
+        kubectl,
+        &["get", "pod", pod],
+        "{.status.containerStatuses[0].state.waiting.reason}",
+    )
+}
+
+fn with_log<T>(kubelet: &Kubelet, outcome: anyhow::Result<T>) -> anyhow::Result<T> {
+    outcome.with_context(|| format!("kubelet log:\n{}", kubelet.log()))
+}
+
+#[test]
+fn kubelet_runs_pods_on_containerd() -> anyhow::Result<()> {
+    require_runtime()?;
+    let dir = tempfile::tempdir()?;
+    let containerd = Containerd::start(&dir.path().join("node"))?;
+    let images = containerd.ctr(&["images", "ls", "-q"])?;
+    ensure!(
+        images.contains("flotilla.local/busybox:1") && images.contains("flotilla.local/pause:1"),
+        "the local images are not in containerd: {images}"
+    );
+    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let kubectl = flotilla.kubectl();
+    let mut kubelet = Kubelet::start(&flotilla, &containerd, dir.path())?;
+    let outcome = scenario(&flotilla, &kubectl, &containerd, &mut kubelet, dir.path());
+    with_log(&kubelet, outcome)
+}
+
+fn scenario(
+    flotilla: &Flotilla,
+    kubectl: &Kubectl,
+    containerd: &Containerd,
+    kubelet: &mut Kubelet,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
+    until("the node is Ready", Duration::from_secs(60), || {
+        Ok(jsonpath(kubectl, &["get", "node", NODE], ready).unwrap_or_default() == "True")
+    })?;
+    let node = kubectl.ok(&["get", "node", NODE, "-o", "json"])?;
+    let node: serde_json::Value = serde_json::from_str(&node)?;
+    let labels = &node["metadata"]["labels"];
+    ensure!(labels["kubernetes.io/os"] == "linux", "labels: {labels}");
+    ensure!(labels["kubernetes.io/hostname"] == NODE, "labels: {labels}");
+    ensure!(labels["flotilla.dev/pool"] == "e2e", "labels: {labels}");
+    let info = &node["status"]["nodeInfo"];
+    ensure!(
+        info["containerRuntimeVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("containerd://")),
+        "nodeInfo: {info}"
+    );
+    ensure!(
+        node["status"]["capacity"]["cpu"]
+            .as_str()
+            .is_some_and(|c| c.parse::<u32>().is_ok_and(|n| n >= 1)),
+        "capacity: {}",
+        node["status"]["capacity"]
+    );
+    let holder = jsonpath(
+        kubectl,
+        &["-n", "kube-node-lease", "get", "lease", NODE],
+        "{.spec.holderIdentity}",
+    )?;
+    ensure!(holder == NODE, "lease holder {holder:?}");
+
+    flotilla.ok_stdin(&["apply", "-f", "-"], PODS)?;
+
+    // A pod with a local image runs, with an IP from the node's pod CIDR.
+    until("busybox is Running", Duration::from_secs(60), || {
+        Ok(jsonpath(kubectl, &["get", "pod", "busybox"], "{.status.phase}")? == "Running")
+    })?;
+    let ip = jsonpath(kubectl, &["get", "pod", "busybox"], "{.status.podIP}")?;
+    ensure!(ip.starts_with("10.244.77."), "pod IP {ip:?}");
+    let ips = jsonpath(
+        kubectl,
+        &["get", "pod", "busybox"],
+        "{.status.podIPs[0].ip}",
+    )?;
+    ensure!(ips == ip, "podIPs {ips:?}");
+    let conditions = jsonpath(
+        kubectl,
+        &["get", "pod", "busybox"],
+        r#"{range .status.conditions[*]}{.type}={.status} {end}"#,
+    )?;
+    for want in [
+        "PodScheduled=True",
+        "Initialized=True",
+        "ContainersReady=True",
+        "Ready=True",
+    ] {
+        ensure!(conditions.contains(want), "conditions: {conditions}");
+    }
+    let wide = kubectl.ok(&["get", "pod", "busybox", "-o", "wide"])?;
+    ensure!(wide.contains("1/1") && wide.contains(NODE), "{wide}");
+
+    // An absent image under pull policy Never.
+    until(
+        "noimage reports ErrImageNeverPull",
+        Duration::from_secs(30),
+        || Ok(waiting_reason(kubectl, "noimage")? == "ErrImageNeverPull"),
+    )?;
+    let message = jsonpath(
+        kubectl,
+        &["get", "pod", "noimage"],
+        "{.status.containerStatuses[0].state.waiting.message}",
+    )?;
+    ensure!(
+        message
+            == "Container image \"flotilla.local/absent:1\" is not present with pull policy of Never",
+        "message {message:?}"
+    );
+    let get = kubectl.ok(&["get", "pod", "noimage"])?;
+    ensure!(get.contains("ErrImageNeverPull"), "{get}");
+
+    // An env var from a ConfigMap that does not exist.
+    until(
+        "noconfig reports CreateContainerConfigError",
+        Duration::from_secs(30),
+        || Ok(waiting_reason(kubectl, "noconfig")? == "CreateContainerConfigError"),
+    )?;
+    let message = jsonpath(
+        kubectl,
+        &["get", "pod", "noconfig"],
+        "{.status.containerStatuses[0].state.waiting.message}",
+    )?;
+    ensure!(
+        message == "configmap \"absent\" not found",
+        "message {message:?}"
+    );
+
+    // A container that exits 1 restarts with back-off.
+    let mut saw_backoff = false;
+    until(
+        "crash restarts twice and shows CrashLoopBackOff",
+        Duration::from_secs(60),
+        || {
+            saw_backoff |= waiting_reason(kubectl, "crash")? == "CrashLoopBackOff";
+            let count: u32 = jsonpath(
+                kubectl,
+                &["get", "pod", "crash"],
+                "{.status.containerStatuses[0].restartCount}",
+            )?
+            .parse()
+            .unwrap_or(0);
+            Ok(saw_backoff && count >= 2)
+        },
+    )?;
+    let exit = jsonpath(
+        kubectl,
+        &["get", "pod", "crash"],
+        "{.status.containerStatuses[0].lastState.terminated.exitCode}",
+    )?;
+    ensure!(exit == "1", "lastState exit code {exit:?}");
+
+    // SIGKILL the kubelet and restart it: the running container is adopted.
+    let uid = jsonpath(kubectl, &["get", "pod", "busybox"], "{.metadata.uid}")?;
+    let id_path = "{.status.containerStatuses[0].containerID}";
+    let count_path = "{.status.containerStatuses[0].restartCount}";
+    let before_id = jsonpath(kubectl, &["get", "pod", "busybox"], id_path)?;
+    let before_count = jsonpath(kubectl, &["get", "pod", "busybox"], count_path)?;
+    let mut before_runtime = containerd.pod_containers(&uid)?;
+    before_runtime.sort();
+    ensure!(
+        before_runtime.len() == 2,
+        "busybox has a sandbox and a container: {before_runtime:?}"
+    );
+    kubelet.kill();
+    *kubelet = Kubelet::start(flotilla, containerd, dir)?;
+    // Let the restarted kubelet sync the pod several times.
+    until(
+        "the restarted kubelet syncs",
+        Duration::from_secs(30),
+        || Ok(kubelet.log().matches("node already registered").count() >= 1),
+    )?;
+    std::thread::sleep(Duration::from_secs(8));
+    let mut after_runtime = containerd.pod_containers(&uid)?;
+    after_runtime.sort();
+    ensure!(
+        after_runtime == before_runtime,
+        "runtime containers changed: {before_runtime:?} → {after_runtime:?}"
+    );
+    ensure!(jsonpath(kubectl, &["get", "pod", "busybox"], id_path)? == before_id);
+    ensure!(jsonpath(kubectl, &["get", "pod", "busybox"], count_path)? == before_count);
+    ensure!(jsonpath(kubectl, &["get", "pod", "busybox"], "{.status.phase}")? == "Running");
+
+    // Deleting the pod stops its container within the grace period and removes its sandbox.
+    kubectl.ok(&["delete", "pod", "busybox", "--wait", "--timeout=60s"])?;
+    until(
+        "busybox's sandbox is removed",
+        Duration::from_secs(30),
+        || Ok(containerd.pod_containers(&uid)?.is_empty()),
+    )?;
+    let gone = kubectl.fails(&["get", "pod", "busybox"])?;
+    ensure!(gone.contains("NotFound"), "{gone}");
+    Ok(())
+}
