@@ -18,7 +18,7 @@ use aws_sdk_elasticloadbalancingv2::types::{
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
-use super::instances::instance_id_from_provider_id;
+use super::instance_id_from_provider_id;
 use super::{AwsCloud, cloud_error};
 use crate::provider::{CloudError, CloudResult, LoadBalancers};
 

@@ -18,6 +18,7 @@ use serde_json::json;
 use super::params::{self, DRIVER};
 use super::provisioner::manager;
 use super::{Context, api_error, is_status};
+use crate::aws::instance_id_from_provider_id;
 use crate::provider::{CloudError, Volume};
 
 /// external-attacher's finalizer on VolumeAttachments (`external-attacher/<driver with - for .>`).
@@ -256,13 +257,6 @@ fn volume_handle(context: &Context, attachment: &VolumeAttachment) -> Result<Str
                 .map(|c| c.volume_handle.clone())
         })
         .ok_or_else(|| CloudError::invalid(format!("PersistentVolume {pv_name:?} not found")))
-}
-
-/// The instance id in a provider ID `aws:///<zone>/<instance-id>` (the same reading as
-/// `aws::instances::instance_id_from_provider_id`, which the `aws` module keeps private).
-pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
-    let id = provider_id.strip_prefix("aws://")?.rsplit('/').next()?;
-    id.starts_with("i-").then_some(id)
 }
 
 fn node_instance(context: &Context, attachment: &VolumeAttachment) -> Option<String> {
