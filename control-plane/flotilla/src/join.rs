@@ -1,38 +1,17 @@
-//! A node joining its cluster the kubelet's way (upstream `pkg/kubelet/certificate/bootstrap`):
-//! with the [`NodeConfig`]'s bootstrap token it requests a client certificate for
-//! `system:node:<name>` (O `system:nodes`) through a CertificateSigningRequest, waits for the
-//! cluster to approve and sign it, keeps key and certificate in the cert directory, and from
-//! then on talks to the API as that node. A valid certificate already there is reused.
+//! The simulator's node joining its cluster with `--node-config`: the same bootstrap flow as
+//! the real kubelet (`flotilla-node-bootstrap`: bootstrap token → CertificateSigningRequest →
+//! `system:node:<name>`), then what the simulated node registers as.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-use anyhow::{Context, bail};
-use base64::Engine;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::api::{Api, PostParams};
-use serde_json::json;
+use anyhow::Context;
 
 use crate::SimulateArgs;
 use crate::simulator::SimNode;
-use flotilla_api_machinery::nodeconfig::NodeConfig;
-
-/// The certificate and key the node authenticates with (the kubelet's file name).
-const CURRENT_PAIR: &str = "kubelet-client-current.pem";
-/// The key of a request not signed yet, reused when the node restarts while waiting.
-const PENDING_KEY: &str = "kubelet-client.key.tmp";
-/// How long the node waits for its request to be approved and signed.
-const SIGNING_TIMEOUT: Duration = Duration::from_secs(120);
-/// A certificate this close to its expiry is requested anew.
-const RENEW_MARGIN: Duration = Duration::from_secs(60);
-const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
 /// Joins the node `args` names with the bootstrap document at `path`: its client, acting as
 /// `system:node:<name>`, and what it registers as.
 pub async fn join(path: &Path, args: &SimulateArgs) -> anyhow::Result<(kube::Client, SimNode)> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let config = NodeConfig::parse(&text)?;
     let name = args
         .node_name
         .clone()
@@ -44,249 +23,12 @@ pub async fn join(path: &Path, args: &SimulateArgs) -> anyhow::Result<(kube::Cli
         .cert_dir
         .clone()
         .context("--cert-dir is required with --node-config")?;
-    std::fs::create_dir_all(&cert_dir)
-        .with_context(|| format!("creating {}", cert_dir.display()))?;
-    let ca_pem = config.ca_pem()?;
-    let pair_path = cert_dir.join(CURRENT_PAIR);
-    let pair = match reusable_pair(&pair_path, &name) {
-        Some(pair) => {
-            eprintln!(
-                "node {name}: using the certificate in {}",
-                pair_path.display()
-            );
-            pair
-        }
-        None => {
-            let pair = bootstrap(&config, &ca_pem, &name, &cert_dir).await?;
-            crate::service::write_private(&pair_path, &format!("{}{}", pair.cert, pair.key))?;
-            let _ = std::fs::remove_file(cert_dir.join(PENDING_KEY));
-            eprintln!(
-                "node {name}: certificate issued, stored in {}",
-                pair_path.display()
-            );
-            pair
-        }
-    };
-    let user = json!({
-        "client-certificate-data": b64(&pair.cert),
-        "client-key-data": b64(&pair.key),
-    });
-    let client = client(&config, &ca_pem, user).await?;
+    let (client, config) = flotilla_node_bootstrap::join(path, &name, &cert_dir).await?;
     let node = SimNode {
         name,
         ip: ip.to_string(),
-        labels: config.spec.kubelet.node_labels.clone(),
-        taints: config.spec.kubelet.register_with_taints.clone(),
+        labels: config.spec.kubelet.node_labels,
+        taints: config.spec.kubelet.register_with_taints,
     };
     Ok((client, node))
-}
-
-/// A certificate and its private key, as PEM.
-struct Pair {
-    cert: String,
-    key: String,
-}
-
-fn b64(text: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(text)
-}
-
-/// A kube client of the document's cluster, trusting its CA, authenticating as `user` (a
-/// kubeconfig `user` entry).
-async fn client(
-    config: &NodeConfig,
-    ca_pem: &str,
-    user: serde_json::Value,
-) -> anyhow::Result<kube::Client> {
-    let cluster = &config.spec.cluster;
-    let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": cluster.name, "cluster": {
-            "server": cluster.api_server_endpoint,
-            "certificate-authority-data": b64(ca_pem),
-        }}],
-        "users": [{"name": "node", "user": user}],
-        "contexts": [{"name": "node", "context": {"cluster": cluster.name, "user": "node"}}],
-        "current-context": "node",
-    }))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .context("the node config does not make a usable client")?;
-    Ok(kube::Client::try_from(config)?)
-}
-
-/// The first PEM block labelled `label` in `text`, with its markers.
-fn pem_block(text: &str, label: &str) -> Option<String> {
-    let begin_marker = format!("-----BEGIN {label}-----");
-    let end_marker = format!("-----END {label}-----");
-    let begin = text.find(&begin_marker)?;
-    let end = text[begin..].find(&end_marker)? + begin + end_marker.len();
-    Some(format!("{}\n", &text[begin..end]))
-}
-
-/// The stored pair, when it is this node's and valid for a while longer (the kubelet's
-/// `loadFile` then `certificate.Current`).
-fn reusable_pair(path: &Path, name: &str) -> Option<Pair> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let pair = Pair {
-        cert: pem_block(&text, "CERTIFICATE")?,
-        key: pem_block(&text, "PRIVATE KEY")?,
-    };
-    let (_, block) = x509_parser::pem::parse_x509_pem(pair.cert.as_bytes()).ok()?;
-    let (_, cert) = x509_parser::parse_x509_certificate(&block.contents).ok()?;
-    let common_name = cert.subject().iter_common_name().next()?.as_str().ok()?;
-    let expires = cert.validity().not_after.timestamp();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs();
-    let fresh = u64::try_from(expires).ok()? > now + RENEW_MARGIN.as_secs();
-    (common_name == format!("system:node:{name}") && fresh).then_some(pair)
-}
-
-/// The private key of the request: the one of an earlier unfinished request, or a new one
-/// (stored first, so a restart asks with the same key).
-fn request_key(cert_dir: &Path) -> anyhow::Result<rcgen::KeyPair> {
-    let path: PathBuf = cert_dir.join(PENDING_KEY);
-    if let Ok(pem) = std::fs::read_to_string(&path)
-        && let Ok(key) = rcgen::KeyPair::from_pem(&pem)
-    {
-        return Ok(key);
-    }
-    let key = rcgen::KeyPair::generate()?;
-    crate::service::write_private(&path, &key.serialize_pem())?;
-    Ok(key)
-}
-
-/// The PEM PKCS#10 request for `system:node:<name>` in `system:nodes`.
-fn certificate_request(name: &str, key: &rcgen::KeyPair) -> anyhow::Result<String> {
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{name}"));
-    Ok(params.serialize_request(key)?.pem()?)
-}
-
-/// Requests the node's certificate with the bootstrap token and waits until it is issued.
-async fn bootstrap(
-    config: &NodeConfig,
-    ca_pem: &str,
-    name: &str,
-    cert_dir: &Path,
-) -> anyhow::Result<Pair> {
-    let token = json!({"token": config.spec.kubelet.bootstrap_token});
-    let client = client(config, ca_pem, token).await?;
-    let key = request_key(cert_dir)?;
-    let request = certificate_request(name, &key)?;
-    let csr: CertificateSigningRequest = serde_json::from_value(json!({
-        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-        "metadata": {"generateName": "node-csr-"},
-        "spec": {
-            "request": b64(&request),
-            "signerName": KUBELET_CLIENT_SIGNER,
-            "usages": ["digital signature", "client auth"],
-        },
-    }))?;
-    let csrs: Api<CertificateSigningRequest> = Api::all(client);
-    let created = csrs
-        .create(&PostParams::default(), &csr)
-        .await
-        .context("creating the node's CertificateSigningRequest with the bootstrap token")?;
-    let csr_name = created.metadata.name.clone().unwrap_or_default();
-    eprintln!("node {name}: requested its certificate as CertificateSigningRequest {csr_name}");
-    let started = Instant::now();
-    loop {
-        let current = csrs
-            .get(&csr_name)
-            .await
-            .with_context(|| format!("reading CertificateSigningRequest {csr_name}"))?;
-        let status = current.status.unwrap_or_default();
-        if let Some(refusal) = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| matches!(c.type_.as_str(), "Denied" | "Failed") && c.status == "True")
-        {
-            bail!(
-                "CertificateSigningRequest {csr_name} was {}: {} {}",
-                refusal.type_.to_lowercase(),
-                refusal.reason.as_deref().unwrap_or(""),
-                refusal.message.as_deref().unwrap_or("")
-            );
-        }
-        if let Some(certificate) = status.certificate.filter(|c| !c.0.is_empty()) {
-            let cert =
-                String::from_utf8(certificate.0).context("the issued certificate is not PEM")?;
-            return Ok(Pair {
-                cert,
-                key: key.serialize_pem(),
-            });
-        }
-        if started.elapsed() > SIGNING_TIMEOUT {
-            bail!(
-                "CertificateSigningRequest {csr_name} was not approved and signed within {}s \
-                 (is the controller-manager running with a signing CA?)",
-                SIGNING_TIMEOUT.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_name_the_node_in_system_nodes() {
-        let key = rcgen::KeyPair::generate().expect("key");
-        let pem = certificate_request("n1", &key).expect("csr");
-        let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).expect("pem");
-        assert_eq!(block.label, "CERTIFICATE REQUEST");
-        use x509_parser::prelude::FromDer;
-        let (_, csr) =
-            x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
-                .expect("csr");
-        let subject = &csr.certification_request_info.subject;
-        let cn = subject
-            .iter_common_name()
-            .next()
-            .and_then(|c| c.as_str().ok());
-        let o: Vec<&str> = subject
-            .iter_organization()
-            .filter_map(|o| o.as_str().ok())
-            .collect();
-        assert_eq!((cn, o), (Some("system:node:n1"), vec!["system:nodes"]));
-    }
-
-    #[test]
-    fn stored_pairs_are_reused_only_for_this_node_while_valid() {
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join(CURRENT_PAIR);
-        let key = rcgen::KeyPair::generate().expect("key");
-        let mut params = rcgen::CertificateParams::default();
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "system:node:n1");
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now - time::Duration::hours(1);
-        params.not_after = now + time::Duration::hours(1);
-        let cert = params.self_signed(&key).expect("cert");
-        std::fs::write(&path, format!("{}{}", cert.pem(), key.serialize_pem())).expect("write");
-        assert!(reusable_pair(&path, "n1").is_some());
-        assert!(reusable_pair(&path, "n2").is_none());
-        params.not_after = now + time::Duration::seconds(10);
-        let expiring = params.self_signed(&key).expect("cert");
-        std::fs::write(&path, format!("{}{}", expiring.pem(), key.serialize_pem())).expect("write");
-        assert!(reusable_pair(&path, "n1").is_none());
-        assert!(reusable_pair(&dir.path().join("missing"), "n1").is_none());
-    }
 }

@@ -3,7 +3,6 @@
 //! then heartbeats and runs the pods bound to it until SIGINT/SIGTERM.
 
 mod cri;
-mod join;
 mod machine;
 mod node;
 mod pods;
@@ -125,7 +124,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             (kube::Client::try_from(config)?, server)
         }
         (None, Some(path), Some(cert_dir)) => {
-            let (client, config) = join::join(path, &name, cert_dir).await?;
+            let (client, config) = flotilla_node_bootstrap::join(path, &name, cert_dir).await?;
             for (key, value) in config.spec.kubelet.node_labels {
                 labels.entry(key).or_insert(value);
             }

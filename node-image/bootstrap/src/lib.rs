@@ -1,10 +1,9 @@
-//! Joining the cluster the kubelet's way (upstream `pkg/kubelet/certificate/bootstrap`): with
-//! the `NodeConfig`'s bootstrap token the node requests a client certificate for
+//! A node joining its cluster the kubelet's way (upstream `pkg/kubelet/certificate/bootstrap`):
+//! with the `NodeConfig`'s bootstrap token the node requests a client certificate for
 //! `system:node:<name>` (O `system:nodes`) through a CertificateSigningRequest, waits for the
 //! cluster to approve and sign it, keeps key and certificate in the cert directory, and from
-//! then on talks to the API as that node. A valid certificate already there is reused.
-//! (The same flow as `flotilla simulate-nodes --node-config`; this crate may not depend on the
-//! flotilla binary's crate, and the flow is IO, so it is not in api-machinery.)
+//! then on talks to the API as that node. A valid certificate already there is reused. One
+//! flow for the real kubelet and for `flotilla simulate-nodes --node-config`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
