@@ -118,6 +118,21 @@ pub fn flotilla_process(args: &[&str]) -> anyhow::Result<Process> {
     Ok(Process { child })
 }
 
+/// `flotilla cloud-controller ARGS` against LocalStack: the AWS environment set (LocalStack
+/// takes any credentials), output left to the caller.
+pub fn cloud_controller_command(args: &[&str]) -> anyhow::Result<Command> {
+    let mut command = Command::new(flotilla_bin()?);
+    command
+        .arg("cloud-controller")
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("FLOTILLA_LOG", "info")
+        .stdout(Stdio::null());
+    Ok(command)
+}
+
 /// A real etcd on loopback (one member or several), each member with its own data directory.
 pub struct Etcd {
     _members: Vec<Process>,

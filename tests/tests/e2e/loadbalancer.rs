@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -71,14 +71,7 @@ struct CloudController {
 impl CloudController {
     fn start(dir: &Path, args: &[&str]) -> anyhow::Result<Self> {
         let log = dir.join("cloud-controller.log");
-        let child = Command::new(flotilla_e2e::flotilla_bin()?)
-            .arg("cloud-controller")
-            .args(args)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .env("FLOTILLA_LOG", "info")
-            .stdout(Stdio::null())
+        let child = flotilla_e2e::cloud_controller_command(args)?
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("starting flotilla cloud-controller")?;

@@ -4,7 +4,7 @@
 //! goes and deletes it with the claim; a class with a bad `type` gets a ProvisioningFailed
 //! event and no volume (needs the `flotilla` binary, kubectl 1.32 and LocalStack from PyPI).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
@@ -23,14 +23,7 @@ impl Drop for Background {
 }
 
 fn cloud_controller(args: &[&str]) -> anyhow::Result<Background> {
-    let child = Command::new(flotilla_e2e::flotilla_bin()?)
-        .arg("cloud-controller")
-        .args(args)
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_REGION", "us-east-1")
-        .env("FLOTILLA_LOG", "info")
-        .stdout(Stdio::null())
+    let child = flotilla_e2e::cloud_controller_command(args)?
         .stderr(Stdio::null())
         .spawn()
         .context("starting flotilla cloud-controller")?;
