@@ -73,7 +73,8 @@ fn taints(node: &Node) -> &[Taint] {
         .unwrap_or_default()
 }
 
-fn is_ready(node: &Node) -> bool {
+/// Whether the Node's Ready condition is True.
+pub(crate) fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -204,10 +205,15 @@ async fn set_addresses(
     Ok(())
 }
 
-/// A failed API write, carried in the controllers' one error type.
+/// A failed API call, carried in the controllers' one error type: an API answer keeps its
+/// Status reason (`Conflict`, `NotFound`, `TooManyRequests`…) as the code.
 pub(crate) fn api_error(err: kube::Error) -> CloudError {
+    let code = match &err {
+        kube::Error::Api(status) if !status.reason.is_empty() => status.reason.clone(),
+        _ => "KubernetesApiError".into(),
+    };
     CloudError {
-        code: "KubernetesApiError".into(),
+        code,
         message: err.to_string(),
         retryable: true,
     }
@@ -216,7 +222,7 @@ pub(crate) fn api_error(err: kube::Error) -> CloudError {
 fn error_policy(node: Arc<Node>, err: &CloudError, _: Arc<Context>) -> Action {
     // A write that lost to the kubelet's own status update is retried at once on the new
     // version; anything else waits a monitor period.
-    if err.message.contains("Conflict") {
+    if err.code == "Conflict" {
         tracing::debug!(node = ?node.metadata.name, %err, "node changed meanwhile; retrying");
         return Action::requeue(Duration::from_millis(200));
     }

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::aws::instance_id_from_provider_id;
 use crate::config::CloudSettings;
-use crate::node::UNINITIALIZED_TAINT;
+use crate::node::{UNINITIALIZED_TAINT, is_ready};
 use crate::provider::{CloudError, Instance, LaunchRequest, NodeGroups};
 
 /// The tag naming an instance's pool.
@@ -96,7 +96,7 @@ pub fn issue_code(err: &CloudError) -> String {
     match err.code.as_str() {
         "InvalidSubnetID.NotFound" | "InvalidSubnetID.Malformed" => "Ec2SubnetNotFound",
         "InvalidAMIID.NotFound" | "InvalidAMIID.Malformed" => "Ec2ImageNotFound",
-        "InvalidInstanceType.NotFound" | "InvalidParameterValue" => "Ec2InstanceTypeDoesNotExist",
+        "InvalidInstanceType.NotFound" => "Ec2InstanceTypeDoesNotExist",
         "InsufficientInstanceCapacity" | "InsufficientCapacity" => "InsufficientInstanceCapacity",
         "UnauthorizedOperation" | "AccessDenied" | "AuthFailure" => "AccessDenied",
         "InstanceLimitExceeded" | "VcpuLimitExceeded" => "InstanceLimitExceeded",
@@ -158,14 +158,6 @@ fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
         .as_ref()
         .and_then(|a| a.get(key))
         .map(String::as_str)
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
 }
 
 /// Pods a drain must evict: not finished, not a DaemonSet's (it would come straight back, as
@@ -257,34 +249,62 @@ impl NodePools {
         ])
     }
 
-    /// One pass over one pool; problems become issues of the observation, never errors.
-    pub async fn reconcile(&self, spec: &NodePoolSpec) -> PoolObservation {
-        match self.try_reconcile(spec).await {
-            Ok(observation) => observation,
+    /// One pass over every pool of the cluster: the cluster's instances and Nodes are read
+    /// once for all of them. Problems become issues of the observations, never errors.
+    pub async fn reconcile_all(&self, specs: &[NodePoolSpec]) -> Vec<PoolObservation> {
+        if specs.is_empty() {
+            return Vec::new();
+        }
+        let cluster_tag = BTreeMap::from([(self.settings.cluster_tag_key(), "owned".to_string())]);
+        let shared = async {
+            let instances = self.cloud.instances_tagged(&cluster_tag).await?;
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let nodes = nodes
+                .list(&ListParams::default())
+                .await
+                .map_err(crate::node::api_error)?
+                .items;
+            Ok::<_, CloudError>((instances, nodes))
+        };
+        let (instances, nodes) = match shared.await {
+            Ok(found) => found,
             Err(err) => {
-                tracing::warn!(pool = %spec.name, %err, "node pool reconcile failed");
-                PoolObservation {
+                tracing::warn!(%err, "listing the cluster's instances and nodes failed");
+                let failed = PoolObservation {
                     issues: vec![issue(&err, Vec::new())],
                     ..Default::default()
-                }
+                };
+                return vec![failed; specs.len()];
             }
+        };
+        let mut observations = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let live: Vec<Instance> = instances
+                .iter()
+                .filter(|i| i.state.is_live() && i.tags.get(POOL_TAG) == Some(&spec.name))
+                .cloned()
+                .collect();
+            observations.push(match self.reconcile(spec, live, &nodes).await {
+                Ok(observation) => observation,
+                Err(err) => {
+                    tracing::warn!(pool = %spec.name, %err, "node pool reconcile failed");
+                    PoolObservation {
+                        issues: vec![issue(&err, Vec::new())],
+                        ..Default::default()
+                    }
+                }
+            });
         }
+        observations
     }
 
-    async fn try_reconcile(&self, spec: &NodePoolSpec) -> Result<PoolObservation, CloudError> {
-        let mut live: Vec<Instance> = self
-            .cloud
-            .instances_tagged(&self.pool_tags(&spec.name))
-            .await?
-            .into_iter()
-            .filter(|i| i.state.is_live())
-            .collect();
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let all_nodes = nodes
-            .list(&ListParams::default())
-            .await
-            .map_err(crate::node::api_error)?
-            .items;
+    /// One pool, given its live instances and the cluster's Nodes.
+    async fn reconcile(
+        &self,
+        spec: &NodePoolSpec,
+        mut live: Vec<Instance>,
+        all_nodes: &[Node],
+    ) -> Result<PoolObservation, CloudError> {
         let node_of = |instance: &Instance| -> Option<&Node> {
             all_nodes.iter().find(|node| {
                 let provider = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());

@@ -20,7 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use crate::config::CloudSettings;
-use crate::node::api_error;
+use crate::node::{api_error, is_ready};
 use crate::provider::{CloudError, LoadBalancers};
 
 /// Upstream's finalizer: the load balancer is deleted before the Service may go.
@@ -77,13 +77,7 @@ pub fn node_is_eligible(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
-    node.metadata.deletion_timestamp.is_none() && !excluded && !doomed && ready
+    node.metadata.deletion_timestamp.is_none() && !excluded && !doomed && is_ready(node)
 }
 
 /// The eligible Nodes, and their identity (name and provider ID) to notice a change by.

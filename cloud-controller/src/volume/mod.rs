@@ -33,7 +33,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::config::CloudSettings;
-use crate::provider::{CloudError, Volumes};
+use crate::provider::Volumes;
 
 /// How often everything is looked at again without a change seen (upstream's resync).
 const RESYNC: Duration = Duration::from_secs(10);
@@ -211,10 +211,7 @@ async fn sync_all(context: &Arc<Context>) {
     resizer::sync(context).await;
 }
 
-/// A failed API call, in the controllers' one error type.
-pub(crate) fn api_error(err: kube::Error) -> CloudError {
-    crate::node::api_error(err)
-}
+pub(crate) use crate::node::api_error;
 
 /// Whether a kube error is the API's 404 / 409.
 pub(crate) fn is_status(err: &kube::Error, code: u16) -> bool {

@@ -164,8 +164,13 @@ pub async fn hosted(client: kube::Client, management: Arc<Management>, cluster_i
                 ca_pem: management.public_endpoint().ca_pem.clone(),
             },
         );
-        for pool in &managed.pools {
-            let observation = pools.reconcile(&pool_spec(&managed.cluster, pool)).await;
+        let specs: Vec<NodePoolSpec> = managed
+            .pools
+            .iter()
+            .map(|pool| pool_spec(&managed.cluster, pool))
+            .collect();
+        let observations = pools.reconcile_all(&specs).await;
+        for (pool, observation) in managed.pools.iter().zip(observations) {
             let outcome = if observation.gone {
                 management
                     .forget_node_pool(&managed.cluster, &pool.name)
