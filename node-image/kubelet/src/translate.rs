@@ -223,50 +223,26 @@ pub fn resolve_env(
                 if let Some(field) = &from.field_ref {
                     field_value(pod, &field.field_path, facts)?
                 } else if let Some(r) = &from.config_map_key_ref {
-                    let optional = r.optional.unwrap_or(false);
-                    match sources.config_maps.get(&r.name).cloned().flatten() {
-                        None if optional => continue,
-                        None => {
-                            return Err(ConfigError::NotFound {
-                                kind: "configmap",
-                                name: r.name.clone(),
-                            });
-                        }
-                        Some(data) => match data.get(&r.key) {
-                            Some(v) => v.clone(),
-                            None if optional => continue,
-                            None => {
-                                return Err(ConfigError::MissingKey {
-                                    kind: "ConfigMap",
-                                    key: r.key.clone(),
-                                    namespace,
-                                    name: r.name.clone(),
-                                });
-                            }
-                        },
+                    let source = KeySource {
+                        objects: &sources.config_maps,
+                        kind: "configmap",
+                        key_kind: "ConfigMap",
+                        namespace: &namespace,
+                    };
+                    match source.value(&r.name, &r.key, r.optional.unwrap_or(false))? {
+                        Some(value) => value,
+                        None => continue,
                     }
                 } else if let Some(r) = &from.secret_key_ref {
-                    let optional = r.optional.unwrap_or(false);
-                    match sources.secrets.get(&r.name).cloned().flatten() {
-                        None if optional => continue,
-                        None => {
-                            return Err(ConfigError::NotFound {
-                                kind: "secret",
-                                name: r.name.clone(),
-                            });
-                        }
-                        Some(data) => match data.get(&r.key) {
-                            Some(v) => v.clone(),
-                            None if optional => continue,
-                            None => {
-                                return Err(ConfigError::MissingKey {
-                                    kind: "Secret",
-                                    key: r.key.clone(),
-                                    namespace,
-                                    name: r.name.clone(),
-                                });
-                            }
-                        },
+                    let source = KeySource {
+                        objects: &sources.secrets,
+                        kind: "secret",
+                        key_kind: "Secret",
+                        namespace: &namespace,
+                    };
+                    match source.value(&r.name, &r.key, r.optional.unwrap_or(false))? {
+                        Some(value) => value,
+                        None => continue,
                     }
                 } else {
                     // resourceFieldRef is not resolved yet: it needs the node's allocatable.
@@ -277,6 +253,41 @@ pub fn resolve_env(
         set(&mut vars, var.name.clone(), value);
     }
     Ok(vars)
+}
+
+/// ConfigMaps or Secrets that `valueFrom` key references read, with upstream's wording of
+/// each kind in its errors.
+struct KeySource<'a> {
+    objects: &'a BTreeMap<String, Option<BTreeMap<String, String>>>,
+    kind: &'static str,
+    key_kind: &'static str,
+    namespace: &'a str,
+}
+
+impl KeySource<'_> {
+    /// The value of `key` in object `name`; `None` when it is absent and optional.
+    fn value(&self, name: &str, key: &str, optional: bool) -> Result<Option<String>, ConfigError> {
+        let Some(data) = self.objects.get(name).cloned().flatten() else {
+            return if optional {
+                Ok(None)
+            } else {
+                Err(ConfigError::NotFound {
+                    kind: self.kind,
+                    name: name.to_string(),
+                })
+            };
+        };
+        match data.get(key) {
+            Some(value) => Ok(Some(value.clone())),
+            None if optional => Ok(None),
+            None => Err(ConfigError::MissingKey {
+                kind: self.key_kind,
+                key: key.to_string(),
+                namespace: self.namespace.to_string(),
+                name: name.to_string(),
+            }),
+        }
+    }
 }
 
 /// What to do about a container's image given its pull policy and whether the node has it.
