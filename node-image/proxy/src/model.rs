@@ -796,7 +796,7 @@ mod tests {
                 name: "terminating fallback when none is ready",
                 port: port(false, false, 0),
                 endpoints: vec![remote_term.clone(), local_term.clone(), not_serving.clone()],
-                cluster: vec!["10.0.1.2", "10.0.2.2"],
+                cluster: vec!["10.0.2.2", "10.0.1.2"],
                 local: vec![],
                 has_any: true,
             },
