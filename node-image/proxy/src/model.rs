@@ -832,7 +832,7 @@ mod tests {
                 name: "external Local: cluster and local",
                 port: port(true, false, 30080),
                 endpoints: vec![remote_ready.clone(), local_ready.clone()],
-                cluster: vec!["10.0.1.1", "10.0.2.1"],
+                cluster: vec!["10.0.2.1", "10.0.1.1"],
                 local: vec!["10.0.1.1"],
                 has_any: true,
             },

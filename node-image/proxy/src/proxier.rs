@@ -155,11 +155,13 @@ fn node_eligible(node: &Node) -> bool {
 }
 
 enum Update {
-    Service(Result<Event<Service>, watcher::Error>),
-    Slice(Result<Event<EndpointSlice>, watcher::Error>),
-    Node(Result<Event<Node>, watcher::Error>),
+    Service(Boxed<Service>),
+    Slice(Boxed<EndpointSlice>),
+    Node(Boxed<Node>),
 }
 
+/// The watches' results, boxed: the objects are large and of very different sizes.
+type Boxed<K> = Box<Result<Event<K>, watcher::Error>>;
 /// The proxier's state between events.
 struct Proxier {
     config: ProxierConfig,
@@ -213,56 +215,62 @@ impl Proxier {
 
     fn handle(&mut self, update: Update) {
         match update {
-            Update::Service(Ok(event)) => match event {
-                Event::Init => self.listed_services.clear(),
-                Event::InitApply(service) | Event::Apply(service) => {
-                    self.listed_services.insert(NamespacedName::new(
-                        service.metadata.namespace.as_deref().unwrap_or_default(),
-                        service.metadata.name.as_deref().unwrap_or_default(),
-                    ));
-                    self.state.apply_service(&service);
-                }
-                Event::Delete(service) => {
-                    self.state.delete_service(
-                        service.metadata.namespace.as_deref().unwrap_or_default(),
-                        service.metadata.name.as_deref().unwrap_or_default(),
-                    );
-                }
-                Event::InitDone => {
-                    self.state.retain_services(&self.listed_services);
-                    self.services_synced = true;
-                }
-            },
-            Update::Slice(Ok(event)) => match event {
-                Event::Init => self.listed_slices.clear(),
-                Event::InitApply(slice) | Event::Apply(slice) => {
-                    if let Some(key) = ProxyState::slice_key(&slice) {
-                        self.listed_slices.insert(key);
+            Update::Service(update) => match *update {
+                Err(err) => tracing::warn!(%err, "service watch failed; retrying"),
+                Ok(event) => match event {
+                    Event::Init => self.listed_services.clear(),
+                    Event::InitApply(service) | Event::Apply(service) => {
+                        self.listed_services.insert(NamespacedName::new(
+                            service.metadata.namespace.as_deref().unwrap_or_default(),
+                            service.metadata.name.as_deref().unwrap_or_default(),
+                        ));
+                        self.state.apply_service(&service);
                     }
-                    self.state.apply_slice(&slice);
-                }
-                Event::Delete(slice) => {
-                    self.state.delete_slice(&slice);
-                }
-                Event::InitDone => {
-                    self.state.retain_slices(&self.listed_slices);
-                    self.slices_synced = true;
-                }
+                    Event::Delete(service) => {
+                        self.state.delete_service(
+                            service.metadata.namespace.as_deref().unwrap_or_default(),
+                            service.metadata.name.as_deref().unwrap_or_default(),
+                        );
+                    }
+                    Event::InitDone => {
+                        self.state.retain_services(&self.listed_services);
+                        self.services_synced = true;
+                    }
+                },
             },
-            Update::Node(Ok(event)) => match event {
-                Event::InitApply(node) | Event::Apply(node) => {
-                    self.health.set_node_eligible(node_eligible(&node));
-                    self.node = node_info(&node);
-                    let config = self.render_config();
-                    // A new node IP or pod CIDR changes the base rules: a full sync.
-                    self.renderer.set_config(config);
-                }
-                Event::Delete(_) => self.health.set_node_eligible(false),
-                Event::Init | Event::InitDone => {}
+            Update::Slice(update) => match *update {
+                Err(err) => tracing::warn!(%err, "endpointslice watch failed; retrying"),
+                Ok(event) => match event {
+                    Event::Init => self.listed_slices.clear(),
+                    Event::InitApply(slice) | Event::Apply(slice) => {
+                        if let Some(key) = ProxyState::slice_key(&slice) {
+                            self.listed_slices.insert(key);
+                        }
+                        self.state.apply_slice(&slice);
+                    }
+                    Event::Delete(slice) => {
+                        self.state.delete_slice(&slice);
+                    }
+                    Event::InitDone => {
+                        self.state.retain_slices(&self.listed_slices);
+                        self.slices_synced = true;
+                    }
+                },
             },
-            Update::Service(Err(err)) | Update::Slice(Err(err)) | Update::Node(Err(err)) => {
-                tracing::warn!(%err, "watch failed; retrying");
-            }
+            Update::Node(node_update) => match *node_update {
+                Err(err) => tracing::warn!(%err, "node watch failed; retrying"),
+                Ok(event) => match event {
+                    Event::InitApply(node) | Event::Apply(node) => {
+                        self.health.set_node_eligible(node_eligible(&node));
+                        self.node = node_info(&node);
+                        let config = self.render_config();
+                        // A new node IP or pod CIDR changes the base rules: a full sync.
+                        self.renderer.set_config(config);
+                    }
+                    Event::Delete(_) => self.health.set_node_eligible(false),
+                    Event::Init | Event::InitDone => {}
+                },
+            },
         }
         self.note_changes();
     }
@@ -309,13 +317,6 @@ impl Proxier {
             .last_full_sync
             .is_some_and(|t| start >= t + self.config.full_sync_period)
         {
-            self.renderer.invalidate();
-        }
-        if let Some(script) = self.renderer.take_stale_chains(start)
-            && let Err(err) = self.apply(script).await
-        {
-            tracing::error!(%err, "unable to delete stale chains; will retry later");
-            self.metrics.cleanup_failed();
             self.renderer.invalidate();
         }
         let changed = std::mem::take(&mut self.pending);
@@ -396,19 +397,19 @@ pub async fn run(
         Api::<Service>::all(client.clone()),
         watcher::Config::default(),
     )
-    .map(Update::Service)
+    .map(|update| Update::Service(Box::new(update)))
     .boxed();
     let slices: BoxStream<'static, Update> = watcher::watcher(
         Api::<EndpointSlice>::all(client.clone()),
         watcher::Config::default(),
     )
-    .map(Update::Slice)
+    .map(|update| Update::Slice(Box::new(update)))
     .boxed();
     let nodes: BoxStream<'static, Update> = watcher::watcher(
         Api::<Node>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={}", proxier.config.hostname)),
     )
-    .map(Update::Node)
+    .map(|update| Update::Node(Box::new(update)))
     .boxed();
     let mut updates = futures::stream::select_all([services, slices, nodes]);
     loop {

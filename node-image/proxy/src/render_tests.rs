@@ -145,6 +145,54 @@ fn cluster_ip() {
 }
 
 #[test]
+fn vmap_load_balancing() {
+    // Upstream's form, kept as an option (see `LoadBalancing` for why it is not the default).
+    let mut vmap = config();
+    vmap.load_balancing = LoadBalancing::Vmap;
+    golden(
+        "cluster_ip_vmap",
+        &service_lines(
+            vmap,
+            &[(
+                service("svc1", "172.30.0.41"),
+                vec![endpoint("10.180.0.1", true), endpoint("10.180.1.1", false)],
+            )],
+        ),
+    );
+}
+
+#[test]
+fn cascade_is_uniform() {
+    // Endpoint i of n is taken with probability 1/(n-i) of what is left: 1/n each.
+    let endpoints: Vec<Endpoint> = (1..=4)
+        .map(|i| endpoint(&format!("10.180.0.{i}"), true))
+        .collect();
+    let lines = service_lines(config(), &[(service("four", "172.30.0.60"), endpoints)]);
+    let picks: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.contains("service-") && l.contains("goto endpoint-"))
+        .map(|l| l.split(" service-").nth(1).unwrap_or_default())
+        .collect();
+    assert_eq!(picks.len(), 4, "{lines}");
+    assert!(
+        picks[0].contains("numgen random mod 4 == 0 goto endpoint-"),
+        "{lines}"
+    );
+    assert!(
+        picks[1].contains("numgen random mod 3 == 0 goto endpoint-"),
+        "{lines}"
+    );
+    assert!(
+        picks[2].contains("numgen random mod 2 == 0 goto endpoint-"),
+        "{lines}"
+    );
+    assert!(
+        !picks[3].contains("numgen"),
+        "the last one is taken unconditionally: {lines}"
+    );
+}
+
+#[test]
 fn node_port() {
     let mut np = service("np", "172.30.0.42");
     np.node_port = 30080;
@@ -264,7 +312,10 @@ fn terminating_fallback() {
             ],
         )],
     );
-    assert!(lines.contains("numgen random mod 1 vmap"), "{lines}");
+    assert!(
+        !lines.contains("numgen"),
+        "one endpoint, no choice: {lines}"
+    );
     assert!(!lines.contains("10.180.0.1"), "{lines}");
 }
 
@@ -340,11 +391,13 @@ fn incremental_endpoint_removed_and_added() {
         None,
         "stale chains wait a second"
     );
+    let unchanged: BTreeSet<NamespacedName> = [other.name.service.clone()].into();
     assert_eq!(
         renderer
-            .take_stale_chains(t0 + STALE_CHAIN_DELAY)
-            .as_deref(),
-        Some("delete chain ip kube-proxy endpoint-FFWGZXMH-ns1/svc1/tcp/p80__10.180.1.1/8080\n")
+            .sync(&state, &unchanged, t0 + STALE_CHAIN_DELAY)
+            .script,
+        "delete chain ip kube-proxy endpoint-FFWGZXMH-ns1/svc1/tcp/p80__10.180.1.1/8080\n",
+        "a later sync deletes the stale chain"
     );
     state.set_endpoints(
         &svc1.name,
@@ -356,7 +409,6 @@ fn incremental_endpoint_removed_and_added() {
         "incremental_endpoint_added",
         &renderer.sync(&state, &changed, t0).script,
     );
-    let unchanged: BTreeSet<NamespacedName> = [other.name.service.clone()].into();
     assert_eq!(
         renderer.sync(&state, &unchanged, t0).script,
         "",

@@ -352,11 +352,14 @@ fn services_carry_traffic_through_real_nftables() {
         BTreeSet::from(["ep1".to_string()]),
         "after removing ep2: {answers:?}"
     );
-    // The stale endpoint chain is deleted by a later transaction.
-    let stale = renderer
-        .take_stale_chains(Instant::now() + Duration::from_secs(2))
-        .expect("a stale chain");
-    nft.apply(&stale).expect("stale chain deletion");
+    // The stale endpoint chain is deleted by a sync a second later.
+    let later = renderer.sync(
+        &state,
+        &BTreeSet::new(),
+        Instant::now() + Duration::from_secs(2),
+    );
+    assert!(later.script.starts_with("delete chain"), "{}", later.script);
+    nft.apply(&later.script).expect("stale chain deletion");
     let table = nft.list_table().expect("list");
     assert!(!table.contains("10.77.3.2/8080\n\t\tip saddr"), "{table}");
     assert_eq!(
