@@ -391,3 +391,45 @@ fn services_carry_traffic_through_real_nftables() {
     nft.delete_table()
         .expect("cleanup of a missing table is fine");
 }
+
+/// Every golden script of a feature (after the base table) is accepted by the kernel, so the
+/// renderer's unit tests check text that nft really takes.
+#[test]
+fn golden_scripts_are_accepted_by_nft() {
+    preflight();
+    let ns = format!("fpxg{}", std::process::id());
+    must(&["ip", "netns", "add", &ns]);
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = run(&["ip", "netns", "del", &self.0]);
+        }
+    }
+    let _cleanup = Cleanup(ns.clone());
+    let nft = Nft::with_command(vec![
+        "ip".into(),
+        "netns".into(),
+        "exec".into(),
+        ns.clone(),
+        "nft".into(),
+    ]);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let base = std::fs::read_to_string(dir.join("base.nft")).expect("base golden");
+    for name in [
+        "affinity",
+        "bridge_masquerade",
+        "cluster_ip",
+        "cluster_ip_vmap",
+        "etp_local",
+        "etp_local_no_local_endpoints",
+        "itp_local_no_local_endpoints",
+        "load_balancer",
+        "no_endpoints",
+        "node_port",
+        "terminating",
+    ] {
+        let lines = std::fs::read_to_string(dir.join(format!("{name}.nft"))).expect("golden");
+        nft.apply(&format!("{base}{lines}"))
+            .unwrap_or_else(|err| panic!("golden {name} refused by nft: {err}"));
+    }
+}
