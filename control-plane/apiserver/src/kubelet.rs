@@ -705,6 +705,172 @@ mod tests {
         );
     }
 
+    /// A server with tenant `t` and a pod `two` (two containers, bound to `n1`, whose Node
+    /// has no kubelet listening), asked through the router as `user` in `groups`.
+    async fn ask(
+        extra: Vec<(&str, Value)>,
+        requests: Vec<(Method, &str, Vec<(&str, &str)>)>,
+        user: &str,
+        groups: &[&str],
+    ) -> Vec<(u16, Value)> {
+        use tower::ServiceExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let storage: Arc<dyn flotilla_storage::Storage> = Arc::new(
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("store"),
+        );
+        let server = ApiServer::new(storage, "127.0.0.1:6443");
+        server.tenants.ensure(&server, "t").await.expect("tenant");
+        let admin = crate::authn::InProcessIdentity(crate::authn::UserInfo {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+            ..Default::default()
+        });
+        let seed = vec![
+            (
+                "/clusters/t/api/v1/nodes",
+                json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n1"}}),
+            ),
+            (
+                "/clusters/t/api/v1/namespaces/default/pods",
+                json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "two"}, "spec": {"nodeName": "n1", "containers": [
+                    {"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}}),
+            ),
+        ];
+        for (path, body) in seed.into_iter().chain(extra) {
+            let mut request = Request::post(path)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .expect("request");
+            request.extensions_mut().insert(admin.clone());
+            let response = server.router().oneshot(request).await.expect("answer");
+            assert_eq!(response.status(), StatusCode::CREATED, "{path}");
+        }
+        let who = crate::authn::InProcessIdentity(crate::authn::UserInfo {
+            name: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        });
+        let mut answers = Vec::new();
+        for (method, path, headers) in requests {
+            let mut request = Request::builder().method(method).uri(path);
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let mut request = request.body(Body::empty()).expect("request");
+            request.extensions_mut().insert(who.clone());
+            let response = server.router().oneshot(request).await.expect("answer");
+            let code = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes();
+            answers.push((code, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+        }
+        answers
+    }
+
+    #[tokio::test]
+    async fn pod_subresources_through_the_router() {
+        let pods = "/clusters/t/api/v1/namespaces/default/pods";
+        let log = format!("{pods}/two/log");
+        let log_a = format!("{pods}/two/log?container=a");
+        let exec = format!("{pods}/two/exec?command=true&stdout=true");
+        let no_command = format!("{pods}/two/exec?container=a&stdout=true");
+        let answers = ask(
+            vec![],
+            vec![
+                (Method::GET, &log, vec![]),
+                (Method::GET, &log_a, vec![]),
+                (Method::POST, &exec, vec![]),
+                (Method::POST, &no_command, vec![]),
+                (Method::GET, "/clusters/t/api/v1", vec![]),
+            ],
+            "admin",
+            &["system:masters"],
+        )
+        .await;
+        assert_eq!(answers[0].0, 400);
+        assert_eq!(
+            answers[0].1["message"],
+            "a container name must be specified for pod two, choose one of: [a b]"
+        );
+        // The Node has no address: the kubelet cannot be found.
+        assert_eq!(answers[1].0, 500, "{}", answers[1].1);
+        assert!(
+            answers[1].1["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no preferred addresses")),
+            "{}",
+            answers[1].1
+        );
+        assert_eq!(answers[2].0, 400);
+        assert!(
+            answers[2].1["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a container name must be specified"))
+        );
+        assert_eq!(
+            (answers[3].0, answers[3].1["message"].as_str()),
+            (400, Some("you must specify at least 1 command"))
+        );
+        let names: Vec<&str> = answers[4].1["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for want in ["pods/log", "pods/exec", "pods/attach", "pods/portforward"] {
+            assert!(names.contains(&want), "{want} not discovered");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_websocket_exec_needs_create_too() {
+        // May get pods/exec but not create it: the WebSocket GET is refused with the create
+        // verb's 403, as upstream since AuthorizePodWebsocketUpgradeCreatePermission.
+        let exec = "/clusters/t/api/v1/namespaces/default/pods/two/exec?container=a&command=true&stdout=true";
+        let rbac = "/clusters/t/apis/rbac.authorization.k8s.io/v1/namespaces/default";
+        let (roles, bindings) = (format!("{rbac}/roles"), format!("{rbac}/rolebindings"));
+        let answers = ask(
+            vec![
+                (roles.as_str(), json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": "exec-get"},
+                    "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]}]})),
+                (bindings.as_str(), json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": "exec-get"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "exec-get"},
+                    "subjects": [{"kind": "User", "name": "mallory"}]})),
+            ],
+            vec![
+                (
+                    Method::GET,
+                    exec,
+                    vec![("connection", "Upgrade"), ("upgrade", "websocket")],
+                ),
+                (Method::GET, exec, vec![]),
+                (Method::POST, exec, vec![]),
+            ],
+            "mallory",
+            &["system:authenticated"],
+        )
+        .await;
+        assert_eq!(answers[0].0, 403);
+        assert_eq!(
+            answers[0].1["message"],
+            "pods \"two\" is forbidden: User \"mallory\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\""
+        );
+        // A plain GET is no WebSocket: allowed through, then refused for lacking an upgrade.
+        assert_eq!(
+            (answers[1].0, answers[1].1["message"].as_str()),
+            (400, Some("Upgrade request required"))
+        );
+        assert_eq!(answers[2].0, 403);
+    }
+
     #[test]
     fn kubelet_errors_become_api_errors() {
         let err = kubelet_error(
