@@ -6,6 +6,8 @@ mod cri;
 mod machine;
 mod node;
 mod pods;
+mod portforward;
+mod spdy;
 mod status;
 mod translate;
 
