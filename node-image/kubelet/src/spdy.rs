@@ -187,6 +187,8 @@ pub enum SpdyError {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RstStatus(pub u32);
 
+// The spec's whole table, though the server sends only some of them.
+#[allow(dead_code)]
 impl RstStatus {
     /// A generic error; the stream is torn down.
     pub const PROTOCOL_ERROR: Self = Self(1);
@@ -234,6 +236,7 @@ impl fmt::Debug for RstStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GoAwayStatus(pub u32);
 
+#[allow(dead_code)] // the spec's whole table, though the server sends only some of them
 impl GoAwayStatus {
     /// A normal session teardown.
     pub const OK: Self = Self(0);
@@ -254,6 +257,7 @@ pub struct Setting {
     pub value: u32,
 }
 
+#[allow(dead_code)] // the spec's settings port forwarding reads or tests send
 impl Setting {
     /// SETTINGS_MAX_CONCURRENT_STREAMS.
     pub const MAX_CONCURRENT_STREAMS: u32 = 4;
@@ -273,6 +277,7 @@ impl Headers {
     }
 
     /// Adds a name (lowercased, as spdystream writes names) with its value.
+    #[cfg_attr(not(test), allow(dead_code))] // clients build blocks; the server sends empty ones
     pub fn with(mut self, name: &str, value: &str) -> Self {
         self.0.push((name.to_ascii_lowercase(), value.to_string()));
         self
@@ -284,11 +289,6 @@ impl Headers {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.split('\0').next().unwrap_or(v))
-    }
-
-    /// The pairs in wire order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
     }
 }
 
@@ -379,10 +379,46 @@ pub enum Frame {
     },
 }
 
-/// A SPDY/3.1 codec for one connection: frames to bytes with the outbound zlib context,
-/// bytes to frames with the inbound one.
+/// A SPDY/3.1 codec for one connection: frames to bytes with the outbound zlib context
+/// ([`Encoder`]), bytes to frames with the inbound one ([`Decoder`]).
+#[derive(Debug, Default)]
 pub struct Codec {
-    deflate: Compress,
+    encoder: Encoder,
+    decoder: Decoder,
+}
+
+impl Codec {
+    /// A codec for a new connection (see [`Decoder::new`] for its limits).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lowers the largest frame payload accepted (the buffer a peer can make us hold).
+    pub fn with_max_frame_length(mut self, max: usize) -> Self {
+        self.decoder = self.decoder.with_max_frame_length(max);
+        self
+    }
+
+    /// The two directions, for a reader and a writer that run apart.
+    pub fn into_parts(self) -> (Encoder, Decoder) {
+        (self.encoder, self.decoder)
+    }
+
+    /// See [`Decoder::decode`].
+    #[cfg_attr(not(test), allow(dead_code))] // the server uses the halves apart
+    pub fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, SpdyError> {
+        self.decoder.decode(src)
+    }
+
+    /// See [`Encoder::encode`].
+    #[cfg_attr(not(test), allow(dead_code))] // the server uses the halves apart
+    pub fn encode(&mut self, frame: &Frame, dst: &mut BytesMut) -> Result<(), SpdyError> {
+        self.encoder.encode(frame, dst)
+    }
+}
+
+/// The inbound half of a [`Codec`]: bytes to frames, with the inbound zlib context.
+pub struct Decoder {
     inflate: Decompress,
     /// Whether the inflate context has been given the dictionary yet.
     inflate_primed: bool,
@@ -390,31 +426,26 @@ pub struct Codec {
     max_header_block: usize,
 }
 
-impl fmt::Debug for Codec {
+impl fmt::Debug for Decoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Codec")
+        f.debug_struct("Decoder")
             .field("max_frame_length", &self.max_frame_length)
             .field("max_header_block", &self.max_header_block)
             .finish_non_exhaustive()
     }
 }
 
-impl Default for Codec {
+impl Default for Decoder {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Codec {
-    /// A codec for a new connection, accepting frames up to [`MAX_FRAME_LENGTH`] and header
-    /// blocks up to [`DEFAULT_MAX_HEADER_BLOCK`].
+impl Decoder {
+    /// A decoder accepting frames up to [`MAX_FRAME_LENGTH`] and header blocks up to
+    /// [`DEFAULT_MAX_HEADER_BLOCK`].
     pub fn new() -> Self {
-        // Best compression and the dictionary, as spdystream's `zlib.NewWriterLevelDict`.
-        let mut deflate = Compress::new(Compression::best(), true);
-        // Setting a dictionary on a fresh deflate context cannot fail.
-        let _ = deflate.set_dictionary(&DICTIONARY);
         Self {
-            deflate,
             inflate: Decompress::new(true),
             inflate_primed: false,
             max_frame_length: MAX_FRAME_LENGTH,
@@ -656,6 +687,34 @@ impl Codec {
             }
         }
         parse_header_block(&block)
+    }
+}
+
+/// The outbound half of a [`Codec`]: frames to bytes, with the outbound zlib context.
+pub struct Encoder {
+    deflate: Compress,
+}
+
+impl fmt::Debug for Encoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Encoder").finish_non_exhaustive()
+    }
+}
+
+impl Default for Encoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Encoder {
+    /// An encoder whose header blocks are deflated at best compression with the SPDY/3
+    /// dictionary, as spdystream's `zlib.NewWriterLevelDict`.
+    pub fn new() -> Self {
+        let mut deflate = Compress::new(Compression::best(), true);
+        // Setting a dictionary on a fresh deflate context cannot fail.
+        let _ = deflate.set_dictionary(&DICTIONARY);
+        Self { deflate }
     }
 
     /// Appends `frame` to `dst`. Fails for frames the spec forbids sending (stream 0, a
