@@ -1256,14 +1256,14 @@ mod tests {
 
     /// Turns a deadlock into a failure instead of a hung test run (not a timing assertion:
     /// every test here finishes in well under a second).
-    async fn bounded<T>(test: impl Future<Output = T>) -> T {
+    pub(super) async fn bounded<T>(test: impl Future<Output = T>) -> T {
         tokio::time::timeout(Duration::from_secs(60), test)
             .await
             .expect("no progress for 60 s: deadlock")
     }
 
     /// An echo server on 127.0.0.1 that closes its side after the client's EOF.
-    async fn echo_server() -> u16 {
+    pub(super) async fn echo_server() -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         tokio::spawn(async move {
@@ -1279,7 +1279,7 @@ mod tests {
     }
 
     /// A port on 127.0.0.1 nobody listens on.
-    async fn closed_port() -> u16 {
+    pub(super) async fn closed_port() -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         listener.local_addr().expect("addr").port()
     }
@@ -1673,5 +1673,185 @@ mod tests {
                 status: GoAwayStatus::PROTOCOL_ERROR
             }))
         );
+    }
+}
+
+/// Interoperability with the real client: kubectl 1.32 (Go's spdystream) against `serve`,
+/// behind a minimal API server on 127.0.0.1 that answers discovery, the pod GET, and upgrades
+/// `pods/web/portforward` to SPDY/3.1 (the WebSocket tunnel is the streaming server's part, so
+/// kubectl is told to use SPDY directly).
+#[cfg(test)]
+mod kubectl_interop {
+    use super::*;
+    use std::process::Stdio;
+    use tokio::io::AsyncBufReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Reads one request head byte by byte, so no byte of an upgraded stream is swallowed.
+    async fn read_head(conn: &mut TcpStream) -> Option<String> {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if conn.read(&mut byte).await.ok()? == 0 {
+                return None;
+            }
+            head.push(byte[0]);
+        }
+        String::from_utf8(head).ok()
+    }
+
+    async fn respond(conn: &mut TcpStream, status: &str, body: &str) {
+        let response = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = conn.write_all(response.as_bytes()).await;
+    }
+
+    async fn api_connection(mut conn: TcpStream, echo: u16, closed: u16) {
+        while let Some(head) = read_head(&mut conn).await {
+            let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+            let path = path.split('?').next().unwrap_or("").to_string();
+            match path.as_str() {
+                "/api" => {
+                    respond(&mut conn, "200 OK", r#"{"kind":"APIVersions","versions":["v1"],"serverAddressByClientCIDRs":[{"clientCIDR":"0.0.0.0/0","serverAddress":"127.0.0.1"}]}"#).await
+                }
+                "/apis" => {
+                    respond(&mut conn, "200 OK", r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#).await
+                }
+                "/api/v1" => {
+                    respond(&mut conn, "200 OK", r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list"],"shortNames":["po"]},{"name":"pods/portforward","singularName":"","namespaced":true,"kind":"PodPortForwardOptions","verbs":["create","get"]}]}"#).await
+                }
+                "/api/v1/namespaces/default/pods/web" => {
+                    respond(&mut conn, "200 OK", r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"default","uid":"uid-web"},"spec":{"containers":[{"name":"c","image":"i"}]},"status":{"phase":"Running"}}"#).await
+                }
+                "/api/v1/namespaces/default/pods/web/portforward" => {
+                    assert!(head.to_ascii_lowercase().contains("upgrade: spdy/3.1"), "{head}");
+                    let _ = conn
+                        .write_all(
+                            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+                              Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: portforward.k8s.io\r\n\r\n",
+                        )
+                        .await;
+                    let outcome = serve(conn, Config::new("web", "uid-web"), move |port| {
+                        let target = if port == 8080 { echo } else { closed };
+                        async move { TcpStream::connect(("127.0.0.1", target)).await }
+                    })
+                    .await;
+                    eprintln!("port-forward session ended: {outcome:?}");
+                    return;
+                }
+                _ => {
+                    respond(&mut conn, "404 Not Found", r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#).await
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    #[ignore = "needs kubectl on PATH: cargo test -p flotilla-kubelet kubectl_interop -- --ignored"]
+    async fn kubectl_port_forward() {
+        tests::bounded(kubectl_port_forward_body()).await
+    }
+
+    async fn kubectl_port_forward_body() {
+        let echo = tests::echo_server().await;
+        let closed = tests::closed_port().await;
+        let api = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let api_port = api.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = api.accept().await {
+                tokio::spawn(api_connection(conn, echo, closed));
+            }
+        });
+        let dir = std::env::temp_dir().join(format!("pf-interop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{api_port}\n\
+                 users:\n- name: u\n  user: {{}}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n    namespace: default\n\
+                 current-context: x\n"
+            ),
+        )
+        .expect("kubeconfig");
+        let mut kubectl = tokio::process::Command::new("kubectl")
+            .args(["--kubeconfig"])
+            .arg(&kubeconfig)
+            .args([
+                "port-forward",
+                "pod/web",
+                "--address",
+                "127.0.0.1",
+                ":8080",
+                ":8081",
+            ])
+            .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")
+            .env("HOME", &dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("kubectl runs (is it on PATH?)");
+        let mut stdout = tokio::io::BufReader::new(kubectl.stdout.take().expect("stdout")).lines();
+        let mut local = HashMap::new();
+        while local.len() < 2 {
+            let line = stdout
+                .next_line()
+                .await
+                .expect("reads")
+                .expect("kubectl prints its ports");
+            // "Forwarding from 127.0.0.1:41234 -> 8080"
+            if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+                let (port, remote) = rest.split_once(" -> ").expect("format");
+                local.insert(remote.to_string(), port.parse::<u16>().expect("port"));
+            }
+        }
+        let echo_local = local["8080"];
+
+        // Two concurrent connections, a mebibyte each way on each.
+        let payload: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 253) as u8).collect();
+        let mut transfers = Vec::new();
+        for _ in 0..2 {
+            let payload = payload.clone();
+            transfers.push(tokio::spawn(async move {
+                let conn = TcpStream::connect(("127.0.0.1", echo_local))
+                    .await
+                    .expect("connects");
+                let (mut read, mut write) = conn.into_split();
+                let upload = tokio::spawn(async move {
+                    write.write_all(&payload).await.expect("uploads");
+                    write.shutdown().await.expect("half-closes");
+                });
+                let mut back = Vec::new();
+                read.read_to_end(&mut back).await.expect("downloads");
+                upload.await.expect("upload joins");
+                back
+            }));
+        }
+        for transfer in transfers {
+            assert!(transfer.await.expect("joins") == payload, "echoed intact");
+        }
+
+        // A port nobody listens on: kubectl reports upstream's message from the error stream.
+        let mut conn = TcpStream::connect(("127.0.0.1", local["8081"]))
+            .await
+            .expect("connects");
+        let mut nothing = Vec::new();
+        let _ = conn.read_to_end(&mut nothing).await;
+        let mut stderr = tokio::io::BufReader::new(kubectl.stderr.take().expect("stderr")).lines();
+        loop {
+            let line = stderr
+                .next_line()
+                .await
+                .expect("reads")
+                .expect("kubectl reports the error");
+            if line.contains("error forwarding port 8081 to pod web, uid uid-web:") {
+                break;
+            }
+        }
+        let _ = kubectl.kill().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
