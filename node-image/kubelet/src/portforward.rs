@@ -1517,6 +1517,94 @@ mod tests {
         );
     }
 
+    /// RST_STREAM on the data stream mid-transfer drops the pod connection (the pod sees
+    /// EOF) and the error stream still ends, as kubectl waits for it.
+    #[tokio::test]
+    async fn a_reset_closes_the_pod_connection() {
+        bounded(a_reset_closes_the_pod_connection_body()).await
+    }
+
+    async fn a_reset_closes_the_pod_connection_body() {
+        let pod = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let pod_port = pod.local_addr().expect("addr").port();
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let _session = tokio::spawn(serve(server_io, config(), move |_port: u16| async move {
+            TcpStream::connect(("127.0.0.1", pod_port)).await
+        }));
+        let mut client = Client::new(client_io);
+        let (mut error, data) = client.request(9000, 0).await;
+        let (mut pod_conn, _) = pod.accept().await.expect("dialled");
+        data.send_data(b"partial");
+        let mut got = [0u8; 7];
+        pod_conn
+            .read_exact(&mut got)
+            .await
+            .expect("reaches the pod");
+        assert_eq!(&got, b"partial");
+        data.reset();
+        let mut rest = Vec::new();
+        pod_conn
+            .read_to_end(&mut rest)
+            .await
+            .expect("pod sees the close");
+        assert!(rest.is_empty());
+        assert_eq!(error.read_to_fin().await, b"");
+    }
+
+    #[tokio::test]
+    async fn refuses_streams_beyond_the_limit() {
+        bounded(refuses_streams_beyond_the_limit_body()).await
+    }
+
+    async fn refuses_streams_beyond_the_limit_body() {
+        let mut config = config();
+        config.max_streams = 2;
+        let (mut client, _session) = start(config).await;
+        let error = |request: &str| {
+            Headers::new()
+                .with(STREAM_TYPE_HEADER, STREAM_TYPE_ERROR)
+                .with(PORT_HEADER, "8080")
+                .with(REQUEST_ID_HEADER, request)
+        };
+        let _first = client.open(error("1")).await;
+        let _second = client.open(error("2")).await;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        client.streams.lock().expect("lock").insert(5, tx);
+        client.next_stream = 7;
+        client.send(Frame::SynStream {
+            stream_id: 5,
+            associated_to: 0,
+            priority: 0,
+            slot: 0,
+            fin: false,
+            unidirectional: false,
+            headers: error("3"),
+        });
+        assert_eq!(
+            rx.recv().await,
+            Some(Event::Reset(RstStatus::REFUSED_STREAM))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_idle_session_ends_with_goaway() {
+        bounded(an_idle_session_ends_with_goaway_body()).await
+    }
+
+    async fn an_idle_session_ends_with_goaway_body() {
+        let mut config = config();
+        config.idle_timeout = Duration::from_millis(50);
+        let (mut client, session) = start(config).await;
+        assert_eq!(
+            client.pings.recv().await,
+            Some(Frame::GoAway {
+                last_good_stream_id: 0,
+                status: GoAwayStatus::OK
+            })
+        );
+        session.await.expect("joins").expect("ends cleanly");
+    }
+
     #[test]
     fn validates_headers_with_upstreams_messages() {
         type Validated = Result<(StreamType, u16), String>;
