@@ -705,11 +705,14 @@ mod tests {
         );
     }
 
+    /// A request of a test: method, path, headers.
+    type TestRequest<'a> = (Method, &'a str, Vec<(&'a str, &'a str)>);
+
     /// A server with tenant `t` and a pod `two` (two containers, bound to `n1`, whose Node
     /// has no kubelet listening), asked through the router as `user` in `groups`.
     async fn ask(
         extra: Vec<(&str, Value)>,
-        requests: Vec<(Method, &str, Vec<(&str, &str)>)>,
+        requests: Vec<TestRequest<'_>>,
         user: &str,
         groups: &[&str],
     ) -> Vec<(u16, Value)> {

@@ -277,29 +277,27 @@ where
     let (mut runtime_tx, mut runtime_rx) = runtime.split();
     let upstream = async {
         while let Some(Ok(message)) = client_rx.next().await {
-            match message {
-                Message::Binary(data) if data.first() == Some(&CLOSE_CHANNEL) => {}
-                Message::Binary(_) | Message::Text(_) => {
-                    if runtime_tx.send(message).await.is_err() {
-                        break;
-                    }
-                }
+            let forward = match &message {
+                Message::Binary(data) => data.first() != Some(&CLOSE_CHANNEL),
+                Message::Text(_) => true,
                 Message::Close(_) => break,
-                _ => {}
+                _ => false,
+            };
+            if forward && runtime_tx.send(message).await.is_err() {
+                break;
             }
         }
         let _ = runtime_tx.close().await;
     };
     let downstream = async {
         while let Some(Ok(message)) = runtime_rx.next().await {
-            match message {
-                Message::Binary(_) | Message::Text(_) => {
-                    if client_tx.send(message).await.is_err() {
-                        return;
-                    }
-                }
+            let forward = match &message {
+                Message::Binary(_) | Message::Text(_) => true,
                 Message::Close(_) => break,
-                _ => {}
+                _ => false,
+            };
+            if forward && client_tx.send(message).await.is_err() {
+                return;
             }
         }
         // A normal closure: client-go reads anything else as an error of every stream.
@@ -323,7 +321,6 @@ where
 }
 
 /// How a WebSocket's binary messages carry a byte stream.
-#[allow(dead_code)] // Raw is the client's tunnel, served once the SPDY server lands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
     /// Each message is a run of bytes (kubectl's `SPDY/3.1+portforward.k8s.io` tunnel).
@@ -438,9 +435,14 @@ where
                 framed
             }
         };
-        match self.ws.start_send_unpin(Message::binary(message)) {
-            Ok(()) => Poll::Ready(Ok(buf.len())),
-            Err(err) => Poll::Ready(Err(std::io::Error::other(err))),
+        if let Err(err) = self.ws.start_send_unpin(Message::binary(message)) {
+            return Poll::Ready(Err(std::io::Error::other(err)));
+        }
+        // Written through at once: callers (the port-forward server's copy towards the pod)
+        // write without flushing, and a message left in the buffer would never leave.
+        match self.ws.poll_flush_unpin(cx) {
+            Poll::Ready(Err(err)) => Poll::Ready(Err(std::io::Error::other(err))),
+            _ => Poll::Ready(Ok(buf.len())),
         }
     }
 
@@ -462,7 +464,6 @@ where
 /// Opens a byte stream to `port` inside the pod whose sandbox is `sandbox` (localhost of the
 /// pod's network namespace, as upstream): CRI `PortForward`, then the runtime's WebSocket
 /// port-forward stream for that one port.
-#[allow(dead_code)] // the `dial` of `portforward::serve` (branch `spdy`), not merged yet
 pub async fn dial_pod_port(
     mut cri: crate::cri::Cri,
     sandbox: String,
@@ -484,14 +485,109 @@ pub async fn dial_pod_port(
     Ok(WsIo::new(ws, Framing::PortChannels))
 }
 
-/// `/portForward/{ns}/{pod}`.
+/// `upgraded` behind an in-memory pipe: the port-forward server shares its io between tasks
+/// (it must be Sync), which hyper's upgraded connection is not.
+fn piped(upgraded: hyper::upgrade::Upgraded) -> tokio::io::DuplexStream {
+    let (near, mut far) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let mut upgraded = TokioIo::new(upgraded);
+        let _ = tokio::io::copy_bidirectional(&mut upgraded, &mut far).await;
+    });
+    near
+}
+
+/// The WebSocket subprotocol of kubectl's port-forward tunnel: SPDY inside WebSocket.
+pub const PORT_FORWARD_TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
+
+/// `/portForward/{ns}/{pod}`: the port-forward protocol (SPDY/3.1, `portforward.k8s.io`) on
+/// either a WebSocket tunnel (`SPDY/3.1+portforward.k8s.io`, kubectl 1.31+) or a plain
+/// `Upgrade: SPDY/3.1`, each forwarded connection dialled through the runtime.
 pub async fn port_forward(
-    _server: Arc<KubeletServer>,
-    _namespace: &str,
-    _pod: &str,
-    _request: Request<Incoming>,
+    server: Arc<KubeletServer>,
+    namespace: &str,
+    pod: &str,
+    mut request: Request<Incoming>,
 ) -> Response<Body> {
-    text(StatusCode::NOT_IMPLEMENTED, "not implemented yet")
+    let pod = match server.pod(namespace, pod).await {
+        Ok(pod) => pod,
+        Err(response) => return response,
+    };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut cri = server.cri.clone();
+    let sandbox = match cri.sandboxes(Some(&uid)).await {
+        Ok(sandboxes) => sandboxes
+            .into_iter()
+            .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            .map(|s| s.id),
+        Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
+    };
+    let Some(sandbox) = sandbox else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "pod {:?} has no running sandbox",
+                pod.metadata.name.unwrap_or_default()
+            ),
+        );
+    };
+    let config = crate::portforward::Config::new(sandbox.clone(), "");
+    let dial = move |port: u16| dial_pod_port(cri.clone(), sandbox.clone(), port);
+    if is_websocket(&request) {
+        let response = match accept(&request, &[PORT_FORWARD_TUNNEL_PROTOCOL]) {
+            Ok(response) => response,
+            Err(response) => return response,
+        };
+        let upgrade = hyper::upgrade::on(&mut request);
+        tokio::spawn(async move {
+            let Ok(upgraded) = upgrade.await else {
+                return;
+            };
+            let ws = WebSocketStream::from_raw_socket(piped(upgraded), Role::Server, None).await;
+            if let Err(err) =
+                crate::portforward::serve(WsIo::new(ws, Framing::Raw), config, dial).await
+            {
+                tracing::debug!(%err, "port-forward tunnel ended");
+            }
+        });
+        return response;
+    }
+    let spdy = request
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
+    let offered = request
+        .headers()
+        .get_all("x-stream-protocol-version")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim() == crate::portforward::PROTOCOL_V1);
+    if !spdy || !offered {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "unable to upgrade: port-forward needs Upgrade: SPDY/3.1 with X-Stream-Protocol-Version portforward.k8s.io, or a WebSocket with SPDY/3.1+portforward.k8s.io",
+        );
+    }
+    let upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgrade.await else {
+            return;
+        };
+        if let Err(err) = crate::portforward::serve(piped(upgraded), config, dial).await {
+            tracing::debug!(%err, "port-forward connection ended");
+        }
+    });
+    let mut response = Response::new(full(bytes::Bytes::new()));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+    headers.insert(
+        "x-stream-protocol-version",
+        HeaderValue::from_static(crate::portforward::PROTOCOL_V1),
+    );
+    response
 }
 
 #[cfg(test)]
