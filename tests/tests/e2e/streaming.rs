@@ -2,8 +2,9 @@
 //! `streaming`; the apiserver's `kubelet` module) with stock kubectl 1.32 on a node in its own
 //! network namespace: `kubectl logs` (`--tail`, `--timestamps`, `-f` seeing new lines,
 //! `--previous` after a crash, upstream's errors), `kubectl exec` (the pod's hostname, a
-//! non-zero exit code, stdin), `kubectl port-forward` to busybox httpd, and a `view`-bound
-//! ServiceAccount refused exec with upstream's 403.
+//! non-zero exit code, stdin, `-it` with a TTY sized by kubectl), `kubectl attach`,
+//! `kubectl port-forward` to busybox httpd, and a `view`-bound ServiceAccount refused exec
+//! with upstream's 403.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -279,6 +280,48 @@ fn exec(kubectl: &Kubectl) -> anyhow::Result<()> {
         "exec -i: {stdout:?} {}",
         String::from_utf8_lossy(&echoed.stderr)
     );
+
+    // -it: a TTY in the container, sized by kubectl's resize message (`script` gives kubectl
+    // a terminal of 31 rows and 97 columns).
+    let inside = format!(
+        "stty cols 97 rows 31; {} --kubeconfig {} exec -it ticker -- sh -c 'sleep 1; stty size; tty'",
+        kubectl_bin()?.display(),
+        kubectl.kubeconfig.display()
+    );
+    let tty = Command::new("script")
+        .args(["-qec", &inside, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .context("running kubectl under script(1) for a terminal")?;
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    ensure!(
+        tty.status.success() && shown.contains("31 97") && shown.contains("/dev/pts/"),
+        "exec -it: {shown:?}"
+    );
+
+    // attach: the container's own output from now on.
+    let mut attach = Command::new(kubectl_bin()?)
+        .arg("--kubeconfig")
+        .arg(&kubectl.kubeconfig)
+        .args(["attach", "ticker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = attach.stdout.take().context("stdout")?;
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let _ = sender.send(lines.next());
+    });
+    let first = receiver.recv_timeout(Duration::from_secs(20));
+    let _ = attach.kill();
+    let _ = attach.wait();
+    let first = first
+        .ok()
+        .flatten()
+        .transpose()?
+        .context("kubectl attach printed nothing")?;
+    ensure!(first.starts_with("tick-"), "attach: {first:?}");
     Ok(())
 }
 
