@@ -3,9 +3,11 @@
 //! the URL CRI `Exec`/`Attach` returns. The client speaks the channel protocol
 //! `v5.channel.k8s.io` (kubectl 1.30+) or `v4.channel.k8s.io`; containerd 1.6 speaks v4, whose
 //! frames are the same (`[channel, data…]`: 0 stdin, 1 stdout, 2 stderr, 3 error with a
-//! `Status` carrying the exit code, 4 resize), so frames pass through unchanged. v5's close
-//! frame (`[255, channel]`) has no v4 equivalent and is dropped: a command that waits for
-//! the end of its stdin does not see it (see [`bridge`]).
+//! `Status` carrying the exit code, 4 resize), so without stdin frames pass through unchanged
+//! ([`bridge`]). v5's close frame (`[255, channel]`) has no v4 WebSocket equivalent, so a
+//! session with stdin speaks SPDY/3.1 to the runtime instead ([`bridge_spdy`]: one stream per
+//! channel, stdin's end a FIN). Port-forward serves `portforward::serve` on the client's
+//! tunnel and dials each port through the runtime ([`dial_pod_port`]).
 
 use std::sync::Arc;
 
@@ -207,7 +209,20 @@ pub async fn exec_or_attach(
         Ok(url) => url,
         Err(err) => return text(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()),
     };
-    let runtime = match connect_runtime(&url, "").await {
+    // With stdin the runtime is spoken to over SPDY, which can tell it stdin ended;
+    // otherwise over WebSocket v4, whose frames pass through as they are.
+    enum Runtime {
+        WebSocket(Box<WebSocketStream<tokio::net::TcpStream>>),
+        Spdy(hyper::upgrade::Upgraded),
+    }
+    let runtime = if options.stdin {
+        connect_runtime_spdy(&url).await.map(Runtime::Spdy)
+    } else {
+        connect_runtime(&url, "")
+            .await
+            .map(|ws| Runtime::WebSocket(Box::new(ws)))
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(message) => return text(StatusCode::INTERNAL_SERVER_ERROR, message),
     };
@@ -226,7 +241,10 @@ pub async fn exec_or_attach(
         };
         let client =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
-        bridge(client, runtime).await;
+        match runtime {
+            Runtime::WebSocket(runtime) => bridge(client, *runtime).await,
+            Runtime::Spdy(runtime) => bridge_spdy(client, TokioIo::new(runtime), options).await,
+        }
     });
     response
 }
@@ -317,6 +335,265 @@ where
             (&mut downstream).await;
         }
         _ = &mut downstream => {}
+    }
+}
+
+/// The remote-command protocol asked of the runtime over SPDY (containerd 1.6 speaks up to v4).
+const RUNTIME_SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
+
+/// Exec/attach on the runtime's streaming server over SPDY/3.1 (kubectl's SPDY executor's
+/// protocol): unlike WebSocket v4 it can half-close stdin, so it is used whenever the client
+/// streams stdin. Returns the upgraded connection.
+pub async fn connect_runtime_spdy(url: &str) -> Result<hyper::upgrade::Upgraded, String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("streaming URL {url}: {e}"))?;
+    let authority = uri
+        .authority()
+        .map(|a| a.to_string())
+        .ok_or_else(|| format!("streaming URL {url} names no host"))?;
+    let tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .map_err(|e| format!("connecting to the runtime's streaming server {authority}: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("the runtime's streaming server: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.with_upgrades().await;
+    });
+    let request = Request::post(uri.path())
+        .header(header::HOST, authority)
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .header("X-Stream-Protocol-Version", RUNTIME_SPDY_PROTOCOL)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let mut response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("the runtime's streaming server: {e}"))?;
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(format!(
+            "the runtime's streaming server answered {} instead of switching to SPDY",
+            response.status()
+        ));
+    }
+    hyper::upgrade::on(&mut response)
+        .await
+        .map_err(|e| format!("the runtime's streaming server: {e}"))
+}
+
+/// The streams of one remote-command session over SPDY, in upstream's creation order
+/// (error, stdin, stdout, stderr, resize), with the client's odd stream IDs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpdyStreams {
+    /// `streamType: error`: the runtime writes the `Status` here.
+    pub error: u32,
+    /// `stdin`, when streamed.
+    pub stdin: Option<u32>,
+    /// `stdout`, when streamed.
+    pub stdout: Option<u32>,
+    /// `stderr`, when streamed (never with a TTY).
+    pub stderr: Option<u32>,
+    /// `resize`, with a TTY.
+    pub resize: Option<u32>,
+}
+
+impl SpdyStreams {
+    /// The streams `options` ask for, numbered 1, 3, 5, …
+    pub fn plan(options: &StreamOptions) -> (Self, Vec<crate::spdy::Frame>) {
+        let mut frames = Vec::new();
+        let mut next = 1u32;
+        let mut open = |kind: &str, wanted: bool| -> Option<u32> {
+            if !wanted {
+                return None;
+            }
+            let id = next;
+            next += 2;
+            frames.push(crate::spdy::Frame::SynStream {
+                stream_id: id,
+                associated_to: 0,
+                priority: 0,
+                slot: 0,
+                fin: false,
+                unidirectional: false,
+                headers: crate::spdy::Headers::new().with("streamtype", kind),
+            });
+            Some(id)
+        };
+        let error = open("error", true).unwrap_or(1);
+        let stdin = open("stdin", options.stdin);
+        let stdout = open("stdout", options.stdout);
+        let stderr = open("stderr", options.stderr && !options.tty);
+        let resize = open("resize", options.tty);
+        (
+            SpdyStreams {
+                error,
+                stdin,
+                stdout,
+                stderr,
+                resize,
+            },
+            frames,
+        )
+    }
+
+    /// The SPDY frame for one client WebSocket frame (`[channel, data…]`), if any.
+    pub fn frame_for_client_message(&self, message: &[u8]) -> Option<crate::spdy::Frame> {
+        let (&channel, data) = message.split_first()?;
+        let data_frame = |stream_id: u32, fin: bool, data: &[u8]| crate::spdy::Frame::Data {
+            stream_id,
+            fin,
+            data: bytes::Bytes::copy_from_slice(data),
+        };
+        match channel {
+            0 => Some(data_frame(self.stdin?, false, data)),
+            4 => Some(data_frame(self.resize?, false, data)),
+            CLOSE_CHANNEL if data.first() == Some(&0) => Some(data_frame(self.stdin?, true, &[])),
+            _ => None,
+        }
+    }
+
+    /// The client channel of the runtime's stream `stream_id` (1 stdout, 2 stderr, 3 error).
+    pub fn channel_of(&self, stream_id: u32) -> Option<u8> {
+        if Some(stream_id) == self.stdout {
+            Some(1)
+        } else if Some(stream_id) == self.stderr {
+            Some(2)
+        } else if stream_id == self.error {
+            Some(3)
+        } else {
+            None
+        }
+    }
+}
+
+/// Relays a client's WebSocket session over SPDY to the runtime: stdin, its end (v5's close
+/// frame becomes a FIN) and resizes one way; stdout, stderr and the error channel's `Status`
+/// the other; the runtime's PINGs are answered. Ends with a normal closure.
+pub async fn bridge_spdy<C, R>(client: WebSocketStream<C>, runtime: R, options: StreamOptions)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    R: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut encoder, mut decoder) = crate::spdy::Codec::new().into_parts();
+    let (streams, opening) = SpdyStreams::plan(&options);
+    let (mut read, mut write) = tokio::io::split(runtime);
+    let (frames_tx, mut frames_rx) = tokio::sync::mpsc::channel::<crate::spdy::Frame>(64);
+    let (mut client_tx, mut client_rx) = client.split();
+    let writer = async move {
+        let mut buf = bytes::BytesMut::new();
+        for frame in opening {
+            if encoder.encode(&frame, &mut buf).is_err() {
+                return;
+            }
+        }
+        if write.write_all(&buf).await.is_err() {
+            return;
+        }
+        buf.clear();
+        while let Some(frame) = frames_rx.recv().await {
+            if encoder.encode(&frame, &mut buf).is_err() || write.write_all(&buf).await.is_err() {
+                return;
+            }
+            buf.clear();
+        }
+        let _ = write.shutdown().await;
+    };
+    let upstream = {
+        let frames_tx = frames_tx.clone();
+        async move {
+            while let Some(Ok(message)) = client_rx.next().await {
+                match message {
+                    Message::Binary(data) => {
+                        if let Some(frame) = streams.frame_for_client_message(&data)
+                            && frames_tx.send(frame).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Message::Close(_) => return,
+                    _ => {}
+                }
+            }
+        }
+    };
+    let downstream = async move {
+        let mut buf = bytes::BytesMut::with_capacity(16 * 1024);
+        let mut status = Vec::new();
+        'read: loop {
+            loop {
+                match decoder.decode(&mut buf) {
+                    Ok(Some(crate::spdy::Frame::Data {
+                        stream_id,
+                        fin,
+                        data,
+                    })) => match streams.channel_of(stream_id) {
+                        Some(3) => {
+                            status.extend_from_slice(&data);
+                            if fin {
+                                break 'read;
+                            }
+                        }
+                        Some(channel) if !data.is_empty() => {
+                            let mut framed = Vec::with_capacity(data.len() + 1);
+                            framed.push(channel);
+                            framed.extend_from_slice(&data);
+                            if client_tx.send(Message::binary(framed)).await.is_err() {
+                                return;
+                            }
+                        }
+                        _ => {}
+                    },
+                    Ok(Some(crate::spdy::Frame::Ping { id })) => {
+                        let _ = frames_tx.send(crate::spdy::Frame::Ping { id }).await;
+                    }
+                    Ok(Some(crate::spdy::Frame::GoAway { .. })) => break 'read,
+                    Ok(Some(crate::spdy::Frame::RstStream { stream_id, .. }))
+                        if stream_id == streams.error =>
+                    {
+                        break 'read;
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(err) => {
+                        tracing::debug!(%err, "exec: the runtime's SPDY stream is broken");
+                        break 'read;
+                    }
+                }
+            }
+            match read.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        if !status.is_empty() {
+            let mut framed = Vec::with_capacity(status.len() + 1);
+            framed.push(3);
+            framed.extend_from_slice(&status);
+            let _ = client_tx.send(Message::binary(framed)).await;
+        }
+        let _ = client_tx
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            })))
+            .await;
+        let _ = client_tx.close().await;
+        drop(frames_tx);
+    };
+    tokio::pin!(upstream);
+    tokio::pin!(writer);
+    tokio::pin!(downstream);
+    // The runtime's end (its status) finishes the session.
+    let (mut upstream_done, mut writer_done) = (false, false);
+    loop {
+        tokio::select! {
+            _ = &mut downstream => break,
+            _ = &mut upstream, if !upstream_done => upstream_done = true,
+            _ = &mut writer, if !writer_done => writer_done = true,
+        }
     }
 }
 
@@ -625,6 +902,73 @@ mod tests {
             negotiate("base64.channel.k8s.io", &REMOTE_COMMAND_PROTOCOLS),
             None
         );
+    }
+
+    #[test]
+    fn spdy_streams_are_opened_and_mapped_as_upstream() {
+        use crate::spdy::Frame;
+        let options = StreamOptions::from_query(Some("command=cat&stdin=1&stdout=1&stderr=1"));
+        let (streams, opening) = SpdyStreams::plan(&options);
+        let kinds: Vec<(u32, String)> = opening
+            .iter()
+            .map(|f| match f {
+                Frame::SynStream {
+                    stream_id, headers, ..
+                } => (
+                    *stream_id,
+                    headers.get("streamType").unwrap_or("").to_string(),
+                ),
+                other => panic!("not a SYN_STREAM: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (1, "error".into()),
+                (3, "stdin".into()),
+                (5, "stdout".into()),
+                (7, "stderr".into())
+            ]
+        );
+        assert_eq!(streams.resize, None);
+        assert_eq!(
+            streams.frame_for_client_message(&[0, b'h', b'i']),
+            Some(Frame::Data {
+                stream_id: 3,
+                fin: false,
+                data: bytes::Bytes::from_static(b"hi")
+            })
+        );
+        // v5's "stdin is done" becomes a FIN on the stdin stream.
+        assert_eq!(
+            streams.frame_for_client_message(&[CLOSE_CHANNEL, 0]),
+            Some(Frame::Data {
+                stream_id: 3,
+                fin: true,
+                data: bytes::Bytes::new()
+            })
+        );
+        assert_eq!(
+            streams.frame_for_client_message(&[4, b'{', b'}']),
+            None,
+            "no TTY, no resize"
+        );
+        assert_eq!(
+            (
+                streams.channel_of(5),
+                streams.channel_of(7),
+                streams.channel_of(1)
+            ),
+            (Some(1), Some(2), Some(3))
+        );
+        let tty = StreamOptions::from_query(Some("stdin=1&stdout=1&stderr=1&tty=1"));
+        let (streams, opening) = SpdyStreams::plan(&tty);
+        assert_eq!(opening.len(), 4, "error, stdin, stdout, resize");
+        assert_eq!((streams.stderr, streams.resize), (None, Some(7)));
+        assert!(matches!(
+            streams.frame_for_client_message(&[4, b'{', b'}']),
+            Some(Frame::Data { stream_id: 7, .. })
+        ));
     }
 
     #[tokio::test]

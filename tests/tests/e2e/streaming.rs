@@ -2,7 +2,7 @@
 //! `streaming`; the apiserver's `kubelet` module) with stock kubectl 1.32 on a node in its own
 //! network namespace: `kubectl logs` (`--tail`, `--timestamps`, `-f` seeing new lines,
 //! `--previous` after a crash, upstream's errors), `kubectl exec` (the pod's hostname, a
-//! non-zero exit code, stdin, `-it` with a TTY sized by kubectl), `kubectl attach`,
+//! non-zero exit code, stdin to its end, `-it` with a TTY sized by kubectl), `kubectl attach`,
 //! `kubectl port-forward` to busybox httpd, and a `view`-bound ServiceAccount refused exec
 //! with upstream's 403.
 
@@ -154,8 +154,8 @@ fn logs(kubectl: &Kubectl) -> anyhow::Result<()> {
             "--timestamps: {stamped:?}"
         );
     }
-    let limited = kubectl.ok(&["logs", "ticker", "--limit-bytes=4"])?;
-    ensure!(limited == "line", "--limit-bytes=4: {limited:?}");
+    let limited = kubectl.ok(&["logs", "ticker", "--tail=1", "--limit-bytes=4"])?;
+    ensure!(limited == "tick", "--limit-bytes=4: {limited:?}");
 
     // -f sees lines written after it started.
     let last = tick_number(&kubectl.ok(&["logs", "ticker", "--tail=1"])?)?;
@@ -279,6 +279,20 @@ fn exec(kubectl: &Kubectl) -> anyhow::Result<()> {
         stdout == "got-hello\n",
         "exec -i: {stdout:?} {}",
         String::from_utf8_lossy(&echoed.stderr)
+    );
+    // The end of stdin reaches the command: cat ends, and its exit code comes back.
+    let cat = kubectl.run(
+        &["exec", "-i", "ticker", "--", "sh", "-c", "cat; exit 5"],
+        Some("a\nb\n"),
+        &[],
+    )?;
+    let (out, err) = (
+        String::from_utf8_lossy(&cat.stdout),
+        String::from_utf8_lossy(&cat.stderr),
+    );
+    ensure!(
+        out == "a\nb\n" && err.contains("command terminated with exit code 5"),
+        "exec -i cat: {out:?} {err}"
     );
 
     // -it: a TTY in the container, sized by kubectl's resize message (`script` gives kubectl
