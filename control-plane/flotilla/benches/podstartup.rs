@@ -90,12 +90,17 @@ async fn wait_for_ready_node(client: &kube::Client) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let ready = nodes.list(&ListParams::default()).await?.items.iter().any(|node| {
-            node.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        });
+        let ready = nodes
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|node| {
+                node.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
         if ready {
             return Ok(());
         }
@@ -131,7 +136,14 @@ fn raw_container_starts(socket: &Path) -> anyhow::Result<Vec<Duration>> {
     for index in 0..RAW_CONTAINERS {
         let id = format!("bench-raw-{index}");
         let start = Instant::now();
-        let out = ctr(&["run", "-d", "flotilla.local/busybox:1", &id, "sleep", "3600"])?;
+        let out = ctr(&[
+            "run",
+            "-d",
+            "flotilla.local/busybox:1",
+            &id,
+            "sleep",
+            "3600",
+        ])?;
         let elapsed = start.elapsed();
         if !out.status.success() {
             bail!("ctr run: {}", String::from_utf8_lossy(&out.stderr));
@@ -206,7 +218,10 @@ async fn run() -> anyhow::Result<()> {
     while running.len() < PODS {
         let next = tokio::time::timeout_at(deadline.into(), events.next()).await;
         let Ok(Some(event)) = next else {
-            bail!("gave up after {GIVE_UP:?}: {} of {PODS} Running", running.len());
+            bail!(
+                "gave up after {GIVE_UP:?}: {} of {PODS} Running",
+                running.len()
+            );
         };
         let seen = Instant::now();
         match event? {

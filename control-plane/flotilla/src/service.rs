@@ -290,7 +290,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
-    let mut local_nodes = match args.nodes {
+    let local_nodes = match args.nodes {
         0 => None,
         count => Some(LocalNodes::prepare(&args.data_dir, count)?),
     };
@@ -331,14 +331,6 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     let kubeconfig = demo_kubeconfig(management).await?;
     let path = args.data_dir.join("kubeconfig");
     write_private(&path, &kubeconfig)?;
-    if let (Some(nodes), Some(ip)) = (&mut local_nodes, fabric_ip)
-        && let Err(err) = start_local_nodes(nodes, &started, &kubeconfig, ip).await
-    {
-        if let Some(nodes) = local_nodes.take() {
-            nodes.stop();
-        }
-        return Err(err.context("starting the local nodes"));
-    }
     let absolute = std::fs::canonicalize(&path).unwrap_or(path);
     println!("{}", absolute.display());
     tracing::info!(
@@ -347,10 +339,34 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         client_config = %client_config.display(),
         "flotilla is up"
     );
-    started.serve().await;
-    if let Some(nodes) = local_nodes {
-        nodes.stop();
+    let (Some(mut nodes), Some(fabric_ip)) = (local_nodes, fabric_ip) else {
+        started.serve().await;
+        return Ok(());
+    };
+    // The nodes join a serving API: start them while serving, stop them once it ends.
+    let node_start = start_local_nodes(
+        &mut nodes,
+        started.management.clone(),
+        started.serving_ca.cert_pem.clone(),
+        started.listener.local_addr()?.port(),
+        &kubeconfig,
+        fabric_ip,
+    );
+    let serve = started.serve();
+    tokio::pin!(serve);
+    let started_nodes = tokio::select! {
+        _ = &mut serve => Ok(false),
+        outcome = node_start => outcome.map(|()| true),
+    };
+    match started_nodes {
+        Ok(true) => serve.await,
+        Ok(false) => {}
+        Err(err) => {
+            nodes.stop();
+            return Err(err.context("starting the local nodes"));
+        }
     }
+    nodes.stop();
     Ok(())
 }
 
@@ -358,17 +374,17 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
 /// fabric at `fabric_ip`.
 async fn start_local_nodes(
     nodes: &mut LocalNodes,
-    started: &Started,
+    management: Arc<Management>,
+    ca_pem: String,
+    port: u16,
     admin_kubeconfig: &str,
     fabric_ip: std::net::IpAddr,
 ) -> anyhow::Result<()> {
-    let port = started.listener.local_addr()?.port();
     let server = format!("https://{fabric_ip}:{port}/clusters/{DEMO_CLUSTER}");
     let admin = kube::config::Kubeconfig::from_yaml(admin_kubeconfig)?;
     let admin = kube::Config::from_custom_kubeconfig(admin, &Default::default()).await?;
     let client = kube::Client::try_from(admin)?;
-    let proxy = started
-        .management
+    let proxy = management
         .user_kubeconfig(LOCAL_ACCOUNT, DEMO_CLUSTER, "system:kube-proxy", &[])
         .await?;
     let mut proxy = kube::config::Kubeconfig::from_yaml(&proxy)?;
@@ -378,9 +394,7 @@ async fn start_local_nodes(
         }
     }
     let proxy = serde_yaml::to_string(&proxy)?;
-    nodes
-        .start(client, &server, &started.serving_ca.cert_pem, &proxy)
-        .await
+    nodes.start(client, &server, &ca_pem, &proxy).await
 }
 
 /// Creates the `demo` cluster once (it keeps the id `demo`, so its URL is stable), waits
