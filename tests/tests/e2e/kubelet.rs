@@ -3,6 +3,7 @@
 //! against `flotilla up`, and pods driven by stock kubectl 1.32 — Running with a pod IP,
 //! crash-looping with back-off, `ErrImageNeverPull`, `CreateContainerConfigError`, deletion
 //! removing the sandbox, and a SIGKILLed kubelet adopting its running container on restart.
+//! Its harness (the node's containerd, the kubelet process) is shared with `kubelet_volumes`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use flotilla_e2e::{Backend, Flotilla, Kubectl, flotilla_bin, jsonpath, until};
 
-const NODE: &str = "kubelet-e2e";
+pub(crate) const NODE: &str = "kubelet-e2e";
 const POD_CIDR: &str = "10.244.77.0/24";
 
 fn image_scripts() -> PathBuf {
@@ -19,7 +20,7 @@ fn image_scripts() -> PathBuf {
 }
 
 /// Fails, naming what is missing, unless this machine can run containers.
-fn require_runtime() -> anyhow::Result<()> {
+pub(crate) fn require_runtime() -> anyhow::Result<()> {
     let mut missing = Vec::new();
     for tool in ["containerd", "ctr", "runc", "busybox", "nsenter", "ip"] {
         let found = Command::new("sh")
@@ -53,12 +54,12 @@ fn require_runtime() -> anyhow::Result<()> {
 }
 
 /// The node's containerd, stopped with everything it runs when dropped.
-struct Containerd {
+pub(crate) struct Containerd {
     dir: PathBuf,
 }
 
 impl Containerd {
-    fn start(dir: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn start(dir: &Path) -> anyhow::Result<Self> {
         let scripts = image_scripts();
         let run = |script: &str, args: &[&str]| -> anyhow::Result<()> {
             let out = Command::new(scripts.join(script))
@@ -125,13 +126,17 @@ impl Drop for Containerd {
 }
 
 /// A running `flotilla-kubelet`, SIGKILLed when dropped; its log goes to a file.
-struct Kubelet {
+pub(crate) struct Kubelet {
     child: Child,
     log: PathBuf,
 }
 
 impl Kubelet {
-    fn start(flotilla: &Flotilla, containerd: &Containerd, dir: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn start(
+        flotilla: &Flotilla,
+        containerd: &Containerd,
+        dir: &Path,
+    ) -> anyhow::Result<Self> {
         let bin = match std::env::var("FLOTILLA_KUBELET_BIN") {
             Ok(path) => PathBuf::from(path),
             Err(_) => flotilla_bin()?.with_file_name("flotilla-kubelet"),
@@ -167,7 +172,7 @@ impl Kubelet {
         let _ = self.child.wait();
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -238,7 +243,7 @@ fn waiting_reason(kubectl: &Kubectl, pod: &str) -> anyhow::Result<String> {
     )
 }
 
-fn with_log<T>(kubelet: &Kubelet, outcome: anyhow::Result<T>) -> anyhow::Result<T> {
+pub(crate) fn with_log<T>(kubelet: &Kubelet, outcome: anyhow::Result<T>) -> anyhow::Result<T> {
     outcome.with_context(|| format!("kubelet log:\n{}", kubelet.log()))
 }
 
