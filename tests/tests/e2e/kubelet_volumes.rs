@@ -1,7 +1,7 @@
 //! Pod volumes on the real kubelet and containerd, driven by stock kubectl 1.32: configMap
 //! and secret volumes whose new data shows inside the running container after `kubectl
-//! apply`, an emptyDir two containers share, a projected service-account token
-//! (kube-api-access style) that authenticates to the API as its service account, and a
+//! apply`, an emptyDir two containers share, the `kube-api-access-*` projected volume the
+//! API server injects, whose token authenticates to the API as the pod's service account, and a
 //! missing configMap volume holding the pod in ContainerCreating with upstream's
 //! `FailedMount` event until the configMap exists. Evidence from inside the containers is
 //! read from their CRI log files under the kubelet's root dir.
@@ -52,24 +52,11 @@ spec:
     volumeMounts:
     - {name: cfg, mountPath: /etc/cfg}
     - {name: sec, mountPath: /etc/sec}
-    - {name: kube-api-access, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}
   volumes:
   - name: cfg
     configMap: {name: settings}
   - name: sec
     secret: {secretName: creds, defaultMode: 0400}
-  - name: kube-api-access
-    projected:
-      defaultMode: 0644
-      sources:
-      - serviceAccountToken: {path: token, expirationSeconds: 3607}
-      - configMap:
-          name: kube-root-ca.crt
-          items: [{key: ca.crt, path: ca.crt}]
-      - downwardAPI:
-          items:
-          - path: namespace
-            fieldRef: {apiVersion: v1, fieldPath: metadata.namespace}
 ---
 apiVersion: v1
 kind: Pod
@@ -169,6 +156,11 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
                 .is_ok())
         },
     )?;
+    until(
+        "the default service account exists",
+        Duration::from_secs(30),
+        || Ok(kubectl.ok(&["get", "serviceaccount", "default"]).is_ok()),
+    )?;
     flotilla.ok_stdin(&["apply", "-f", "-"], OBJECTS)?;
     flotilla.ok_stdin(&["apply", "-f", "-"], PODS)?;
 
@@ -227,7 +219,18 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
         "..data must point at a timestamped directory"
     );
 
-    // The projected service-account token authenticates as its service account.
+    // The API server injected the kube-api-access volume; its token authenticates as the
+    // pod's service account.
+    let injected = jsonpath(
+        kubectl,
+        &["get", "pod", "watcher"],
+        "{.spec.volumes[*].name} {.spec.containers[0].volumeMounts[*].mountPath}",
+    )?;
+    ensure!(
+        injected.contains("kube-api-access-")
+            && injected.contains("/var/run/secrets/kubernetes.io/serviceaccount"),
+        "injected volume: {injected}"
+    );
     let output = container_output(kubectl, root, "watcher", "main")?;
     let line = output
         .lines()
