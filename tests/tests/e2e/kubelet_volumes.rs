@@ -1,6 +1,7 @@
 //! Pod volumes on the real kubelet and containerd, driven by stock kubectl 1.32: configMap
 //! and secret volumes whose new data shows inside the running container after `kubectl
-//! apply`, an emptyDir two containers share, the `kube-api-access-*` projected volume the
+//! apply`, an emptyDir two containers share (and a memory-backed one, a tmpfs unmounted when
+//! the pod goes), a hostPath failing its type check, the `kube-api-access-*` projected volume the
 //! API server injects, whose token authenticates to the API as the pod's service account, and a
 //! missing configMap volume holding the pod in ContainerCreating with upstream's
 //! `FailedMount` event until the configMap exists. Evidence from inside the containers is
@@ -73,11 +74,29 @@ spec:
   - name: reader
     image: flotilla.local/busybox:1
     imagePullPolicy: Never
-    command: [sh, -c, "while true; do echo \"read=$(cat /data/note 2>/dev/null)\"; sleep 1; done"]
-    volumeMounts: [{name: scratch, mountPath: /data}]
+    command: [sh, -c, "while true; do echo \"read=$(cat /data/note 2>/dev/null) mem=$(grep ' /mem ' /proc/mounts | cut -d' ' -f3)\"; sleep 1; done"]
+    volumeMounts: [{name: scratch, mountPath: /data}, {name: mem, mountPath: /mem}]
   volumes:
   - name: scratch
     emptyDir: {}
+  - name: mem
+    emptyDir: {medium: Memory, sizeLimit: 16Mi}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: nohost}
+spec:
+  nodeName: kubelet-e2e
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: flotilla.local/busybox:1
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    volumeMounts: [{name: host, mountPath: /host}]
+  volumes:
+  - name: host
+    hostPath: {path: /nonexistent/flotilla-e2e, type: Directory}
 ---
 apiVersion: v1
 kind: Pod
@@ -264,8 +283,34 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
     until(
         "the reader sees the writer's file",
         Duration::from_secs(30),
-        || Ok(container_output(kubectl, root, "shared", "reader")?.contains("read=from-writer")),
+        || {
+            Ok(container_output(kubectl, root, "shared", "reader")?
+                .contains("read=from-writer mem=tmpfs"))
+        },
     )?;
+
+    // A hostPath that is not of its type.
+    let has_event = |pod: &str, message: &str| -> anyhow::Result<bool> {
+        let events = kubectl.ok(&["get", "events", "-o", "json"])?;
+        let events: serde_json::Value = serde_json::from_str(&events)?;
+        Ok(events["items"].as_array().into_iter().flatten().any(|e| {
+            e["reason"] == "FailedMount"
+                && e["type"] == "Warning"
+                && e["involvedObject"]["name"] == pod
+                && e["message"] == message
+        }))
+    };
+    until(
+        "nohost has a FailedMount event",
+        Duration::from_secs(30),
+        || {
+            has_event(
+                "nohost",
+                r#"MountVolume.SetUp failed for volume "host" : hostPath type check failed: /nonexistent/flotilla-e2e is not a directory"#,
+            )
+        },
+    )?;
+    ensure!(phase(kubectl, "nohost")? == "Pending");
 
     // A missing configMap: ContainerCreating with upstream's FailedMount event, then Running
     // once it exists.
@@ -273,16 +318,7 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
     until(
         "late has a FailedMount event",
         Duration::from_secs(30),
-        || {
-            let events = kubectl.ok(&["get", "events", "-o", "json"])?;
-            let events: serde_json::Value = serde_json::from_str(&events)?;
-            Ok(events["items"].as_array().into_iter().flatten().any(|e| {
-                e["reason"] == "FailedMount"
-                    && e["type"] == "Warning"
-                    && e["involvedObject"]["name"] == "late"
-                    && e["message"] == want
-            }))
-        },
+        || has_event("late", want),
     )?;
     let reason = jsonpath(
         kubectl,
@@ -310,6 +346,21 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
     until("late reads its configMap", Duration::from_secs(30), || {
         Ok(container_output(kubectl, root, "late", "main")?.contains("arrived"))
     })?;
+
+    // Deleting a pod unmounts its tmpfs and removes its volume directories.
+    let shared_uid = jsonpath(kubectl, &["get", "pod", "shared"], "{.metadata.uid}")?;
+    let shared_dir = root.join("pods").join(&shared_uid);
+    let mounted = |dir: &Path| -> anyhow::Result<bool> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        Ok(info.contains(&*dir.to_string_lossy()))
+    };
+    ensure!(mounted(&shared_dir)?, "shared's tmpfs is not mounted");
+    kubectl.ok(&["delete", "pod", "shared", "--wait", "--timeout=60s"])?;
+    until(
+        "shared's tmpfs is unmounted and its directory removed",
+        Duration::from_secs(30),
+        || Ok(!mounted(&shared_dir)? && !shared_dir.exists()),
+    )?;
 
     // Deleting a pod removes its volume directories.
     let pod_dir = root.join("pods").join(&uid);

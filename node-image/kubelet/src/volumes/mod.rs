@@ -340,7 +340,15 @@ impl VolumeManager {
                     .events
                     .insert(message.to_string(), (event, count, Instant::now()));
             }),
-            Err(err) => tracing::debug!(%err, "posting an event failed"),
+            Err(err) => {
+                tracing::debug!(%err, "posting an event failed");
+                // The event may have expired: the next report creates a new one.
+                self.state(|pods| {
+                    if let Some(state) = pods.get_mut(uid) {
+                        state.events.remove(message);
+                    }
+                });
+            }
         }
     }
 
