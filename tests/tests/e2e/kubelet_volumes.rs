@@ -11,9 +11,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
+use flotilla_e2e::nodes::{Containerd, Fabric, NodeDaemon, require_runtime};
 use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
 
-use super::kubelet::{Containerd, Kubelet, NODE, require_runtime, with_log};
+const NODE: &str = "kubelet-e2e";
+const POD_CIDR: &str = "10.244.78.0/24";
 
 const OBJECTS: &str = r#"
 apiVersion: v1
@@ -153,12 +155,18 @@ fn phase(kubectl: &Kubectl, pod: &str) -> anyhow::Result<String> {
 fn kubelet_mounts_pod_volumes() -> anyhow::Result<()> {
     require_runtime()?;
     let dir = tempfile::tempdir()?;
-    let containerd = Containerd::start(&dir.path().join("node"))?;
-    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let fabric = Fabric::start(&dir.path().join("fabric"))?;
+    let containerd = Containerd::start(
+        &dir.path().join("node"),
+        &fabric,
+        &fabric.node_ip(1),
+        POD_CIDR,
+    )?;
+    let flotilla = Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?;
     let kubectl = flotilla.kubectl();
-    let kubelet = Kubelet::start(&flotilla, &containerd, dir.path())?;
+    let kubelet = NodeDaemon::kubelet(&containerd, &flotilla.kubeconfig, NODE, dir.path(), &[])?;
     let outcome = scenario(&flotilla, &kubectl, &dir.path().join("kubelet"));
-    with_log(&kubelet, outcome)
+    outcome.with_context(|| format!("kubelet log:\n{}", kubelet.log()))
 }
 
 fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Result<()> {
