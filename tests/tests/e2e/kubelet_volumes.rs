@@ -214,6 +214,7 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
     let changed = OBJECTS
         .replace("hello-1", "hello-2")
         .replace("s3cret-1", "s3cret-2");
+    let applied = std::time::Instant::now();
     flotilla.ok_stdin(&["apply", "-f", "-"], &changed)?;
     until(
         "watcher prints the applied data",
@@ -223,6 +224,11 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
                 .contains("cfg=hello-2 sec=s3cret-2"))
         },
     )?;
+    // Printed, not asserted: how long an applied change took to show in the container.
+    println!(
+        "kubelet_volumes: configMap+secret update visible in the container after {:?}",
+        applied.elapsed()
+    );
     ensure!(
         jsonpath(
             kubectl,
