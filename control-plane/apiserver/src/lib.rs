@@ -29,6 +29,7 @@ pub mod resources;
 pub mod reviews;
 pub mod selection;
 pub mod serve;
+pub mod serviceaccount;
 pub mod store;
 pub mod strategies;
 pub mod table;

@@ -52,8 +52,46 @@ pub async fn authorize(
     let Some(node) = node_name(attributes) else {
         return Ok(None);
     };
-    if !attributes.resource_request || !attributes.api_group.is_empty() {
+    if !attributes.resource_request {
         return Ok(Some(rbac::rules_allow(attributes, &NODE_RULES)));
+    }
+    if attributes.api_group == "storage.k8s.io" && attributes.resource == "volumeattachments" {
+        // Only attachments to this node (upstream's graph edge VolumeAttachment → Node).
+        if attributes.verb != "get" || attributes.name.is_empty() {
+            return Ok(Some(false));
+        }
+        let attachment = match server
+            .resources
+            .find("storage.k8s.io", "v1", "volumeattachments")
+        {
+            Some(resource) => server
+                .store
+                .get(
+                    &state.tenant,
+                    resource,
+                    "",
+                    &attributes.name,
+                    ReadAt::Latest,
+                )
+                .await
+                .ok(),
+            None => None,
+        };
+        return Ok(Some(attachment.is_some_and(|a| {
+            meta::str_at(&a, &["spec", "nodeName"]) == Some(node)
+        })));
+    }
+    if !attributes.api_group.is_empty() {
+        return Ok(Some(rbac::rules_allow(attributes, &NODE_RULES)));
+    }
+    if attributes.resource == "persistentvolumes" && attributes.subresource.is_empty() {
+        // Only volumes bound to a claim a pod on this node uses.
+        if attributes.verb != "get" || attributes.name.is_empty() {
+            return Ok(Some(false));
+        }
+        return Ok(Some(
+            volume_used_on_node(server, state, node, &attributes.name).await?,
+        ));
     }
     let graph_kind = matches!(
         (
@@ -87,6 +125,40 @@ pub async fn authorize(
     })))
 }
 
+/// Whether PersistentVolume `pv` is bound to a claim that a pod bound to `node` uses.
+async fn volume_used_on_node(
+    server: &ApiServer,
+    state: &TenantState,
+    node: &str,
+    pv: &str,
+) -> Result<bool, ApiError> {
+    let Some(claims) = server.resources.find("", "v1", "persistentvolumeclaims") else {
+        return Ok(false);
+    };
+    for pod in pods_on_node_in(server, state, None, node).await? {
+        let namespace = meta::str_at(&pod, &["metadata", "namespace"]).unwrap_or("");
+        for claim in claim_names(&pod) {
+            let bound = server
+                .store
+                .get(&state.tenant, claims, namespace, claim, ReadAt::Latest)
+                .await
+                .ok()
+                .is_some_and(|c| meta::str_at(&c, &["spec", "volumeName"]) == Some(pv));
+            if bound {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// The claims a pod's volumes name.
+fn claim_names(pod: &Value) -> Vec<&str> {
+    volumes(&pod["spec"])
+        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str())
+        .collect()
+}
+
 /// Pods of `namespace` bound to `node`.
 async fn pods_on_node(
     server: &ApiServer,
@@ -94,17 +166,22 @@ async fn pods_on_node(
     namespace: &str,
     node: &str,
 ) -> Result<Vec<Value>, ApiError> {
+    pods_on_node_in(server, state, Some(namespace), node).await
+}
+
+/// Pods of `namespace` (all namespaces for `None`) bound to `node`.
+async fn pods_on_node_in(
+    server: &ApiServer,
+    state: &TenantState,
+    namespace: Option<&str>,
+    node: &str,
+) -> Result<Vec<Value>, ApiError> {
     let Some(pods) = server.resources.find("", "v1", "pods") else {
         return Ok(Vec::new());
     };
     let page = server
         .store
-        .list(
-            &state.tenant,
-            pods,
-            Some(namespace),
-            &ListOptions::default(),
-        )
+        .list(&state.tenant, pods, namespace, &ListOptions::default())
         .await?;
     Ok(page
         .items
@@ -214,6 +291,29 @@ pub async fn admit(
                 ));
             }
         }
+        ("", "serviceaccounts")
+            if attributes.verb == "create" && attributes.subresource == "token" =>
+        {
+            let reference = body
+                .map(|b| b["spec"]["boundObjectRef"].clone())
+                .unwrap_or(Value::Null);
+            let pod_name = token_binding(&reference).map_err(|m| forbidden(m.into()))?;
+            let pods = server
+                .resources
+                .find("", "v1", "pods")
+                .ok_or_else(ApiError::no_such_path)?;
+            let pod = server
+                .store
+                .get(
+                    &state.tenant,
+                    pods,
+                    &attributes.namespace,
+                    pod_name,
+                    ReadAt::Latest,
+                )
+                .await?;
+            token_pod(&reference, &pod, node).map_err(forbidden)?;
+        }
         ("", "pods") => match (attributes.verb.as_str(), attributes.subresource.as_str()) {
             ("create", "") => {
                 let pod = body.cloned().unwrap_or(Value::Null);
@@ -267,6 +367,37 @@ pub async fn admit(
     Ok(())
 }
 
+/// NodeRestriction on a node's TokenRequest: it must be bound to a pod by name and UID
+/// (upstream's messages); returns the pod's name.
+pub fn token_binding(reference: &Value) -> Result<&str, &'static str> {
+    let name = reference["name"].as_str().unwrap_or("");
+    if reference["apiVersion"].as_str() != Some("v1")
+        || reference["kind"].as_str() != Some("Pod")
+        || name.is_empty()
+    {
+        return Err("node requested token not bound to a pod");
+    }
+    if reference["uid"].as_str().unwrap_or("").is_empty() {
+        return Err("node requested token with a pod binding without a uid");
+    }
+    Ok(name)
+}
+
+/// NodeRestriction on a node's TokenRequest, given the pod it is bound to: the same pod
+/// (by UID), scheduled on this node.
+pub fn token_pod(reference: &Value, pod: &Value, node: &str) -> Result<(), String> {
+    let uid = reference["uid"].as_str().unwrap_or("");
+    if uid != meta::uid(pod) {
+        return Err(format!(
+            "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+        ));
+    }
+    if meta::str_at(pod, &["spec", "nodeName"]) != Some(node) {
+        return Err("node requested token bound to a pod scheduled on a different node".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -309,6 +440,47 @@ mod tests {
         ] {
             assert!(!references(&pod, resource, name), "{resource}/{name}");
         }
+    }
+
+    #[test]
+    fn node_tokens_must_be_bound_to_a_pod_on_the_node() {
+        let good = json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "u1"});
+        assert_eq!(token_binding(&good), Ok("web"));
+        for (reference, message) in [
+            (Value::Null, "node requested token not bound to a pod"),
+            (
+                json!({"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "u"}),
+                "node requested token not bound to a pod",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "Pod", "uid": "u"}),
+                "node requested token not bound to a pod",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "Pod", "name": "web"}),
+                "node requested token with a pod binding without a uid",
+            ),
+        ] {
+            assert_eq!(token_binding(&reference), Err(message), "{reference}");
+        }
+        let pod = json!({"metadata": {"name": "web", "uid": "u1"}, "spec": {"nodeName": "n1"}});
+        assert_eq!(token_pod(&good, &pod, "n1"), Ok(()));
+        assert_eq!(
+            token_pod(&good, &pod, "n2"),
+            Err("node requested token bound to a pod scheduled on a different node".into())
+        );
+        let recreated = json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "old"});
+        assert!(
+            token_pod(&recreated, &pod, "n1")
+                .expect_err("uid")
+                .starts_with("the UID in the bound object reference (old) does not match")
+        );
+        assert_eq!(
+            claim_names(&json!({"spec": {"volumes": [
+            {"name": "a", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "b", "emptyDir": {}}]}})),
+            ["data"]
+        );
     }
 
     #[test]

@@ -323,6 +323,9 @@ impl Strategy for PodStrategy {
         POD_FIELDS
     }
     fn prepare_for_create(&self, obj: &mut Value) {
+        // The ServiceAccount admission plugin's token volume (upstream runs it as admission,
+        // before the registry; every pod create passes here).
+        crate::serviceaccount::admit(obj, &crate::serviceaccount::volume_name());
         let qos = pod_qos_class(obj);
         meta::set_at(
             obj,

@@ -953,6 +953,51 @@ async fn a_node_reads_only_its_pods_objects_and_changes_only_itself() -> anyhow:
                 == "nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\"",
         "{message}"
     );
+    // NodeRestriction on tokens: only bound to a pod scheduled on this node.
+    {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let _ = Api::<ServiceAccount>::namespaced(h.client.clone(), "default")
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "default"}}))?,
+            )
+            .await;
+        let accounts: Api<ServiceAccount> = Api::namespaced(kubelet.clone(), "default");
+        let bound_to = |pod: Option<&Pod>| -> anyhow::Result<TokenRequest> {
+            let reference = pod.map(|p| {
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "name": p.metadata.name, "uid": p.metadata.uid})
+            });
+            Ok(serde_json::from_value(
+                json!({"spec": {"audiences": [], "boundObjectRef": reference}}),
+            )?)
+        };
+        let on_n1 = pods.get("on-n1").await?;
+        let on_n2 = pods.get("on-n2").await?;
+        let answer = accounts
+            .create_token_request("default", &PostParams::default(), &bound_to(Some(&on_n1))?)
+            .await
+            .context("n1 requests a token bound to its pod")?;
+        ensure!(answer.status.is_some_and(|s| !s.token.is_empty()));
+        for (request, want) in [
+            (bound_to(None)?, "node requested token not bound to a pod"),
+            (
+                bound_to(Some(&on_n2))?,
+                "node requested token bound to a pod scheduled on a different node",
+            ),
+        ] {
+            let (code, _, message) = api_status(
+                accounts
+                    .create_token_request("default", &PostParams::default(), &request)
+                    .await
+                    .err()
+                    .context("n1 got a token it must not")?,
+            )?;
+            ensure!(code == 403 && message.contains(want), "{message}");
+        }
+    }
+
     let kubelet_pods: Api<Pod> = Api::namespaced(kubelet, "default");
     let status = json!({"status": {"phase": "Running"}});
     kubelet_pods

@@ -13,6 +13,7 @@ mod spdy;
 mod status;
 mod streaming;
 mod translate;
+mod volumes;
 
 use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
@@ -195,10 +196,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let kubelet = Arc::new(pods::Kubelet {
         client: client.clone(),
         cri: cri.clone(),
-        node_name: name,
+        node_name: name.clone(),
         node_ip: node_ip.to_string(),
         log_root: log_root.to_string_lossy().into_owned(),
         backoff: Mutex::new(status::Backoff::default()),
+        volumes: volumes::VolumeManager::new(args.root_dir.clone(), client.clone(), name.clone()),
     });
     let heartbeat = tokio::spawn(node::heartbeat(client, spec, cri));
     let serving = tokio::spawn(server::serve(kubelet_server, listener, tls));

@@ -45,6 +45,8 @@ pub struct Kubelet {
     pub log_root: String,
     /// Crash-loop back-off, keyed `<uid>/<container>`.
     pub backoff: Mutex<Backoff>,
+    /// Pods' volumes under `<root-dir>/pods`.
+    pub volumes: crate::volumes::VolumeManager,
 }
 
 /// Watches this node's pods and runs a worker per pod until the watch ends.
@@ -90,8 +92,9 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
                 // Pods that vanished while the watch was down get no Delete event.
                 workers.retain(|uid, _| listed.contains(uid));
                 let known: HashSet<String> = workers.keys().cloned().collect();
-                if let Err(err) = remove_orphans(&kubelet, &known).await {
-                    tracing::warn!(%err, "removing orphaned sandboxes failed");
+                match remove_orphans(&kubelet, &known).await {
+                    Ok(()) => kubelet.volumes.remove_orphans(&known),
+                    Err(err) => tracing::warn!(%err, "removing orphaned sandboxes failed"),
                 }
             }
         }
@@ -137,8 +140,10 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
         }
     }
     let mut cri = kubelet.cri.clone();
-    if let Err(err) = kill_pod(&mut cri, &uid, 2).await {
-        tracing::warn!(pod_uid = %uid, %err, "cleaning up a deleted pod failed");
+    match kill_pod(&mut cri, &uid, 2).await {
+        // Nothing of the pod runs any more: its volumes can go.
+        Ok(()) => kubelet.volumes.cleanup(&uid),
+        Err(err) => tracing::warn!(pod_uid = %uid, %err, "cleaning up a deleted pod failed"),
     }
     if let Ok(mut backoff) = kubelet.backoff.lock() {
         backoff.forget_prefix(&format!("{uid}/"));
@@ -301,6 +306,18 @@ async fn sync_pod(
         .unwrap_or_default();
     let terminal = matches!(phase.as_str(), "Succeeded" | "Failed");
 
+    // Volumes before the sandbox (upstream `WaitForAttachAndMount`): one that cannot be set
+    // up keeps the pod in ContainerCreating, reported as a FailedMount event.
+    let volumes_ready = terminal || {
+        match kubelet.volumes.prepare(pod).await {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::info!(pod = %name, %err, "volumes are not ready");
+                false
+            }
+        }
+    };
+
     // The sandbox: the newest ready one of this pod, or a new one.
     let sandboxes = cri.sandboxes(Some(uid)).await?;
     let ready = sandboxes
@@ -311,7 +328,7 @@ async fn sync_pod(
     let attempt = |s: &cri::PodSandbox| s.metadata.as_ref().map_or(0, |m| m.attempt);
     let sandbox = match ready {
         Some(sandbox) => Some(sandbox),
-        None if terminal => None,
+        None if terminal || !volumes_ready => None,
         None => {
             let next_attempt = sandboxes.iter().map(|s| attempt(s) + 1).max().unwrap_or(0);
             // A sandbox that died takes its containers with it (upstream recreates all).
@@ -375,7 +392,7 @@ async fn sync_pod(
             previous: runtime.get(1).map(|(_, c)| c.clone()),
             waiting: None,
         };
-        let Some(sandbox) = &sandbox else {
+        let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready) else {
             views.push(view);
             continue;
         };
@@ -555,8 +572,13 @@ async fn start_container(
         .current
         .as_ref()
         .map_or(0, |c| u32::try_from(c.restart_count + 1).unwrap_or(0));
-    let config = translate::container_config(pod, container, restart_count, &env, &image_ref)
+    let mounts = kubelet
+        .volumes
+        .container_mounts(pod, container, &env, &facts.pod_ip)
         .map_err(|err| config_error(err.to_string()))?;
+    let config =
+        translate::container_config(pod, container, restart_count, &env, &image_ref, &mounts)
+            .map_err(|err| config_error(err.to_string()))?;
     let attempt = sandbox.metadata.as_ref().map_or(0, |m| m.attempt);
     let sandbox_config = translate::sandbox_config(pod, attempt, &kubelet.log_root)
         .map_err(|err| config_error(err.to_string()))?;

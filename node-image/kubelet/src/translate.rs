@@ -440,13 +440,15 @@ fn namespaces(host_network: bool, host_pid: bool) -> cri::NamespaceOption {
 
 /// `container` of `pod` (upstream `generateContainerConfig`): command/args expanded against
 /// its environment, the labels and annotations the kubelet reads back (name, pod, restart
-/// count, grace period), its log path `<name>/<restartCount>.log`.
+/// count, grace period), its log path `<name>/<restartCount>.log`, the mounts and devices
+/// its volumes give it.
 pub fn container_config(
     pod: &Pod,
     container: &Container,
     restart_count: u32,
     env: &[(String, String)],
     image_ref: &str,
+    volumes: &crate::volumes::plan::ContainerMounts,
 ) -> Result<cri::ContainerConfig, ConfigError> {
     let mut labels = pod_labels(pod)?;
     labels.insert(CONTAINER_NAME_LABEL.into(), container.name.clone());
@@ -501,6 +503,8 @@ pub fn container_config(
             (GRACE_ANNOTATION.into(), grace.to_string()),
         ]),
         log_path: format!("{}/{restart_count}.log", container.name),
+        mounts: volumes.mounts.clone(),
+        devices: volumes.devices.clone(),
         stdin: container.stdin.unwrap_or(false),
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
@@ -698,8 +702,15 @@ mod tests {
             ("web", "prod")
         );
         let env = vec![("X".to_string(), "1".to_string())];
-        let config =
-            container_config(&pod, &container(&pod), 3, &env, "sha256:abc").expect("config");
+        let config = container_config(
+            &pod,
+            &container(&pod),
+            3,
+            &env,
+            "sha256:abc",
+            &Default::default(),
+        )
+        .expect("config");
         assert_eq!(config.command, vec!["sh", "-c"]);
         assert_eq!(config.args, vec!["echo 1"]);
         assert_eq!(config.labels[CONTAINER_NAME_LABEL], "c");
