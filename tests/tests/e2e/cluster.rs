@@ -59,10 +59,26 @@ spec:
     command: [sleep, "3600"]
 "#;
 
-/// The pod names that answer `rounds` requests to `url` made from inside the client pod.
-fn answers(kubectl: &Kubectl, url: &str, rounds: usize) -> anyhow::Result<Vec<String>> {
-    let script =
-        format!("for i in $(seq 1 {rounds}); do wget -q -T 2 -O - {url} || echo FAILED; done");
+/// One HTTP GET of `/` at `host` `port` with busybox `nc` (busybox-static's `wget` crashes
+/// here), printing the body's last line or `FAILED`.
+fn http_get_script(host: &str, port: &str) -> String {
+    format!(
+        r#"out=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 {host} {port} | tail -n 1); echo "${{out:-FAILED}}""#
+    )
+}
+
+/// The pod names that answer `rounds` requests to `host` `port` made from inside the client
+/// pod (`FAILED` for each request that got no answer).
+fn answers(
+    kubectl: &Kubectl,
+    host: &str,
+    port: &str,
+    rounds: usize,
+) -> anyhow::Result<Vec<String>> {
+    let script = format!(
+        "for i in $(seq 1 {rounds}); do {}; done",
+        http_get_script(host, port)
+    );
     let out = kubectl.ok(&["exec", "client", "--", "sh", "-c", &script])?;
     Ok(out.lines().map(|l| l.trim().to_string()).collect())
 }
@@ -138,18 +154,17 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
         .iter()
         .find(|(_, node, _)| node == "node-2")
         .context("a pod on node-2")?;
-    let direct = answers(&kubectl, &format!("http://{}:8080/", remote.2), 1)?;
+    let direct = answers(&kubectl, &remote.2, "8080", 1)?;
     ensure!(direct == [remote.0.clone()], "pod IP answer: {direct:?}");
 
     // The Service's ClusterIP from the client pod on node 1: answers from pods on both nodes.
     let cluster_ip = jsonpath(&kubectl, &["get", "svc", "web"], "{.spec.clusterIP}")?;
-    let url = format!("http://{cluster_ip}/");
     let mut seen = BTreeSet::new();
     until(
         "the ClusterIP answers from pods on both nodes",
         Duration::from_secs(60),
         || {
-            seen.extend(answers(&kubectl, &url, 12)?);
+            seen.extend(answers(&kubectl, &cluster_ip, "80", 12)?);
             let nodes: BTreeSet<&str> = pods
                 .iter()
                 .filter(|(name, _, _)| seen.contains(name))
@@ -169,8 +184,7 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
     let node_1 = cluster.node_ip(1)?;
     let out = cluster
         .node_command(2, "busybox")?
-        .args(["wget", "-q", "-T", "3", "-O", "-"])
-        .arg(format!("http://{node_1}:{node_port}/"))
+        .args(["sh", "-c", &http_get_script(&node_1, &node_port)])
         .output()?;
     let body = String::from_utf8_lossy(&out.stdout).trim().to_string();
     ensure!(
@@ -210,9 +224,9 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
     until(
         "traffic no longer reaches the unready pod",
         Duration::from_secs(20),
-        || Ok(!answers(&kubectl, &url, 10)?.contains(&unready)),
+        || Ok(!answers(&kubectl, &cluster_ip, "80", 10)?.contains(&unready)),
     )?;
-    let after = answers(&kubectl, &url, 20)?;
+    let after = answers(&kubectl, &cluster_ip, "80", 20)?;
     ensure!(
         !after.contains(&unready) && !after.iter().any(|a| a == "FAILED"),
         "after {unready} went unready: {after:?}"
