@@ -3,9 +3,15 @@
 //! then heartbeats and runs the pods bound to it until SIGINT/SIGTERM.
 
 mod cri;
+mod events;
+mod hooks;
+mod init;
 mod machine;
 mod node;
 mod pods;
+mod probe;
+mod prober;
+mod resources;
 mod status;
 mod translate;
 
@@ -155,7 +161,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let log_root = args.root_dir.join("logs");
     std::fs::create_dir_all(&log_root)
         .with_context(|| format!("creating {}", log_root.display()))?;
+    let memory_capacity =
+        i64::try_from(spec.machine.memory_kib.saturating_mul(1024)).unwrap_or(i64::MAX);
     let kubelet = Arc::new(pods::Kubelet {
+        recorder: Arc::new(events::Recorder::new(client.clone(), name.clone())),
+        memory_capacity,
         client: client.clone(),
         cri: cri.clone(),
         node_name: name,
