@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 pub mod hypervisor;
+pub mod nodes;
 
 /// How long a component gets to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -239,6 +240,7 @@ pub struct Flotilla {
     process: Option<Process>,
     dir: tempfile::TempDir,
     backend: Backend,
+    host: String,
     port: u16,
     extra_args: Vec<String>,
     /// The admin kubeconfig `flotilla up` wrote.
@@ -253,6 +255,12 @@ impl Flotilla {
 
     /// Starts `flotilla up` with extra flags (e.g. `--external-control-loops`).
     pub fn up_with(backend: Backend, extra_args: &[&str]) -> anyhow::Result<Self> {
+        Self::up_at(backend, "127.0.0.1", extra_args)
+    }
+
+    /// Starts `flotilla up` listening on `host` (e.g. a fabric's host address, so that nodes in
+    /// network namespaces reach it); its kubeconfig names that address.
+    pub fn up_at(backend: Backend, host: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let mut flotilla = Flotilla {
@@ -260,6 +268,7 @@ impl Flotilla {
             kubeconfig: dir.path().join("kubeconfig"),
             dir,
             backend,
+            host: host.to_string(),
             port,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
@@ -274,7 +283,7 @@ impl Flotilla {
             .arg("--data-dir")
             .arg(self.dir.path())
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
+            .arg(format!("{}:{}", self.host, self.port))
             .args(&self.extra_args)
             .env("FLOTILLA_LOG", "warn")
             .stdout(Stdio::piped())

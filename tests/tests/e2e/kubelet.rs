@@ -4,178 +4,29 @@
 //! crash-looping with back-off, `ErrImageNeverPull`, `CreateContainerConfigError`, deletion
 //! removing the sandbox, and a SIGKILLed kubelet adopting its running container on restart.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, bail, ensure};
-use flotilla_e2e::{Backend, Flotilla, Kubectl, flotilla_bin, jsonpath, until};
+use anyhow::{Context, ensure};
+use flotilla_e2e::nodes::{Containerd, Fabric, NodeDaemon, require_runtime};
+use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
 
 const NODE: &str = "kubelet-e2e";
 const POD_CIDR: &str = "10.244.77.0/24";
 
-fn image_scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-image/image")
-}
-
-/// Fails, naming what is missing, unless this machine can run containers.
-fn require_runtime() -> anyhow::Result<()> {
-    let mut missing = Vec::new();
-    for tool in ["containerd", "ctr", "runc", "busybox", "nsenter", "ip"] {
-        let found = Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            missing.push(tool.to_string());
-        }
-    }
-    for plugin in ["bridge", "host-local", "loopback"] {
-        if !Path::new("/usr/lib/cni").join(plugin).exists() {
-            missing.push(format!("/usr/lib/cni/{plugin}"));
-        }
-    }
-    if !missing.is_empty() {
-        bail!(
-            "the kubelet test needs {} (apt-get install -y containerd runc \
-             containernetworking-plugins busybox-static; tests/run installs them)",
-            missing.join(", ")
-        );
-    }
-    let uid = Command::new("id").arg("-u").output()?;
-    ensure!(
-        String::from_utf8_lossy(&uid.stdout).trim() == "0",
-        "the kubelet test runs containers and network namespaces: it needs root"
-    );
-    Ok(())
-}
-
-/// The node's containerd, stopped with everything it runs when dropped.
-struct Containerd {
-    dir: PathBuf,
-}
-
-impl Containerd {
-    fn start(dir: &Path) -> anyhow::Result<Self> {
-        let scripts = image_scripts();
-        let run = |script: &str, args: &[&str]| -> anyhow::Result<()> {
-            let out = Command::new(scripts.join(script))
-                .args(args)
-                .output()
-                .with_context(|| format!("running node-image/image/{script}"))?;
-            ensure!(
-                out.status.success(),
-                "node-image/image/{script} failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Ok(())
-        };
-        let images = dir.join("images");
-        let dir_arg = dir.to_string_lossy().into_owned();
-        run("build-images", &[&images.to_string_lossy()])?;
-        let containerd = Containerd {
-            dir: dir.to_path_buf(),
-        };
-        run("start-containerd", &[&dir_arg, POD_CIDR])?;
-        Ok(containerd)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("containerd.sock")
-    }
-
-    /// `ctr -n k8s.io ARGS`.
-    fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Command::new("ctr")
-            .arg("--address")
-            .arg(self.socket())
-            .args(["-n", "k8s.io"])
-            .args(args)
-            .output()
-            .context("running ctr")?;
-        ensure!(
-            out.status.success(),
-            "ctr {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// The runtime containers (sandboxes included) of pod `uid`.
-    fn pod_containers(&self, uid: &str) -> anyhow::Result<Vec<String>> {
-        let filter = format!("labels.\"io.kubernetes.pod.uid\"=={uid}");
-        Ok(self
-            .ctr(&["containers", "ls", "-q", &filter])?
-            .lines()
-            .map(str::to_string)
-            .collect())
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = Command::new(image_scripts().join("stop-containerd"))
-            .arg(&self.dir)
-            .status();
-    }
-}
-
-/// A running `flotilla-kubelet`, SIGKILLed when dropped; its log goes to a file.
-struct Kubelet {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Kubelet {
-    fn start(flotilla: &Flotilla, containerd: &Containerd, dir: &Path) -> anyhow::Result<Self> {
-        let bin = match std::env::var("FLOTILLA_KUBELET_BIN") {
-            Ok(path) => PathBuf::from(path),
-            Err(_) => flotilla_bin()?.with_file_name("flotilla-kubelet"),
-        };
-        ensure!(
-            bin.exists(),
-            "flotilla-kubelet not found at {}: build it first (`cargo build -p flotilla-kubelet`)",
-            bin.display()
-        );
-        let log = dir.join("kubelet.log");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)?;
-        let endpoint = format!("unix://{}", containerd.socket().display());
-        let child = Command::new(bin)
-            .arg("--kubeconfig")
-            .arg(&flotilla.kubeconfig)
-            .args(["--container-runtime-endpoint", &endpoint])
-            .args(["--node-name", NODE, "--node-ip", "127.0.0.1"])
-            .args(["--node-labels", "flotilla.dev/pool=e2e"])
-            .arg("--root-dir")
-            .arg(dir.join("kubelet"))
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .context("starting flotilla-kubelet")?;
-        Ok(Kubelet { child, log })
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// The kubelet, started inside the node's network namespace.
+fn start_kubelet(
+    flotilla: &Flotilla,
+    containerd: &Containerd,
+    dir: &Path,
+) -> anyhow::Result<NodeDaemon> {
+    NodeDaemon::kubelet(
+        containerd,
+        &flotilla.kubeconfig,
+        NODE,
+        dir,
+        &["--node-labels", "flotilla.dev/pool=e2e"],
+    )
 }
 
 const PODS: &str = r#"
@@ -238,7 +89,7 @@ fn waiting_reason(kubectl: &Kubectl, pod: &str) -> anyhow::Result<String> {
     )
 }
 
-fn with_log<T>(kubelet: &Kubelet, outcome: anyhow::Result<T>) -> anyhow::Result<T> {
+fn with_log<T>(kubelet: &NodeDaemon, outcome: anyhow::Result<T>) -> anyhow::Result<T> {
     outcome.with_context(|| format!("kubelet log:\n{}", kubelet.log()))
 }
 
@@ -246,15 +97,21 @@ fn with_log<T>(kubelet: &Kubelet, outcome: anyhow::Result<T>) -> anyhow::Result<
 fn kubelet_runs_pods_on_containerd() -> anyhow::Result<()> {
     require_runtime()?;
     let dir = tempfile::tempdir()?;
-    let containerd = Containerd::start(&dir.path().join("node"))?;
+    let fabric = Fabric::start(&dir.path().join("fabric"))?;
+    let containerd = Containerd::start(
+        &dir.path().join("node"),
+        &fabric,
+        &fabric.node_ip(1),
+        POD_CIDR,
+    )?;
     let images = containerd.ctr(&["images", "ls", "-q"])?;
     ensure!(
         images.contains("flotilla.local/busybox:1") && images.contains("flotilla.local/pause:1"),
         "the local images are not in containerd: {images}"
     );
-    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let flotilla = Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?;
     let kubectl = flotilla.kubectl();
-    let mut kubelet = Kubelet::start(&flotilla, &containerd, dir.path())?;
+    let mut kubelet = start_kubelet(&flotilla, &containerd, dir.path())?;
     let outcome = scenario(&flotilla, &kubectl, &containerd, &mut kubelet, dir.path());
     with_log(&kubelet, outcome)
 }
@@ -263,7 +120,7 @@ fn scenario(
     flotilla: &Flotilla,
     kubectl: &Kubectl,
     containerd: &Containerd,
-    kubelet: &mut Kubelet,
+    kubelet: &mut NodeDaemon,
     dir: &Path,
 ) -> anyhow::Result<()> {
     let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
@@ -399,7 +256,7 @@ fn scenario(
         "busybox has a sandbox and a container: {before_runtime:?}"
     );
     kubelet.kill();
-    *kubelet = Kubelet::start(flotilla, containerd, dir)?;
+    *kubelet = start_kubelet(flotilla, containerd, dir)?;
     // Let the restarted kubelet sync the pod several times.
     until(
         "the restarted kubelet syncs",

@@ -1,0 +1,323 @@
+//! Real worker nodes for the end-to-end suites: a fabric network (`node-image/image/start-fabric`)
+//! and, per node, a network namespace on it with its own containerd (`start-containerd`) and a
+//! `flotilla-kubelet` running inside that namespace, as on a machine of its own. Everything is
+//! stopped when dropped.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::flotilla_bin;
+
+/// The `node-image/image` scripts.
+pub fn image_scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-image/image")
+}
+
+/// Fails, naming what is missing, unless this machine can run containers on real nodes.
+pub fn require_runtime() -> anyhow::Result<()> {
+    let mut missing = Vec::new();
+    for tool in [
+        "containerd",
+        "ctr",
+        "runc",
+        "busybox",
+        "nsenter",
+        "ip",
+        "nft",
+    ] {
+        let found = Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}"))
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            missing.push(tool.to_string());
+        }
+    }
+    for plugin in ["bridge", "host-local", "loopback"] {
+        if !Path::new("/usr/lib/cni").join(plugin).exists() {
+            missing.push(format!("/usr/lib/cni/{plugin}"));
+        }
+    }
+    if !missing.is_empty() {
+        bail!(
+            "real nodes need {} (apt-get install -y containerd runc containernetworking-plugins \
+             busybox-static nftables; tests/run installs them)",
+            missing.join(", ")
+        );
+    }
+    let uid = Command::new("id").arg("-u").output()?;
+    ensure!(
+        String::from_utf8_lossy(&uid.stdout).trim() == "0",
+        "real nodes run containers and network namespaces: they need root"
+    );
+    Ok(())
+}
+
+fn run_script(script: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(image_scripts().join(script))
+        .args(args)
+        .output()
+        .with_context(|| format!("running node-image/image/{script}"))?;
+    ensure!(
+        out.status.success(),
+        "node-image/image/{script} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The network joining a local cluster's nodes, with the host at [`Fabric::host_ip`].
+pub struct Fabric {
+    dir: PathBuf,
+    prefix: String,
+    /// The host's address on the fabric: serve the API here so nodes reach it.
+    pub host_ip: String,
+}
+
+impl Fabric {
+    /// Starts a fabric on a /24 of 10.199.0.0/16 that no other fabric on this host uses.
+    pub fn start(dir: &Path) -> anyhow::Result<Self> {
+        let host_ip = run_script("start-fabric", &[&dir.to_string_lossy()])?
+            .trim()
+            .to_string();
+        let prefix = std::fs::read_to_string(dir.join("prefix"))?
+            .trim()
+            .to_string();
+        Ok(Fabric {
+            dir: dir.to_path_buf(),
+            prefix,
+            host_ip,
+        })
+    }
+
+    /// The address of the `index`th node (1-based) on this fabric.
+    pub fn node_ip(&self, index: u8) -> String {
+        format!("{}.{}", self.prefix, 10 + u16::from(index))
+    }
+
+    /// The fabric's directory (for `start-containerd`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        let _ = Command::new(image_scripts().join("stop-fabric"))
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// One node's containerd, in the node's network namespace on a fabric; stopped with everything
+/// it runs when dropped.
+pub struct Containerd {
+    dir: PathBuf,
+    /// The node's network namespace (under /var/run/netns).
+    pub netns: String,
+    /// The node's address on the fabric.
+    pub ip: String,
+    /// The node's pod CIDR (fixed in its CNI configuration).
+    pub pod_cidr: String,
+}
+
+impl Containerd {
+    /// Builds the local images if needed and starts containerd for a node at `ip` on `fabric`.
+    pub fn start(dir: &Path, fabric: &Fabric, ip: &str, pod_cidr: &str) -> anyhow::Result<Self> {
+        let images = dir.join("images");
+        run_script("build-images", &[&images.to_string_lossy()])?;
+        let dir_arg = dir.to_string_lossy().into_owned();
+        let fabric_arg = fabric.dir().to_string_lossy().into_owned();
+        // Constructed before the script runs, so a half-started node is still cleaned up.
+        let mut containerd = Containerd {
+            dir: dir.to_path_buf(),
+            netns: String::new(),
+            ip: ip.to_string(),
+            pod_cidr: pod_cidr.to_string(),
+        };
+        run_script("start-containerd", &[&dir_arg, pod_cidr, &fabric_arg, ip])?;
+        containerd.netns = std::fs::read_to_string(dir.join("netns"))?
+            .trim()
+            .to_string();
+        Ok(containerd)
+    }
+
+    /// The CRI socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    /// `ctr -n k8s.io ARGS`.
+    pub fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(self.socket())
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+            .context("running ctr")?;
+        ensure!(
+            out.status.success(),
+            "ctr {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The runtime containers (sandboxes included) of pod `uid`.
+    pub fn pod_containers(&self, uid: &str) -> anyhow::Result<Vec<String>> {
+        let filter = format!("labels.\"io.kubernetes.pod.uid\"=={uid}");
+        Ok(self
+            .ctr(&["containers", "ls", "-q", &filter])?
+            .lines()
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// A command prepared to run inside the node's network namespace.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net=/var/run/netns/{}", self.netns))
+            .arg("--")
+            .arg(program);
+        command
+    }
+
+    /// Runs `busybox ARGS` inside the node's network namespace (e.g. `wget` from the node).
+    pub fn busybox(&self, args: &[&str]) -> anyhow::Result<Output> {
+        self.command("busybox")
+            .args(args)
+            .output()
+            .context("running busybox in the node's namespace")
+    }
+
+    /// Routes `cidr` (another node's pods) through `via` (that node's address).
+    pub fn route(&self, cidr: &str, via: &str) -> anyhow::Result<()> {
+        let out = self
+            .command("ip")
+            .args(["route", "replace", cidr, "via", via])
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "ip route replace {cidr} via {via}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = Command::new(image_scripts().join("stop-containerd"))
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// A node daemon (`flotilla-kubelet`, `flotilla-proxy`) running inside a node's namespace,
+/// SIGKILLed when dropped; its log goes to a file.
+pub struct NodeDaemon {
+    child: Child,
+    log: PathBuf,
+}
+
+/// A binary built beside `flotilla` (`FLOTILLA_KUBELET_BIN` / `FLOTILLA_PROXY_BIN` override).
+pub fn node_bin(name: &str) -> anyhow::Result<PathBuf> {
+    let variable = format!(
+        "{}_BIN",
+        name.to_uppercase().replace('-', "_") // flotilla-kubelet → FLOTILLA_KUBELET_BIN
+    );
+    let bin = match std::env::var(&variable) {
+        Ok(path) => PathBuf::from(path),
+        Err(_) => flotilla_bin()?.with_file_name(name),
+    };
+    ensure!(
+        bin.exists(),
+        "{name} not found at {}: build it first (`cargo build --workspace --bins`; tests/run does)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+impl NodeDaemon {
+    /// Starts binary `name` with `args` inside `containerd`'s node namespace, logging to `log`.
+    pub fn start(
+        name: &str,
+        containerd: &Containerd,
+        args: &[String],
+        log: &Path,
+    ) -> anyhow::Result<Self> {
+        let bin = node_bin(name)?;
+        let file = OpenOptions::new().create(true).append(true).open(log)?;
+        let child = containerd
+            .command(bin)
+            .args(args)
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(NodeDaemon {
+            child,
+            log: log.to_path_buf(),
+        })
+    }
+
+    /// Starts a kubelet for node `name` with `kubeconfig`, keeping its files under `dir`.
+    pub fn kubelet(
+        containerd: &Containerd,
+        kubeconfig: &Path,
+        name: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut args: Vec<String> = vec![
+            "--kubeconfig".into(),
+            kubeconfig.to_string_lossy().into_owned(),
+            "--container-runtime-endpoint".into(),
+            format!("unix://{}", containerd.socket().display()),
+            "--node-name".into(),
+            name.into(),
+            "--node-ip".into(),
+            containerd.ip.clone(),
+            "--root-dir".into(),
+            dir.join("kubelet").to_string_lossy().into_owned(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Self::start(
+            "flotilla-kubelet",
+            containerd,
+            &args,
+            &dir.join("kubelet.log"),
+        )
+    }
+
+    /// SIGKILLs the daemon.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether the daemon is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeDaemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
