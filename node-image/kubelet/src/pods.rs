@@ -471,7 +471,7 @@ async fn sync_pod(
             else {
                 continue;
             };
-            let skip_backoff = killed.contains(&container.name);
+            let skip_backoff = first_kill(&killed, view);
             ensure_started(
                 &ctx,
                 &mut cri,
@@ -498,7 +498,7 @@ async fn sync_pod(
                     },
                 };
                 if needs_start {
-                    let skip_backoff = killed.contains(&container.name);
+                    let skip_backoff = first_kill(&killed, view);
                     ensure_started(
                         &ctx,
                         &mut cri,
@@ -632,6 +632,17 @@ async fn container_view(
         probed: None,
     };
     Ok((view, in_sandbox))
+}
+
+/// Whether `view`'s container was just killed by a probe and never exited before: upstream
+/// restarts it at once (its `doBackOff` finds no exited container to back off from); later
+/// kills back off like crashes.
+fn first_kill(killed: &HashSet<String>, view: &ContainerView) -> bool {
+    killed.contains(&view.name)
+        && view
+            .previous
+            .as_ref()
+            .is_none_or(|p| p.state != RuntimeState::Exited)
 }
 
 /// An init container's state for `init::plan`.
