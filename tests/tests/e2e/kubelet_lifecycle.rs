@@ -1,9 +1,9 @@
 //! The kubelet's container lifecycle on a real node (containerd in a node namespace on a
 //! fabric, `flotilla-kubelet` inside it), driven by stock kubectl 1.32: init containers in
-//! order before the app (and a failed one failing a restartPolicy Never pod), exec,
-//! httpGet and tcpSocket probes (readiness flipping Ready, liveness restarting with
-//! `Unhealthy` and `Killing` events), a failing postStart hook, preStop on deletion within
-//! the grace period, and requests/limits in the container's own cgroup.
+//! order before the app, a sidecar init container, a failed one failing a restartPolicy
+//! Never pod, exec, httpGet and tcpSocket probes (readiness flipping Ready, liveness
+//! restarting with `Unhealthy` and `Killing` events), a failing postStart hook, preStop on
+//! deletion within the grace period, and requests/limits in the container's own cgroup.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,6 +25,25 @@ spec:
   initContainers:
   - {name: first, image: flotilla.local/busybox:1, imagePullPolicy: Never, command: [sleep, "3"]}
   - {name: second, image: flotilla.local/busybox:1, imagePullPolicy: Never, command: [sleep, "1"]}
+  containers:
+  - {name: main, image: flotilla.local/busybox:1, imagePullPolicy: Never, command: [sleep, "3600"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sidecar}
+spec:
+  nodeName: lifecycle-e2e
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - name: side
+    image: flotilla.local/busybox:1
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: [sh, -c, "touch /tmp/up; sleep 3600"]
+    startupProbe:
+      exec: {command: [test, -f, /tmp/up]}
+      periodSeconds: 1
+  - {name: setup, image: flotilla.local/busybox:1, imagePullPolicy: Never, command: [sleep, "1"]}
   containers:
   - {name: main, image: flotilla.local/busybox:1, imagePullPolicy: Never, command: [sleep, "3600"]}
 ---
@@ -306,6 +325,24 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
     );
     ensure!(condition(kubectl, "init", "Initialized")? == "True");
     ensure!(status_column(kubectl, "init")? == "Running");
+
+    // A sidecar (an init container with restartPolicy Always) starts first, passes its
+    // startup probe, keeps running beside the app and counts in READY.
+    until("sidecar is Running", Duration::from_secs(60), || {
+        Ok(field(kubectl, "sidecar", "{.status.phase}")? == "Running")
+    })?;
+    let side = |path: &str| field(kubectl, "sidecar", path);
+    ensure!(side("{.status.initContainerStatuses[0].started}")? == "true");
+    let side_start = side("{.status.initContainerStatuses[0].state.running.startedAt}")?;
+    let setup_start = side("{.status.initContainerStatuses[1].state.terminated.startedAt}")?;
+    ensure!(
+        !side_start.is_empty() && side_start <= setup_start,
+        "sidecar started {side_start:?}, setup {setup_start:?}"
+    );
+    until("sidecar is 2/2 ready", Duration::from_secs(30), || {
+        let row = kubectl.ok(&["get", "pod", "sidecar", "--no-headers"])?;
+        Ok(row.split_whitespace().nth(1) == Some("2/2"))
+    })?;
 
     // A failed init container fails a restartPolicy Never pod; the app never starts.
     until("initfail is Failed", Duration::from_secs(60), || {
