@@ -334,6 +334,63 @@ pub fn http_outcome(status: u16, body: &str) -> Outcome {
     }
 }
 
+/// How many redirects an HTTP probe follows (Go's client default).
+pub const MAX_REDIRECTS: usize = 10;
+
+/// The request after a redirect answer, when upstream's prober follows it: a 3xx with a
+/// `Location` on the same host (upstream's `redirectChecker` without non-local redirects).
+/// `None` ends with this answer.
+pub fn redirect(get: &HttpGet, status: u16, location: Option<&str>) -> Option<HttpGet> {
+    if !matches!(status, 301 | 302 | 303 | 307 | 308) {
+        return None;
+    }
+    let location = location?.trim();
+    let mut next = get.clone();
+    if let Some((scheme, rest)) = location.split_once("://") {
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let default_port = if scheme.eq_ignore_ascii_case("https") {
+            443
+        } else {
+            80
+        };
+        let (host, port) = split_authority(authority, default_port)?;
+        if host != get.host {
+            return None;
+        }
+        next.scheme = scheme.to_ascii_lowercase();
+        next.port = port;
+        next.path = path.to_string();
+    } else if location.starts_with('/') {
+        next.path = location.to_string();
+    } else {
+        // Relative to the current path's directory.
+        let base = get.path.split('?').next().unwrap_or("/");
+        let dir = &base[..base.rfind('/').map_or(0, |i| i + 1)];
+        next.path = format!("{dir}{location}");
+    }
+    Some(next)
+}
+
+/// `host[:port]` or `[v6][:port]` → (host, port).
+fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if after.is_empty() => default_port,
+            None => return None,
+        };
+        return Some((host.to_string(), port));
+    }
+    match authority.split_once(':') {
+        Some((host, port)) => Some((host.to_string(), port.parse().ok()?)),
+        None => Some((authority.to_string(), default_port)),
+    }
+}
+
 /// How a connection attempt failed, for Go-shaped messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DialError {
@@ -1038,6 +1095,38 @@ mod tests {
         assert!(get.headers.contains(&("Accept".into(), "*/*".into())));
         assert_eq!(probe_agent(), "kube-probe/1.33");
         assert_eq!(lifecycle_agent(), "kube-lifecycle/1.33");
+    }
+
+    #[test]
+    fn redirects_stay_on_the_host() {
+        let get = HttpGet {
+            scheme: "http".into(),
+            host: "10.0.0.5".into(),
+            port: 8080,
+            path: "/a/b?x=1".into(),
+            headers: vec![],
+        };
+        let path = |status: u16, location: Option<&str>| {
+            redirect(&get, status, location).map(|g| (g.scheme, g.port, g.path))
+        };
+        let cases = [
+            (302, Some("/c"), Some(("http", 8080, "/c"))),
+            (301, Some("d"), Some(("http", 8080, "/a/d"))),
+            (
+                307,
+                Some("https://10.0.0.5:8443/e"),
+                Some(("https", 8443, "/e")),
+            ),
+            (308, Some("http://10.0.0.5"), Some(("http", 80, "/"))),
+            (302, Some("http://elsewhere:8080/"), None),
+            (302, None, None),
+            (304, Some("/c"), None),
+            (200, Some("/c"), None),
+        ];
+        for (status, location, want) in cases {
+            let want = want.map(|(s, p, path)| (s.to_string(), p, path.to_string()));
+            assert_eq!(path(status, location), want, "{status} {location:?}");
+        }
     }
 
     #[test]

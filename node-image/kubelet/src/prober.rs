@@ -97,17 +97,44 @@ pub async fn dial(host: &str, port: u16, timeout: Duration) -> Result<TcpStream,
     }
 }
 
-/// Upstream `DoHTTPProbe`: one GET within `timeout`, judged by `probe::http_outcome`.
+/// Upstream `DoHTTPProbe` within `timeout`: redirects to the same host are followed (at
+/// most 10), a redirect elsewhere ends with its 3xx; the last answer is judged by
+/// `probe::http_outcome`.
 pub async fn http(get: &HttpGet, timeout: Duration) -> Outcome {
-    match tokio::time::timeout(timeout, http_get(get)).await {
+    let follow = async {
+        let mut current = get.clone();
+        for _ in 0..=probe::MAX_REDIRECTS {
+            let answer = http_get(&current).await?;
+            match probe::redirect(&current, answer.status, answer.location.as_deref()) {
+                Some(next) => current = next,
+                None => return Ok(answer),
+            }
+        }
+        Err(format!(
+            "Get \"{}\": stopped after 10 redirects",
+            current.url()
+        ))
+    };
+    match tokio::time::timeout(timeout, follow).await {
         Err(_) => Outcome::Failure(probe::http_error_message(get, &DialError::Timeout, true)),
         Ok(Err(message)) => Outcome::Failure(message),
-        Ok(Ok((status, body))) => probe::http_outcome(status, &body),
+        Ok(Ok(answer)) => probe::http_outcome(answer.status, &answer.body),
     }
 }
 
-/// One GET: (status, the first 10 KiB of the body), or the failure's text.
-pub async fn http_get(get: &HttpGet) -> Result<(u16, String), String> {
+/// One HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// The first 10 KiB of the body.
+    pub body: String,
+    /// The `Location` header, if any.
+    pub location: Option<String>,
+}
+
+/// One GET, or the failure's text.
+pub async fn http_get(get: &HttpGet) -> Result<Answer, String> {
     let stream = TcpStream::connect((get.host.as_str(), get.port))
         .await
         .map_err(|err| probe::http_error_message(get, &dial_error(&err), false))?;
@@ -125,7 +152,7 @@ pub async fn http_get(get: &HttpGet) -> Result<(u16, String), String> {
     }
 }
 
-async fn exchange<S>(get: &HttpGet, stream: S) -> Result<(u16, String), String>
+async fn exchange<S>(get: &HttpGet, stream: S) -> Result<Answer, String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -150,6 +177,11 @@ where
             .await
             .map_err(|err| failed(&err))?;
         let status = response.status().as_u16();
+        let location = response
+            .headers()
+            .get(http::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .map(str::to_string);
         let mut body = response.into_body();
         let mut read = Vec::new();
         while read.len() < MAX_OUTPUT {
@@ -164,7 +196,11 @@ where
             }
         }
         read.truncate(MAX_OUTPUT);
-        Ok((status, String::from_utf8_lossy(&read).into_owned()))
+        Ok(Answer {
+            status,
+            body: String::from_utf8_lossy(&read).into_owned(),
+            location,
+        })
     }
     .await;
     driver.abort();
@@ -440,12 +476,42 @@ mod tests {
             http(&get(port, "/"), Duration::from_secs(2)).await,
             Outcome::Failure("HTTP probe failed with statuscode: 500".into())
         );
-        let (port, _) =
-            serve("HTTP/1.1 301 Moved\r\nlocation: /x\r\ncontent-length: 0\r\n\r\n").await;
+        // A redirect to another host ends with its 3xx: a warning.
+        let (port, _) = serve(
+            "HTTP/1.1 301 Moved\r\nlocation: http://other.invalid/x\r\ncontent-length: 0\r\n\r\n",
+        )
+        .await;
         assert!(matches!(
             http(&get(port, "/"), Duration::from_secs(2)).await,
             Outcome::Warning(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn same_host_redirects_are_followed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let mut paths = Vec::new();
+            for answer in [
+                "HTTP/1.1 302 Found\r\nlocation: /next\r\ncontent-length: 0\r\n\r\n",
+                "HTTP/1.1 503 Unavailable\r\ncontent-length: 0\r\n\r\n",
+            ] {
+                let (mut socket, _) = listener.accept().await.expect("accept");
+                let mut buf = vec![0; 4096];
+                let n = socket.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+                paths.push(request.split_whitespace().nth(1).unwrap_or("").to_string());
+                let _ = socket.write_all(answer.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+            paths
+        });
+        assert_eq!(
+            http(&get(port, "/start"), Duration::from_secs(2)).await,
+            Outcome::Failure("HTTP probe failed with statuscode: 503".into())
+        );
+        assert_eq!(server.await.expect("server"), vec!["/start", "/next"]);
     }
 
     #[tokio::test]
