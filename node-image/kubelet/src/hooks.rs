@@ -131,6 +131,36 @@ pub fn stop_grace(grace: i64, elapsed: Duration) -> i64 {
     grace.saturating_sub(elapsed).max(MINIMUM_GRACE_SECONDS)
 }
 
+/// The order containers stop in on deletion (upstream's termination ordering with
+/// sidecars): every regular container at once, then the sidecars one by one in reverse
+/// order of the spec. `running`: the names of the running containers.
+pub fn termination_waves(pod: &Pod, running: &[String]) -> Vec<Vec<String>> {
+    let sidecars: Vec<&str> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| probe::is_restartable_init(c))
+        .map(|c| c.name.as_str())
+        .collect();
+    let first: Vec<String> = running
+        .iter()
+        .filter(|n| !sidecars.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    let mut waves = Vec::new();
+    if !first.is_empty() {
+        waves.push(first);
+    }
+    for sidecar in sidecars.iter().rev() {
+        if running.iter().any(|n| n == sidecar) {
+            waves.push(vec![sidecar.to_string()]);
+        }
+    }
+    waves
+}
+
 /// The `Killing` event's message for a probe failure (upstream `computePodActions`).
 pub fn probe_kill_message(container: &str, kind: ProbeKind, restart: bool) -> String {
     let what = match kind {
@@ -297,6 +327,35 @@ mod tests {
         assert_eq!(stop_grace(10, Duration::from_millis(2500)), 8);
         assert_eq!(stop_grace(10, Duration::from_secs(9)), 2);
         assert_eq!(stop_grace(3, Duration::from_secs(30)), 2);
+    }
+
+    #[test]
+    fn sidecars_stop_after_the_app_in_reverse_order() {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+            "initContainers": [
+                {"name": "s1", "restartPolicy": "Always"},
+                {"name": "init"},
+                {"name": "s2", "restartPolicy": "Always"},
+            ],
+            "containers": [{"name": "a"}, {"name": "b"}],
+        }}))
+        .expect("pod");
+        let names = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let cases: [(&[&str], Vec<Vec<String>>); 3] = [
+            (
+                &["a", "s1", "b", "s2"],
+                vec![names(&["a", "b"]), names(&["s2"]), names(&["s1"])],
+            ),
+            (&["s1"], vec![names(&["s1"])]),
+            (&["a"], vec![names(&["a"])]),
+        ];
+        for (running, want) in cases {
+            assert_eq!(
+                termination_waves(&pod, &names(running)),
+                want,
+                "{running:?}"
+            );
+        }
     }
 
     #[test]

@@ -764,8 +764,8 @@ async fn ensure_started(
 }
 
 /// Deletion (upstream `killPodWithSyncResult` with `killContainer`): every running
-/// container stops in parallel with its preStop hook and the pod's grace period, then the
-/// sandboxes go.
+/// container stops with its preStop hook within the pod's grace period — regular ones in
+/// parallel, then sidecars in reverse order — then the sandboxes go.
 async fn terminate_pod(
     kubelet: &Kubelet,
     cri: &mut Cri,
@@ -784,37 +784,49 @@ async fn terminate_pod(
         .into_iter()
         .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
         .collect();
-    let stops = running.iter().map(|c| {
-        let mut cri = cri.clone();
-        let name = c
-            .labels
+    let name_of = |c: &cri::Container| {
+        c.labels
             .get(CONTAINER_NAME_LABEL)
             .cloned()
-            .unwrap_or_default();
-        let container = spec
-            .containers
+            .unwrap_or_default()
+    };
+    let names: Vec<String> = running.iter().map(name_of).collect();
+    let started = Instant::now();
+    // Regular containers together, then sidecars one by one in reverse order, all within
+    // the one grace period.
+    for wave in hooks::termination_waves(pod, &names) {
+        let stops = running
             .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .find(|s| s.name == name);
-        let grace = hooks::grace_period(pod, container, KillReason::Other);
-        let pod_ip = pod_ip.as_str();
-        async move {
-            hooks::kill_container(
-                &mut cri,
-                &kubelet.recorder,
-                pod,
-                &name,
-                container,
-                &c.id,
-                grace,
-                None,
-                pod_ip,
-            )
-            .await
+            .filter(|c| wave.contains(&name_of(c)))
+            .map(|c| {
+                let mut cri = cri.clone();
+                let name = name_of(c);
+                let container = spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .find(|s| s.name == name);
+                let elapsed = i64::try_from(started.elapsed().as_secs()).unwrap_or(0);
+                let grace = hooks::grace_period(pod, container, KillReason::Other) - elapsed;
+                let pod_ip = pod_ip.as_str();
+                async move {
+                    hooks::kill_container(
+                        &mut cri,
+                        &kubelet.recorder,
+                        pod,
+                        &name,
+                        container,
+                        &c.id,
+                        grace.max(0),
+                        None,
+                        pod_ip,
+                    )
+                    .await
+                }
+            });
+        for result in futures::future::join_all(stops).await {
+            result?;
         }
-    });
-    for result in futures::future::join_all(stops).await {
-        result?;
     }
     for sandbox in cri.sandboxes(Some(uid)).await? {
         cri.remove_sandbox(&sandbox.id).await?;
