@@ -314,20 +314,25 @@ impl Flotilla {
     /// Stops the service (SIGKILL when `hard`, else SIGTERM) and starts it again on the same
     /// data directory and port.
     pub fn restart(&mut self, hard: bool) -> anyhow::Result<()> {
+        self.stop(hard, Duration::from_secs(15));
+        self.start()
+    }
+
+    /// Stops the service: SIGTERM first (unless `hard`), SIGKILL after `grace`.
+    pub fn stop(&mut self, hard: bool, grace: Duration) {
         if let Some(mut process) = self.process.take() {
             if !hard {
                 let _ = Command::new("kill")
                     .arg("-TERM")
                     .arg(process.child.id().to_string())
                     .status();
-                let deadline = Instant::now() + Duration::from_secs(15);
-                while process.child.try_wait()?.is_none() && Instant::now() < deadline {
+                let deadline = Instant::now() + grace;
+                while matches!(process.child.try_wait(), Ok(None)) && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
             process.kill();
         }
-        self.start()
     }
 
     /// kubectl 1.32 with this service's admin kubeconfig.

@@ -321,3 +321,114 @@ impl Drop for NodeDaemon {
         self.kill();
     }
 }
+
+/// `flotilla up --nodes N`: the service with N real nodes (each a network namespace with its
+/// own containerd, kubelet and proxy). Dropping it stops the service gracefully (which stops
+/// the nodes), then removes whatever a failed stop left behind.
+pub struct LocalCluster {
+    /// The running service; its kubeconfig is the `demo` cluster's.
+    pub flotilla: crate::Flotilla,
+    count: u8,
+}
+
+impl LocalCluster {
+    /// Starts `flotilla up --nodes count` on the embedded store.
+    pub fn start(count: u8) -> anyhow::Result<Self> {
+        require_runtime()?;
+        node_bin("flotilla-kubelet")?;
+        node_bin("flotilla-proxy")?;
+        let flotilla = crate::Flotilla::up_with(
+            crate::Backend::Embedded,
+            &["--nodes", &count.to_string()],
+        )?;
+        Ok(LocalCluster { flotilla, count })
+    }
+
+    /// Node `index`'s directory (1-based), as `flotilla up` lays it out.
+    pub fn node_dir(&self, index: u8) -> PathBuf {
+        self.flotilla
+            .data_dir()
+            .join("nodes")
+            .join(format!("node-{index}"))
+    }
+
+    /// Node `index`'s name.
+    pub fn node_name(&self, index: u8) -> String {
+        format!("node-{index}")
+    }
+
+    /// Node `index`'s address on the fabric.
+    pub fn node_ip(&self, index: u8) -> anyhow::Result<String> {
+        let path = self.node_dir(index).join("node-ip");
+        Ok(std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .trim()
+            .to_string())
+    }
+
+    /// A command prepared to run inside node `index`'s network namespace.
+    pub fn node_command(
+        &self,
+        index: u8,
+        program: impl AsRef<std::ffi::OsStr>,
+    ) -> anyhow::Result<Command> {
+        let path = self.node_dir(index).join("netns");
+        let netns = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net=/var/run/netns/{}", netns.trim()))
+            .arg("--")
+            .arg(program);
+        Ok(command)
+    }
+
+    /// What node `index`'s daemon (`kubelet`, `proxy`) logged.
+    pub fn log(&self, index: u8, daemon: &str) -> String {
+        std::fs::read_to_string(self.node_dir(index).join(format!("{daemon}.log")))
+            .unwrap_or_default()
+    }
+
+    /// Every node's kubelet and proxy log, for a failing test's message.
+    pub fn logs(&self) -> String {
+        let mut all = String::new();
+        for index in 1..=self.count {
+            for daemon in ["kubelet", "proxy"] {
+                let log = self.log(index, daemon);
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                all.push_str(&format!("--- node-{index} {daemon} (last 40 lines)\n"));
+                for line in tail.into_iter().rev() {
+                    all.push_str(line);
+                    all.push('\n');
+                }
+            }
+        }
+        all
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.flotilla.stop(false, std::time::Duration::from_secs(40));
+        let nodes = self.flotilla.data_dir().join("nodes");
+        for index in 1..=self.count {
+            let dir = self.node_dir(index);
+            for daemon in ["kubelet", "proxy"] {
+                let Ok(pid) = std::fs::read_to_string(dir.join(format!("{daemon}.pid"))) else {
+                    continue;
+                };
+                let pid = pid.trim();
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains("flotilla-") {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+            let _ = Command::new(image_scripts().join("stop-containerd"))
+                .arg(&dir)
+                .status();
+        }
+        let _ = Command::new(image_scripts().join("stop-fabric"))
+            .arg(nodes.join("fabric"))
+            .status();
+    }
+}

@@ -10,6 +10,8 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
+#[path = "e2e/cluster.rs"]
+mod cluster;
 #[path = "e2e/controllers.rs"]
 mod controllers;
 #[path = "e2e/deployment.rs"]

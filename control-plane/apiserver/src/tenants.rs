@@ -152,9 +152,15 @@ impl TenantState {
 
     /// A new admin client certificate (`system:masters`) for this tenant.
     pub fn issue_admin(&self) -> Result<IssuedCertificate, ApiError> {
+        self.issue_client("kubernetes-admin", &["system:masters"])
+    }
+
+    /// A client certificate for `user` in `groups`, signed by this tenant's client CA (e.g.
+    /// `system:kube-proxy` for the proxies of local nodes).
+    pub fn issue_client(&self, user: &str, groups: &[&str]) -> Result<IssuedCertificate, ApiError> {
         self.record
             .client_ca
-            .issue_client("kubernetes-admin", &["system:masters"])
+            .issue_client(user, groups)
             .map_err(ApiError::internal)
     }
 }

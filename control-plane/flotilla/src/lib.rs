@@ -6,6 +6,7 @@ mod cloud;
 mod commands;
 mod inprocess;
 mod join;
+mod localnodes;
 pub mod placement;
 mod service;
 mod simulator;
@@ -191,6 +192,11 @@ pub struct UpArgs {
     /// separate `flotilla scheduler` and `flotilla controller-manager` processes instead.
     #[arg(long)]
     pub external_control_loops: bool,
+    /// Run this many real worker nodes of the `demo` cluster on this machine (needs root,
+    /// containerd, runc, the CNI plugins, busybox-static and nftables): each a network
+    /// namespace with its own containerd, `flotilla-kubelet` and `flotilla-proxy`.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=200))]
+    pub nodes: u8,
 }
 
 /// `flotilla serve`.

@@ -19,6 +19,7 @@ use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
 use tokio::net::TcpListener;
 
 use crate::client::ClientConfig;
+use crate::localnodes::LocalNodes;
 use crate::placement::{self, PlacementConfig};
 use crate::{ServeArgs, UpArgs};
 
@@ -134,6 +135,8 @@ async fn shutdown_signal() {
 /// A bound, configured service, not yet serving.
 struct Started {
     listener: TcpListener,
+    /// More addresses serving the same APIs (the local nodes' fabric).
+    extra_listeners: Vec<TcpListener>,
     tls: Arc<ServerConfig>,
     management: Arc<Management>,
     router: axum::Router,
@@ -142,9 +145,11 @@ struct Started {
     serving_ca: CertificateAuthority,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn start(
     storage: Arc<dyn Storage>,
     listen: SocketAddr,
+    also_listen_on: Option<std::net::IpAddr>,
     extra_sans: &[String],
     public_url: Option<String>,
     limits: TenantLimits,
@@ -155,6 +160,17 @@ async fn start(
         .with_context(|| format!("listening on {listen}"))?;
     let local = listener.local_addr()?;
     let public_url = public_url.unwrap_or_else(|| default_public_url(local, extra_sans));
+    let mut extra_listeners = Vec::new();
+    let mut sans = extra_sans.to_vec();
+    if let Some(ip) = also_listen_on {
+        let address = SocketAddr::new(ip, local.port());
+        extra_listeners.push(
+            TcpListener::bind(address)
+                .await
+                .with_context(|| format!("listening on {address}"))?,
+        );
+        sans.push(ip.to_string());
+    }
     let ca = serving_ca(&storage).await?;
     let server = ApiServer::with_options(
         storage.clone(),
@@ -165,7 +181,7 @@ async fn start(
             serving_ca_pem: ca.cert_pem.clone(),
         },
     );
-    let serving = ca.issue_serving("flotilla", &serving_hosts(local, extra_sans))?;
+    let serving = ca.issue_serving("flotilla", &serving_hosts(local, &sans))?;
     let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
     let tls = flotilla_apiserver::serve::server_config(&chain, &serving.key_pem)?;
     let management = Management::new(
@@ -199,6 +215,7 @@ async fn start(
     spawn_compactor(storage);
     Ok(Started {
         listener,
+        extra_listeners,
         tls,
         management,
         router,
@@ -235,6 +252,14 @@ fn rand_suffix() -> u32 {
 impl Started {
     /// Serves both APIs until SIGINT or SIGTERM.
     async fn serve(self) {
+        for listener in self.extra_listeners {
+            tokio::spawn(flotilla_apiserver::serve::serve_tls(
+                listener,
+                self.tls.clone(),
+                self.router.clone(),
+                shutdown_signal(),
+            ));
+        }
         flotilla_apiserver::serve::serve_tls(
             self.listener,
             self.tls,
@@ -265,10 +290,24 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
+    let mut local_nodes = match args.nodes {
+        0 => None,
+        count => Some(LocalNodes::prepare(&args.data_dir, count)?),
+    };
+    let fabric_ip = match &local_nodes {
+        Some(nodes) => Some(
+            nodes
+                .host_ip
+                .parse::<std::net::IpAddr>()
+                .context("the fabric's host address")?,
+        ),
+        None => None,
+    };
     // One user on one machine: no per-cluster request limit.
     let started = start(
         storage,
         args.listen,
+        fabric_ip,
         &[],
         None,
         TenantLimits::UNLIMITED,
@@ -292,6 +331,14 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     let kubeconfig = demo_kubeconfig(management).await?;
     let path = args.data_dir.join("kubeconfig");
     write_private(&path, &kubeconfig)?;
+    if let (Some(nodes), Some(ip)) = (&mut local_nodes, fabric_ip)
+        && let Err(err) = start_local_nodes(nodes, &started, &kubeconfig, ip).await
+    {
+        if let Some(nodes) = local_nodes.take() {
+            nodes.stop();
+        }
+        return Err(err.context("starting the local nodes"));
+    }
     let absolute = std::fs::canonicalize(&path).unwrap_or(path);
     println!("{}", absolute.display());
     tracing::info!(
@@ -301,7 +348,39 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         "flotilla is up"
     );
     started.serve().await;
+    if let Some(nodes) = local_nodes {
+        nodes.stop();
+    }
     Ok(())
+}
+
+/// Starts the local nodes of `up --nodes` against the demo cluster, which they reach on the
+/// fabric at `fabric_ip`.
+async fn start_local_nodes(
+    nodes: &mut LocalNodes,
+    started: &Started,
+    admin_kubeconfig: &str,
+    fabric_ip: std::net::IpAddr,
+) -> anyhow::Result<()> {
+    let port = started.listener.local_addr()?.port();
+    let server = format!("https://{fabric_ip}:{port}/clusters/{DEMO_CLUSTER}");
+    let admin = kube::config::Kubeconfig::from_yaml(admin_kubeconfig)?;
+    let admin = kube::Config::from_custom_kubeconfig(admin, &Default::default()).await?;
+    let client = kube::Client::try_from(admin)?;
+    let proxy = started
+        .management
+        .user_kubeconfig(LOCAL_ACCOUNT, DEMO_CLUSTER, "system:kube-proxy", &[])
+        .await?;
+    let mut proxy = kube::config::Kubeconfig::from_yaml(&proxy)?;
+    for cluster in &mut proxy.clusters {
+        if let Some(cluster) = &mut cluster.cluster {
+            cluster.server = Some(server.clone());
+        }
+    }
+    let proxy = serde_yaml::to_string(&proxy)?;
+    nodes
+        .start(client, &server, &started.serving_ca.cert_pem, &proxy)
+        .await
 }
 
 /// Creates the `demo` cluster once (it keeps the id `demo`, so its URL is stable), waits
@@ -381,6 +460,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let started = start(
         storage,
         args.listen,
+        None,
         &args.tls_san,
         args.public_url,
         limits,

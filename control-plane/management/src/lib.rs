@@ -598,6 +598,20 @@ impl Management {
 
     /// An admin kubeconfig for an `ACTIVE` cluster (a new client certificate each time).
     pub async fn kubeconfig(&self, account: &str, name: &str) -> Result<String> {
+        self.user_kubeconfig(account, name, "kubernetes-admin", &["system:masters"])
+            .await
+    }
+
+    /// A kubeconfig for `user` in `groups` of an `ACTIVE` cluster, with a new client
+    /// certificate from the cluster's client CA (the admin's, or a component's such as
+    /// `system:kube-proxy`).
+    pub async fn user_kubeconfig(
+        &self,
+        account: &str,
+        name: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<String> {
         let (cluster, _) = self.cluster_record(account, name).await?;
         if cluster.status != ClusterStatus::Active {
             return Err(ManagementError::invalid_request(format!(
@@ -615,13 +629,13 @@ impl Management {
             .get(&cluster.id)
             .await
             .ok_or_else(|| ManagementError::internal("the cluster's tenant is missing"))?;
-        let admin = tenant.issue_admin()?;
+        let certificate = tenant.issue_client(user, groups)?;
         Ok(flotilla_apiserver::pki::kubeconfig(
             &cluster.name,
             &cluster.endpoint,
             &self.endpoint.ca_pem,
-            "kubernetes-admin",
-            &admin,
+            user,
+            &certificate,
         ))
     }
 

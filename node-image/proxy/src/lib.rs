@@ -1,0 +1,10 @@
+//! `flotilla-proxy`: the node proxy, upstream kube-proxy's nftables mode. A sans-IO model of
+//! Services and EndpointSlices (`model`), a sans-IO renderer to nft scripts with incremental
+//! per-Service updates (`render`), the `nft -f -` applier (`nft`), the health and metrics
+//! servers (`health`), and the kube-rs loop tying them together (`proxier`).
+
+pub mod health;
+pub mod model;
+pub mod nft;
+pub mod proxier;
+pub mod render;
