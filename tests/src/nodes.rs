@@ -337,10 +337,8 @@ impl LocalCluster {
         require_runtime()?;
         node_bin("flotilla-kubelet")?;
         node_bin("flotilla-proxy")?;
-        let flotilla = crate::Flotilla::up_with(
-            crate::Backend::Embedded,
-            &["--nodes", &count.to_string()],
-        )?;
+        let flotilla =
+            crate::Flotilla::up_with(crate::Backend::Embedded, &["--nodes", &count.to_string()])?;
         Ok(LocalCluster { flotilla, count })
     }
 
@@ -409,7 +407,8 @@ impl LocalCluster {
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
-        self.flotilla.stop(false, std::time::Duration::from_secs(40));
+        self.flotilla
+            .stop(false, std::time::Duration::from_secs(40));
         let nodes = self.flotilla.data_dir().join("nodes");
         for index in 1..=self.count {
             let dir = self.node_dir(index);

@@ -32,6 +32,8 @@ mod nodepools;
 mod scheduling;
 #[path = "e2e/sets.rs"]
 mod sets;
+#[path = "e2e/streaming.rs"]
+mod streaming;
 #[path = "e2e/tenancy.rs"]
 mod tenancy;
 #[path = "e2e/volumes.rs"]

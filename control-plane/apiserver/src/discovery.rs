@@ -66,6 +66,23 @@ fn subresources(
     if resource.kind == "Pod" && resource.group.is_empty() {
         out.push(("binding", "", "v1", "Binding", vec!["create"]));
         out.push(("eviction", "policy", "v1", "Eviction", vec!["create"]));
+        // Served by the pod's kubelet through the API server (see `kubelet`).
+        out.push(("log", "", "v1", "Pod", vec!["get"]));
+        out.push(("exec", "", "v1", "PodExecOptions", vec!["create", "get"]));
+        out.push((
+            "attach",
+            "",
+            "v1",
+            "PodAttachOptions",
+            vec!["create", "get"],
+        ));
+        out.push((
+            "portforward",
+            "",
+            "v1",
+            "PodPortForwardOptions",
+            vec!["create", "get"],
+        ));
     }
     if resource.kind == "CertificateSigningRequest" {
         out.push((
@@ -259,6 +276,10 @@ mod tests {
             "pods/status",
             "pods/binding",
             "pods/eviction",
+            "pods/log",
+            "pods/exec",
+            "pods/attach",
+            "pods/portforward",
             "namespaces",
             "namespaces/finalize",
             "services",

@@ -262,6 +262,66 @@ impl ApiError {
         Self::new(500, "", message)
     }
 
+    /// `NewGenericServerResponse`: what another server (a kubelet) answered with `code`; a
+    /// 403 keeps its message, other codes get upstream's canned one, with the answer as the
+    /// cause.
+    pub fn generic_server_response(
+        code: u16,
+        resource: &str,
+        name: &str,
+        server_message: String,
+    ) -> Self {
+        let (reason, message) = match code {
+            409 => ("Conflict", "the server reported a conflict".to_string()),
+            404 => (
+                "NotFound",
+                "the server could not find the requested resource".to_string(),
+            ),
+            400 => (
+                "BadRequest",
+                "the server rejected our request for an unknown reason".to_string(),
+            ),
+            401 => (
+                "Unauthorized",
+                "the server has asked for the client to provide credentials".to_string(),
+            ),
+            403 => ("Forbidden", server_message.clone()),
+            405 => (
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource".to_string(),
+            ),
+            429 => (
+                "TooManyRequests",
+                "the server has received too many requests and has asked us to try again later"
+                    .to_string(),
+            ),
+            503 => (
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request".to_string(),
+            ),
+            504 => (
+                "Timeout",
+                "the server was unable to return a response in the time allotted, but may still be processing the request".to_string(),
+            ),
+            _ => (
+                "",
+                format!("the server responded with the status code {code} but did not return more information"),
+            ),
+        };
+        let mut err = Self::new(code, reason, message);
+        err.details = Some(Box::new(StatusDetails {
+            name: (!name.is_empty()).then(|| name.to_string()),
+            kind: (!resource.is_empty()).then(|| resource.to_string()),
+            causes: Some(vec![StatusCause {
+                reason: Some("UnexpectedServerResponse".into()),
+                message: Some(server_message),
+                field: None,
+            }]),
+            ..Default::default()
+        }));
+        err
+    }
+
     /// `NewServiceUnavailable`: 503.
     pub fn service_unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)

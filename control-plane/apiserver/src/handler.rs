@@ -56,6 +56,11 @@ pub struct Call {
     pub body: Bytes,
     /// Who sent it.
     pub user: crate::authn::UserInfo,
+    /// Every query pair in order (repeated parameters such as exec's `command`).
+    pub raw_query: Vec<(String, String)>,
+    /// The connection's upgrade, for the streaming subresources (`exec`, `attach`,
+    /// `portforward`); absent on the in-memory transport.
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 impl Call {
@@ -490,6 +495,9 @@ async fn resource_request(
             let answer =
                 crate::reviews::token_request(server, state, namespace, name, request).await?;
             plain_with(StatusCode::CREATED, &answer)
+        }
+        (&Method::GET, Some(name), Some("log")) if resource.kind == "Pod" && group.is_empty() => {
+            crate::kubelet::pod_log(server, state, namespace, name, call).await
         }
         (&Method::POST, Some(name), Some("binding")) if resource.kind == "Pod" => {
             bind_pod(server, tenant, resource, namespace, name, call).await

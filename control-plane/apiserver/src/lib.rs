@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod error;
 pub mod eviction;
 pub mod handler;
+pub mod kubelet;
 pub mod limits;
 pub mod local;
 pub mod managed;
@@ -84,6 +85,7 @@ pub struct ApiServer {
     pub tenants: Tenants,
     pub(crate) limits: TenantLimits,
     pub(crate) serving_ca_pem: String,
+    pub(crate) kubelet_clients: kubelet::KubeletClients,
     metrics: Metrics,
 }
 
@@ -120,6 +122,7 @@ impl ApiServer {
             advertise_address: advertise_address.to_string(),
             limits,
             serving_ca_pem,
+            kubelet_clients: kubelet::KubeletClients::default(),
             metrics: Metrics::default(),
         })
     }
@@ -161,7 +164,7 @@ impl ApiServer {
     }
 
     async fn dispatch_inner(self: &Arc<Self>, request: Request<Body>) -> Response {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let path = parts.uri.path().to_string();
         let segments: Vec<&str> = path
             .trim_matches('/')
@@ -247,6 +250,20 @@ impl ApiServer {
         if !public && let Err(err) = authz::authorize(self, &tenant, &attributes).await {
             return err.into_response();
         }
+        // A WebSocket upgrade to exec/attach/portforward is a GET, yet opens what a POST
+        // would create: it also needs `create` (upstream's
+        // AuthorizePodWebsocketUpgradeCreatePermission).
+        let connect = attributes.resource_request
+            && attributes.api_group.is_empty()
+            && attributes.resource == "pods"
+            && !attributes.name.is_empty()
+            && kubelet::is_connect(&attributes.subresource);
+        if connect && kubelet::is_websocket(&parts.method, &parts.headers) {
+            let create = rbac_create(&attributes);
+            if let Err(err) = authz::authorize(self, &tenant, &create).await {
+                return err.into_response();
+            }
+        }
         let span = tracing::debug_span!("request", tenant = cluster, method = %parts.method, path = %path,
             user = %user.name);
         let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
@@ -273,13 +290,31 @@ impl ApiServer {
         }
         let rbac_write =
             parts.method != http::Method::GET && rest.contains(&"rbac.authorization.k8s.io");
+        let raw_query = form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
         let call = Call {
             method: parts.method,
             query,
             headers: parts.headers,
             body,
             user,
+            raw_query,
+            upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
         };
+        if connect {
+            return kubelet::connect_subresource(
+                self,
+                &tenant,
+                &attributes.namespace,
+                &attributes.name,
+                &attributes.subresource,
+                call,
+            )
+            .instrument(span)
+            .await
+            .unwrap_or_else(IntoResponse::into_response);
+        }
         let response = handler::tenant_request(self.clone(), tenant.clone(), rest, call)
             .instrument(span)
             .await;
@@ -287,6 +322,16 @@ impl ApiServer {
             tenant.policy.invalidate();
         }
         response
+    }
+}
+
+/// The same request asked with the verb `create`.
+fn rbac_create(
+    attributes: &flotilla_api_machinery::rbac::Attributes,
+) -> flotilla_api_machinery::rbac::Attributes {
+    flotilla_api_machinery::rbac::Attributes {
+        verb: "create".into(),
+        ..attributes.clone()
     }
 }
 

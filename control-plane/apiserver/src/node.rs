@@ -28,6 +28,10 @@ static NODE_RULES: LazyLock<Vec<PolicyRule>> = LazyLock::new(|| {
         .unwrap_or_default()
 });
 
+/// Where the client CA is published (upstream's `extension-apiserver-authentication`); every
+/// node may read it, since its kubelet verifies the API server's client certificate with it.
+pub const CLIENT_CA_CONFIGMAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
+
 /// The node a user is, if it is one (`system:node:<name>` in `system:nodes`).
 pub fn node_name(attributes: &Attributes) -> Option<&str> {
     let user = &attributes.user;
@@ -70,6 +74,12 @@ pub async fn authorize(
     };
     if !verb_ok || attributes.name.is_empty() {
         return Ok(Some(false));
+    }
+    if attributes.resource == "configmaps"
+        && attributes.verb == "get"
+        && (attributes.namespace.as_str(), attributes.name.as_str()) == CLIENT_CA_CONFIGMAP
+    {
+        return Ok(Some(true));
     }
     let pods = pods_on_node(server, state, &attributes.namespace, node).await?;
     Ok(Some(pods.iter().any(|pod| {

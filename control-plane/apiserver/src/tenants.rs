@@ -52,8 +52,10 @@ pub struct TenantRecord {
 /// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
 /// ServiceAccounts, `kube-root-ca.crt` ConfigMaps and the `kubernetes` endpoints; 2 the
 /// kubeadm-style node bootstrap bindings (bootstrap tokens request node client certificates,
-/// nodes renew their own). A cluster below it is brought up to date on its next request.
-pub const BOOTSTRAP_VERSION: u32 = 2;
+/// nodes renew their own); 3 the `kube-system/extension-apiserver-authentication` ConfigMap
+/// with the client CA (kubelets verify the API server's client certificate with it). A
+/// cluster below it is brought up to date on its next request.
+pub const BOOTSTRAP_VERSION: u32 = 3;
 
 /// A loaded tenant: where its keys are and how its clients are authenticated.
 pub struct TenantState {
@@ -340,7 +342,7 @@ impl Tenants {
         if state.bootstrapped() {
             return Ok(state);
         }
-        bootstrap_objects(server, &state.tenant).await?;
+        bootstrap_objects(server, &state.tenant, &state.record.client_ca.cert_pem).await?;
         self.record_bootstrapped(id).await?;
         state
             .bootstrapped
@@ -378,7 +380,11 @@ impl Tenants {
 }
 
 /// The objects every cluster starts with (idempotent: existing ones are left alone).
-async fn bootstrap_objects(server: &crate::ApiServer, tenant: &Tenant) -> Result<(), ApiError> {
+async fn bootstrap_objects(
+    server: &crate::ApiServer,
+    tenant: &Tenant,
+    client_ca_pem: &str,
+) -> Result<(), ApiError> {
     let options = WriteOptions {
         field_manager: "flotilla-bootstrap".into(),
         ..Default::default()
@@ -448,6 +454,15 @@ async fn bootstrap_objects(server: &crate::ApiServer, tenant: &Tenant) -> Result
                 "data": {"ca.crt": server.serving_ca_pem}});
             writes.push((config_maps, ns, obj));
         }
+    }
+    // The client CA, where upstream's API server publishes it (`ClientCARegistrationHook`):
+    // kubelets read it to verify the API server's client certificate.
+    if let Some(config_maps) = server.resources.find("", "v1", "configmaps") {
+        let (namespace, name) = crate::node::CLIENT_CA_CONFIGMAP;
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {"client-ca-file": client_ca_pem}});
+        writes.push((config_maps, namespace, obj));
     }
     let rbac_group = flotilla_api_machinery::rbac::GROUP_NAME;
     if let (Some(roles), Some(bindings)) = (

@@ -6,13 +6,18 @@ mod cri;
 mod events;
 mod hooks;
 mod init;
+mod logs;
 mod machine;
 mod node;
 mod pods;
+mod portforward;
 mod probe;
 mod prober;
 mod resources;
+mod server;
+mod spdy;
 mod status;
+mod streaming;
 mod translate;
 
 use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
@@ -60,6 +65,22 @@ struct Args {
     /// The node's pod capacity.
     #[arg(long, default_value_t = 110)]
     max_pods: u32,
+    /// The port of the kubelet's HTTPS server (0 picks a free one).
+    #[arg(long, default_value_t = 10250)]
+    port: u16,
+    /// The address the HTTPS server binds (default: the node IP).
+    #[arg(long)]
+    address: Option<IpAddr>,
+    /// The serving certificate (PEM); a self-signed one when absent.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// The CA (PEM) client certificates must be signed by; default: the cluster's client CA
+    /// as the API server publishes it in kube-system/extension-apiserver-authentication.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -147,6 +168,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut cri = cri::Cri::connect(&args.container_runtime_endpoint).await?;
     let version = cri.version().await?;
+    let server_config = server::ServerConfig {
+        address: std::net::SocketAddr::new(args.address.unwrap_or(node_ip), args.port),
+        tls_files: args
+            .tls_cert_file
+            .clone()
+            .zip(args.tls_private_key_file.clone()),
+        client_ca_file: args.client_ca_file.clone(),
+        hostnames: vec![name.clone(), node_ip.to_string()],
+    };
+    let client_ca = server::client_ca(&client, server_config.client_ca_file.as_ref()).await?;
+    let tls = server::tls_config(&server_config, &client_ca)?;
+    let listener = server::bind(&server_config).await?;
+    let kubelet_port = listener.local_addr()?.port();
+    tracing::info!(address = %listener.local_addr()?, "kubelet server listening");
+    let kubelet_server = server::KubeletServer::new(client.clone(), cri.clone(), name.clone());
     tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, "container runtime");
     let spec = node::NodeSpec {
         name: name.clone(),
@@ -156,6 +192,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         max_pods: args.max_pods,
         machine: machine::current(),
         runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
+        kubelet_port,
     };
     node::register(&client, &spec).await?;
     let log_root = args.root_dir.join("logs");
@@ -174,8 +211,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         backoff: Mutex::new(status::Backoff::default()),
     });
     let heartbeat = tokio::spawn(node::heartbeat(client, spec, cri));
+    let serving = tokio::spawn(server::serve(kubelet_server, listener, tls));
     tokio::select! {
         outcome = pods::run(kubelet) => outcome,
         _ = heartbeat => anyhow::bail!("the heartbeat stopped"),
+        _ = serving => anyhow::bail!("the kubelet server stopped"),
     }
 }

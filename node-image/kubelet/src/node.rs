@@ -44,6 +44,8 @@ pub struct NodeSpec {
     pub machine: Machine,
     /// `<runtime name>://<runtime version>` from CRI `Version`.
     pub runtime_version: String,
+    /// The port of the kubelet's HTTPS server (`status.daemonEndpoints.kubeletEndpoint.Port`).
+    pub kubelet_port: u16,
 }
 
 /// The field manager's patch parameters.
@@ -194,6 +196,7 @@ pub fn node_status(spec: &NodeSpec, runtime_ok: bool, now: &str) -> serde_json::
             "systemUUID": m.machine_id,
             "bootID": m.boot_id,
         },
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": spec.kubelet_port}},
         "conditions": conditions(runtime_ok, now),
     }})
 }
@@ -329,6 +332,7 @@ mod tests {
                 ..Default::default()
             },
             runtime_version: "containerd://1.6.20".into(),
+            kubelet_port: 10250,
         };
         let node = initial_node(&spec).expect("node");
         let labels = node.metadata.labels.expect("labels");
@@ -346,6 +350,10 @@ mod tests {
             "containerd://1.6.20"
         );
         assert_eq!(status["status"]["addresses"][0]["address"], "10.0.0.1");
+        assert_eq!(
+            status["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+            10250
+        );
         let ready = &status["status"]["conditions"][3];
         assert_eq!(
             (ready["type"].as_str(), ready["status"].as_str()),

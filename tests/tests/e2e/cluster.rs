@@ -61,9 +61,8 @@ spec:
 
 /// The pod names that answer `rounds` requests to `url` made from inside the client pod.
 fn answers(kubectl: &Kubectl, url: &str, rounds: usize) -> anyhow::Result<Vec<String>> {
-    let script = format!(
-        "for i in $(seq 1 {rounds}); do wget -q -T 2 -O - {url} || echo FAILED; done"
-    );
+    let script =
+        format!("for i in $(seq 1 {rounds}); do wget -q -T 2 -O - {url} || echo FAILED; done");
     let out = kubectl.ok(&["exec", "client", "--", "sh", "-c", &script])?;
     Ok(out.lines().map(|l| l.trim().to_string()).collect())
 }
@@ -94,7 +93,11 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
         "the Deployment's 3 pods are Ready",
         Duration::from_secs(120),
         || {
-            Ok(jsonpath(&kubectl, &["get", "deploy", "web"], "{.status.readyReplicas}")? == "3")
+            Ok(jsonpath(
+                &kubectl,
+                &["get", "deploy", "web"],
+                "{.status.readyReplicas}",
+            )? == "3")
         },
     )?;
     until("the client pod is Running", Duration::from_secs(60), || {
@@ -122,7 +125,11 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
         "pods on both nodes: {placement}"
     );
     for (name, node, ip) in &pods {
-        let cidr = if node == "node-1" { "10.244.1." } else { "10.244.2." };
+        let cidr = if node == "node-1" {
+            "10.244.1."
+        } else {
+            "10.244.2."
+        };
         ensure!(ip.starts_with(cidr), "{name} on {node} has IP {ip}");
     }
 
@@ -154,7 +161,11 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
     ensure!(!seen.contains("FAILED"), "some requests failed: {seen:?}");
 
     // The NodePort on node 1's address, from node 2's namespace.
-    let node_port = jsonpath(&kubectl, &["get", "svc", "web"], "{.spec.ports[0].nodePort}")?;
+    let node_port = jsonpath(
+        &kubectl,
+        &["get", "svc", "web"],
+        "{.spec.ports[0].nodePort}",
+    )?;
     let node_1 = cluster.node_ip(1)?;
     let out = cluster
         .node_command(2, "busybox")?
@@ -178,7 +189,12 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
         || {
             let endpoints = jsonpath(
                 &kubectl,
-                &["get", "endpointslices", "-l", "kubernetes.io/service-name=web"],
+                &[
+                    "get",
+                    "endpointslices",
+                    "-l",
+                    "kubernetes.io/service-name=web",
+                ],
                 r#"{range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]} {end}"#,
             )?;
             Ok(!endpoints.contains(&unready_ip) && endpoints.split_whitespace().count() == 2)

@@ -1,0 +1,903 @@
+//! The pod subresources served by a node's kubelet (upstream `pkg/registry/core/pod/rest`
+//! `LogREST`, `ExecREST`, `AttachREST`, `PortForwardREST`): the pod and container are checked
+//! here (`validateContainer`), the kubelet is found from the Node (`NodeConnectionInfoGetter`),
+//! reached over HTTPS with a client certificate the tenant's client CA signs for the API
+//! server (`kube-apiserver-kubelet-client`, `system:masters`); `log` is streamed back, and the
+//! upgrade requests (`exec`, `attach`, `portforward`) are forwarded as they came and, once
+//! the kubelet switched protocols, spliced byte for byte (upstream `UpgradeAwareHandler`), so
+//! every streaming protocol the kubelet speaks passes through unchanged.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use serde_json::Value;
+
+use crate::ApiServer;
+use crate::error::ApiError;
+use crate::handler::Call;
+use crate::meta;
+use crate::store::ReadAt;
+use crate::tenants::TenantState;
+
+/// The user the API server is to kubelets (kubeadm's `apiserver-kubelet-client`).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+/// Its group: the kubelet's SubjectAccessReview allows it everything.
+pub const KUBELET_CLIENT_GROUP: &str = "system:masters";
+/// The kubelet port when the Node reports none (upstream `ports.KubeletPort`).
+pub const DEFAULT_KUBELET_PORT: u16 = 10250;
+/// How long dialing a kubelet may take.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much of a kubelet's error answer is read (upstream `maxReadLength`).
+const MAX_ERROR_BODY: usize = 50_000;
+/// Node address types in the order they are tried.
+const PREFERRED_ADDRESS_TYPES: [&str; 5] = [
+    "InternalIP",
+    "InternalDNS",
+    "ExternalIP",
+    "ExternalDNS",
+    "Hostname",
+];
+
+/// Each tenant's TLS client configuration towards kubelets, made once per client CA.
+#[derive(Default)]
+pub struct KubeletClients {
+    configs: Mutex<HashMap<String, (String, Arc<rustls::ClientConfig>)>>,
+}
+
+impl KubeletClients {
+    /// The configuration presenting tenant `state`'s kubelet client certificate.
+    fn config(&self, state: &TenantState) -> Result<Arc<rustls::ClientConfig>, ApiError> {
+        let id = &state.record.id;
+        let ca = &state.record.client_ca;
+        if let Ok(configs) = self.configs.lock()
+            && let Some((cert, config)) = configs.get(id)
+            && *cert == ca.cert_pem
+        {
+            return Ok(config.clone());
+        }
+        let issued = ca
+            .issue_client(KUBELET_CLIENT_USER, &[KUBELET_CLIENT_GROUP])
+            .map_err(ApiError::internal)?;
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(ApiError::internal)?;
+        let key =
+            PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).map_err(ApiError::internal)?;
+        let provider = crate::serve::crypto_provider();
+        let verifier = Arc::new(AnyServerCertificate {
+            algorithms: provider.signature_verification_algorithms,
+        });
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(ApiError::internal)?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_client_auth_cert(chain, key)
+            .map_err(ApiError::internal)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        if let Ok(mut configs) = self.configs.lock() {
+            configs.insert(id.clone(), (ca.cert_pem.clone(), config.clone()));
+        }
+        Ok(config)
+    }
+}
+
+/// Upstream's default without `--kubelet-certificate-authority`: the kubelet's serving
+/// certificate (self-signed unless the node was given one) is not verified; the handshake's
+/// signatures still are.
+#[derive(Debug)]
+struct AnyServerCertificate {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for AnyServerCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// Where a Node's kubelet listens: the first address of the preferred types and
+/// `status.daemonEndpoints.kubeletEndpoint.Port` (upstream `NodeConnectionInfoGetter`).
+pub fn kubelet_endpoint(node: &Value) -> Result<(String, u16), ApiError> {
+    let addresses = meta::at(node, &["status", "addresses"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let host = PREFERRED_ADDRESS_TYPES
+        .iter()
+        .find_map(|kind| {
+            addresses
+                .iter()
+                .find(|a| a["type"] == *kind)
+                .and_then(|a| a["address"].as_str())
+                .filter(|a| !a.is_empty())
+        })
+        .ok_or_else(|| {
+            let known: Vec<String> = addresses
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{{{} {}}}",
+                        a["type"].as_str().unwrap_or(""),
+                        a["address"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            ApiError::internal(format!(
+                "no preferred addresses found; known addresses: [{}]",
+                known.join(" ")
+            ))
+        })?;
+    let port = meta::at(
+        node,
+        &["status", "daemonEndpoints", "kubeletEndpoint", "Port"],
+    )
+    .and_then(Value::as_u64)
+    .and_then(|p| u16::try_from(p).ok())
+    .filter(|p| *p > 0)
+    .unwrap_or(DEFAULT_KUBELET_PORT);
+    Ok((host.to_string(), port))
+}
+
+/// The container a request is about (upstream `validateContainer`): the given one, which must
+/// exist, or the pod's only container.
+pub fn validate_container(pod: &Value, container: Option<&str>) -> Result<String, ApiError> {
+    let name = meta::name(pod);
+    let names = |key: &str| -> Vec<String> {
+        meta::at(pod, &["spec", key])
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let containers = names("containers");
+    let all: Vec<String> = names("initContainers")
+        .into_iter()
+        .chain(containers.iter().cloned())
+        .chain(names("ephemeralContainers"))
+        .collect();
+    match container.filter(|c| !c.is_empty()) {
+        Some(container) if all.iter().any(|c| c == container) => Ok(container.to_string()),
+        Some(container) => Err(ApiError::bad_request(format!(
+            "container {container} is not valid for pod {name}"
+        ))),
+        None => match containers.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}"
+            ))),
+            _ => Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                all.join(" ")
+            ))),
+        },
+    }
+}
+
+/// A `PodLogOptions` query as the kubelet gets it (upstream `LogLocation`'s parameters),
+/// checked as upstream's validation does.
+pub fn log_query(query: &HashMap<String, String>) -> Result<String, ApiError> {
+    let flag = |name: &str| -> Result<bool, ApiError> {
+        match query.get(name).map(String::as_str) {
+            None | Some("") | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") => Ok(true),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "invalid value {other:?} for {name}"
+            ))),
+        }
+    };
+    let number = |name: &str| -> Result<Option<i64>, ApiError> {
+        match query.get(name).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| ApiError::bad_request(format!("invalid value {v:?} for {name}"))),
+        }
+    };
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for name in ["follow", "previous", "timestamps"] {
+        if flag(name)? {
+            out.append_pair(name, "true");
+        }
+    }
+    let invalid = |field: &str, value: i64, why: &str| {
+        ApiError::invalid(
+            "",
+            "PodLogOptions",
+            "",
+            vec![crate::error::FieldError::invalid(
+                &crate::error::Path::new(field),
+                serde_json::json!(value),
+                why,
+            )],
+        )
+    };
+    let since_seconds = number("sinceSeconds")?;
+    let since_time = query.get("sinceTime").filter(|v| !v.is_empty());
+    if since_seconds.is_some() && since_time.is_some() {
+        return Err(ApiError::invalid(
+            "",
+            "PodLogOptions",
+            "",
+            vec![crate::error::FieldError::forbidden(
+                &crate::error::Path::new(""),
+                "at most one of `sinceTime` or `sinceSeconds` may be specified",
+            )],
+        ));
+    }
+    if let Some(seconds) = since_seconds {
+        if seconds < 1 {
+            return Err(invalid("sinceSeconds", seconds, "must be greater than 0"));
+        }
+        out.append_pair("sinceSeconds", &seconds.to_string());
+    }
+    if let Some(time) = since_time {
+        chrono::DateTime::parse_from_rfc3339(time)
+            .map_err(|_| ApiError::bad_request(format!("invalid value {time:?} for sinceTime")))?;
+        out.append_pair("sinceTime", time);
+    }
+    if let Some(tail) = number("tailLines")? {
+        if tail < 0 {
+            return Err(invalid(
+                "tailLines",
+                tail,
+                "must be greater than or equal to 0",
+            ));
+        }
+        out.append_pair("tailLines", &tail.to_string());
+    }
+    if let Some(limit) = number("limitBytes")? {
+        if limit < 1 {
+            return Err(invalid("limitBytes", limit, "must be greater than 0"));
+        }
+        out.append_pair("limitBytes", &limit.to_string());
+    }
+    Ok(out.finish())
+}
+
+/// An exec/attach/portforward query as the kubelet gets it (upstream `streamParams`).
+pub fn stream_query(subresource: &str, call: &Call) -> Result<String, ApiError> {
+    let truthy = |name: &str| {
+        matches!(
+            call.query.get(name).map(String::as_str),
+            Some("true") | Some("1") | Some("True")
+        )
+    };
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    if subresource == "portforward" {
+        let ports: Vec<&str> = call_values(call, "ports");
+        if !ports.is_empty() {
+            out.append_pair("port", &ports.join(","));
+        }
+        return Ok(out.finish());
+    }
+    let streams = ["stdin", "stdout", "stderr", "tty"];
+    for name in streams {
+        if truthy(name) {
+            out.append_pair(name, "1");
+        }
+    }
+    if !streams[..3].iter().any(|s| truthy(s)) {
+        return Err(ApiError::bad_request(
+            "you must specify at least one of stdin, stdout, stderr",
+        ));
+    }
+    if subresource == "exec" {
+        let commands = call_values(call, "command");
+        if commands.is_empty() {
+            return Err(ApiError::bad_request("you must specify at least 1 command"));
+        }
+        for command in commands {
+            out.append_pair("command", command);
+        }
+    }
+    Ok(out.finish())
+}
+
+/// Every value of a repeated query parameter (`command=a&command=b`), in order.
+fn call_values<'a>(call: &'a Call, name: &str) -> Vec<&'a str> {
+    call.raw_query
+        .iter()
+        .filter(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+        .collect()
+}
+
+/// A kubelet's non-2xx answer as the API's error (upstream `GenericHttpResponseChecker`).
+pub fn kubelet_error(code: u16, body: &[u8], resource: &str, name: &str) -> ApiError {
+    let text = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BODY)]).into_owned();
+    match code {
+        500 => ApiError::internal(text),
+        400 => ApiError::bad_request(text),
+        _ => ApiError::generic_server_response(code, resource, name, text),
+    }
+}
+
+/// The pod `name` and the Node it runs on, or why there is none.
+async fn pod_and_node(
+    server: &ApiServer,
+    state: &TenantState,
+    namespace: &str,
+    name: &str,
+) -> Result<(Value, Option<Value>), ApiError> {
+    let pods = server
+        .resources
+        .find("", "v1", "pods")
+        .ok_or_else(ApiError::no_such_path)?;
+    let pod = server
+        .store
+        .get(&state.tenant, pods, namespace, name, ReadAt::Latest)
+        .await?;
+    let node_name = meta::str_at(&pod, &["spec", "nodeName"]).unwrap_or("");
+    if node_name.is_empty() {
+        return Ok((pod, None));
+    }
+    let nodes = server
+        .resources
+        .find("", "v1", "nodes")
+        .ok_or_else(ApiError::no_such_path)?;
+    let node = server
+        .store
+        .get(&state.tenant, nodes, "", node_name, ReadAt::Latest)
+        .await?;
+    Ok((pod, Some(node)))
+}
+
+/// An HTTP/1.1 connection to the kubelet of `node`, with the request sender.
+async fn dial(
+    server: &ApiServer,
+    state: &TenantState,
+    node: &Value,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+        String,
+    ),
+    ApiError,
+> {
+    let (host, port) = kubelet_endpoint(node)?;
+    let config = server.kubelet_clients.config(state)?;
+    let address = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let unreachable = |err: String| ApiError::internal(format!("error dialing backend: {err}"));
+    let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect(&address))
+        .await
+        .map_err(|_| unreachable(format!("dial tcp {address}: i/o timeout")))?
+        .map_err(|err| unreachable(format!("dial tcp {address}: {err}")))?;
+    let _ = tcp.set_nodelay(true);
+    let server_name = ServerName::try_from(host.clone())
+        .map_err(|err| unreachable(err.to_string()))?
+        .to_owned();
+    let tls = tokio::time::timeout(
+        DIAL_TIMEOUT,
+        tokio_rustls::TlsConnector::from(config).connect(server_name, tcp),
+    )
+    .await
+    .map_err(|_| unreachable(format!("tls handshake with {address}: timeout")))?
+    .map_err(|err| unreachable(format!("tls handshake with {address}: {err}")))?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|err| unreachable(err.to_string()))?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.with_upgrades().await {
+            tracing::debug!(%err, "kubelet connection ended with an error");
+        }
+    });
+    Ok((sender, address))
+}
+
+/// `GET pods/{name}/log`: the container's log from its kubelet, streamed.
+pub async fn pod_log(
+    server: &ApiServer,
+    state: &TenantState,
+    namespace: &str,
+    name: &str,
+    call: &Call,
+) -> Result<Response, ApiError> {
+    let query = log_query(&call.query)?;
+    let (pod, node) = pod_and_node(server, state, namespace, name).await?;
+    let container = validate_container(&pod, call.query.get("container").map(String::as_str))?;
+    // A pod not yet placed has no log (upstream answers an empty stream).
+    let Some(node) = node else {
+        return Ok(text_response(StatusCode::OK, Body::empty()));
+    };
+    let (mut sender, address) = dial(server, state, &node).await?;
+    let path = format!("/containerLogs/{namespace}/{name}/{container}?{query}");
+    let request = Request::get(path)
+        .header(header::HOST, address)
+        .body(Empty::new())
+        .map_err(ApiError::internal)?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|err| ApiError::internal(format!("error reading from the kubelet: {err}")))?;
+    let code = response.status();
+    if !code.is_success() {
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        return Err(kubelet_error(code.as_u16(), &body, "pods/log", name));
+    }
+    Ok(text_response(
+        StatusCode::OK,
+        Body::new(response.into_body()),
+    ))
+}
+
+fn text_response(code: StatusCode, body: Body) -> Response {
+    let mut response = (code, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}
+
+/// Request headers that stay with the API server (credentials, and what names the hop).
+fn forwarded(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (name, value) in headers {
+        let lower = name.as_str();
+        if lower == "authorization"
+            || lower == "host"
+            || lower == "content-length"
+            || lower.starts_with("impersonate-")
+        {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// `pods/{name}/exec|attach|portforward`: forwards the upgrade request to the kubelet and,
+/// when it switches protocols, answers 101 with its headers and splices the connections.
+pub async fn connect_subresource(
+    server: &ApiServer,
+    state: &TenantState,
+    namespace: &str,
+    name: &str,
+    subresource: &str,
+    call: Call,
+) -> Result<Response, ApiError> {
+    let query = stream_query(subresource, &call)?;
+    let (pod, node) = pod_and_node(server, state, namespace, name).await?;
+    let path = if subresource == "portforward" {
+        format!("/portForward/{namespace}/{name}?{query}")
+    } else {
+        let container = validate_container(&pod, call.query.get("container").map(String::as_str))?;
+        let kubelet_path = if subresource == "exec" {
+            "exec"
+        } else {
+            "attach"
+        };
+        format!("/{kubelet_path}/{namespace}/{name}/{container}?{query}")
+    };
+    let Some(node) = node else {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    };
+    let Some(client_upgrade) = call.upgrade else {
+        return Err(ApiError::bad_request("Upgrade request required"));
+    };
+    let (mut sender, address) = dial(server, state, &node).await?;
+    let mut request = Request::builder()
+        .method(call.method.clone())
+        .uri(path)
+        .body(Empty::new())
+        .map_err(ApiError::internal)?;
+    *request.headers_mut() = forwarded(&call.headers);
+    request.headers_mut().insert(
+        header::HOST,
+        HeaderValue::from_str(&address).map_err(ApiError::internal)?,
+    );
+    let mut response = sender
+        .send_request(request)
+        .await
+        .map_err(|err| ApiError::internal(format!("error reading from the kubelet: {err}")))?;
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // The kubelet's refusal goes back as it came, as upstream's proxy passes it.
+        let code = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut answer = (code, body).into_response();
+        if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+            answer
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, content_type.clone());
+        }
+        return Ok(answer);
+    }
+    let kubelet_upgrade = hyper::upgrade::on(&mut response);
+    let mut answer = Response::new(Body::empty());
+    *answer.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    *answer.headers_mut() = response.headers().clone();
+    tokio::spawn(async move {
+        let (client, kubelet) = match tokio::join!(client_upgrade, kubelet_upgrade) {
+            (Ok(client), Ok(kubelet)) => (client, kubelet),
+            (client, kubelet) => {
+                tracing::debug!(
+                    client = client.is_ok(),
+                    kubelet = kubelet.is_ok(),
+                    "an upgrade did not complete"
+                );
+                return;
+            }
+        };
+        let mut client = TokioIo::new(client);
+        let mut kubelet = TokioIo::new(kubelet);
+        if let Err(err) = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await {
+            tracing::debug!(%err, "streaming connection ended with an error");
+        }
+    });
+    Ok(answer)
+}
+
+/// Whether `method` on pod `subresource` is a connect (upgrade) request.
+pub fn is_connect(subresource: &str) -> bool {
+    matches!(subresource, "exec" | "attach" | "portforward")
+}
+
+/// Whether an upgrade request asks for a WebSocket (a GET that also needs `create`).
+pub fn is_websocket(method: &Method, headers: &HeaderMap) -> bool {
+    *method == Method::GET
+        && headers
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn kubelet_address_prefers_internal_ip_and_reported_port() {
+        let node = json!({"status": {
+            "addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.7"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 12345}},
+        }});
+        assert_eq!(
+            kubelet_endpoint(&node).expect("endpoint"),
+            ("10.0.0.7".into(), 12345)
+        );
+        let node = json!({"status": {"addresses": [{"type": "Hostname", "address": "n1"}]}});
+        assert_eq!(
+            kubelet_endpoint(&node).expect("endpoint"),
+            ("n1".into(), 10250)
+        );
+        let err = kubelet_endpoint(&json!({"status": {}})).expect_err("no address");
+        assert_eq!(err.code, 500);
+        assert!(
+            err.message.contains("no preferred addresses found"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn containers_are_chosen_as_upstream() {
+        let pod = json!({"metadata": {"name": "web"}, "spec": {
+            "initContainers": [{"name": "init"}],
+            "containers": [{"name": "a"}, {"name": "b"}],
+        }});
+        let err = validate_container(&pod, None).expect_err("ambiguous");
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (
+                400,
+                "a container name must be specified for pod web, choose one of: [init a b]"
+            )
+        );
+        assert_eq!(validate_container(&pod, Some("b")).expect("b"), "b");
+        assert_eq!(
+            validate_container(&pod, Some("init")).expect("init"),
+            "init"
+        );
+        assert_eq!(
+            validate_container(&pod, Some("x")).expect_err("x").message,
+            "container x is not valid for pod web"
+        );
+        let single = json!({"metadata": {"name": "one"}, "spec": {"containers": [{"name": "c"}]}});
+        assert_eq!(validate_container(&single, None).expect("only"), "c");
+    }
+
+    #[test]
+    fn log_options_reach_the_kubelet_checked() {
+        let query = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            log_query(&query(&[
+                ("follow", "true"),
+                ("tailLines", "3"),
+                ("container", "c")
+            ]))
+            .expect("query"),
+            "follow=true&tailLines=3"
+        );
+        assert_eq!(
+            log_query(&query(&[("tailLines", "-1")]))
+                .expect_err("neg")
+                .code,
+            422
+        );
+        assert_eq!(
+            log_query(&query(&[("limitBytes", "0")]))
+                .expect_err("zero")
+                .code,
+            422
+        );
+        let both = log_query(&query(&[
+            ("sinceSeconds", "5"),
+            ("sinceTime", "2026-01-01T00:00:00Z"),
+        ]))
+        .expect_err("both");
+        assert!(
+            both.message
+                .contains("at most one of `sinceTime` or `sinceSeconds`"),
+            "{}",
+            both.message
+        );
+        assert_eq!(
+            log_query(&query(&[("follow", "perhaps")]))
+                .expect_err("flag")
+                .code,
+            400
+        );
+    }
+
+    /// A request of a test: method, path, headers.
+    type TestRequest<'a> = (Method, &'a str, Vec<(&'a str, &'a str)>);
+
+    /// A server with tenant `t` and a pod `two` (two containers, bound to `n1`, whose Node
+    /// has no kubelet listening), asked through the router as `user` in `groups`.
+    async fn ask(
+        extra: Vec<(&str, Value)>,
+        requests: Vec<TestRequest<'_>>,
+        user: &str,
+        groups: &[&str],
+    ) -> Vec<(u16, Value)> {
+        use tower::ServiceExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let storage: Arc<dyn flotilla_storage::Storage> = Arc::new(
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("store"),
+        );
+        let server = ApiServer::new(storage, "127.0.0.1:6443");
+        server.tenants.ensure(&server, "t").await.expect("tenant");
+        let admin = crate::authn::InProcessIdentity(crate::authn::UserInfo {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+            ..Default::default()
+        });
+        let seed = vec![
+            (
+                "/clusters/t/api/v1/nodes",
+                json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n1"}}),
+            ),
+            (
+                "/clusters/t/api/v1/namespaces/default/pods",
+                json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "two"}, "spec": {"nodeName": "n1", "containers": [
+                    {"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}}),
+            ),
+        ];
+        for (path, body) in seed.into_iter().chain(extra) {
+            let mut request = Request::post(path)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .expect("request");
+            request.extensions_mut().insert(admin.clone());
+            let response = server.router().oneshot(request).await.expect("answer");
+            assert_eq!(response.status(), StatusCode::CREATED, "{path}");
+        }
+        let who = crate::authn::InProcessIdentity(crate::authn::UserInfo {
+            name: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        });
+        let mut answers = Vec::new();
+        for (method, path, headers) in requests {
+            let mut request = Request::builder().method(method).uri(path);
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let mut request = request.body(Body::empty()).expect("request");
+            request.extensions_mut().insert(who.clone());
+            let response = server.router().oneshot(request).await.expect("answer");
+            let code = response.status().as_u16();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes();
+            answers.push((code, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+        }
+        answers
+    }
+
+    #[tokio::test]
+    async fn pod_subresources_through_the_router() {
+        let pods = "/clusters/t/api/v1/namespaces/default/pods";
+        let log = format!("{pods}/two/log");
+        let log_a = format!("{pods}/two/log?container=a");
+        let exec = format!("{pods}/two/exec?command=true&stdout=true");
+        let no_command = format!("{pods}/two/exec?container=a&stdout=true");
+        let answers = ask(
+            vec![],
+            vec![
+                (Method::GET, &log, vec![]),
+                (Method::GET, &log_a, vec![]),
+                (Method::POST, &exec, vec![]),
+                (Method::POST, &no_command, vec![]),
+                (Method::GET, "/clusters/t/api/v1", vec![]),
+            ],
+            "admin",
+            &["system:masters"],
+        )
+        .await;
+        assert_eq!(answers[0].0, 400);
+        assert_eq!(
+            answers[0].1["message"],
+            "a container name must be specified for pod two, choose one of: [a b]"
+        );
+        // The Node has no address: the kubelet cannot be found.
+        assert_eq!(answers[1].0, 500, "{}", answers[1].1);
+        assert!(
+            answers[1].1["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no preferred addresses")),
+            "{}",
+            answers[1].1
+        );
+        assert_eq!(answers[2].0, 400);
+        assert!(
+            answers[2].1["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a container name must be specified"))
+        );
+        assert_eq!(
+            (answers[3].0, answers[3].1["message"].as_str()),
+            (400, Some("you must specify at least 1 command"))
+        );
+        let names: Vec<&str> = answers[4].1["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        for want in ["pods/log", "pods/exec", "pods/attach", "pods/portforward"] {
+            assert!(names.contains(&want), "{want} not discovered");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_websocket_exec_needs_create_too() {
+        // May get pods/exec but not create it: the WebSocket GET is refused with the create
+        // verb's 403, as upstream since AuthorizePodWebsocketUpgradeCreatePermission.
+        let exec = "/clusters/t/api/v1/namespaces/default/pods/two/exec?container=a&command=true&stdout=true";
+        let rbac = "/clusters/t/apis/rbac.authorization.k8s.io/v1/namespaces/default";
+        let (roles, bindings) = (format!("{rbac}/roles"), format!("{rbac}/rolebindings"));
+        let answers = ask(
+            vec![
+                (roles.as_str(), json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": "exec-get"},
+                    "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]}]})),
+                (bindings.as_str(), json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": "exec-get"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "exec-get"},
+                    "subjects": [{"kind": "User", "name": "mallory"}]})),
+            ],
+            vec![
+                (
+                    Method::GET,
+                    exec,
+                    vec![("connection", "Upgrade"), ("upgrade", "websocket")],
+                ),
+                (Method::GET, exec, vec![]),
+                (Method::POST, exec, vec![]),
+            ],
+            "mallory",
+            &["system:authenticated"],
+        )
+        .await;
+        assert_eq!(answers[0].0, 403);
+        assert_eq!(
+            answers[0].1["message"],
+            "pods \"two\" is forbidden: User \"mallory\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"default\""
+        );
+        // A plain GET is no WebSocket: allowed through, then refused for lacking an upgrade.
+        assert_eq!(
+            (answers[1].0, answers[1].1["message"].as_str()),
+            (400, Some("Upgrade request required"))
+        );
+        assert_eq!(answers[2].0, 403);
+    }
+
+    #[test]
+    fn kubelet_errors_become_api_errors() {
+        let err = kubelet_error(
+            400,
+            b"container \"c\" in pod \"p\" is waiting to start: ContainerCreating",
+            "pods/log",
+            "p",
+        );
+        assert_eq!((err.code, err.reason), (400, "BadRequest"));
+        assert_eq!(
+            err.message,
+            "container \"c\" in pod \"p\" is waiting to start: ContainerCreating"
+        );
+        let err = kubelet_error(500, b"boom", "pods/log", "p");
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (500, "Internal error occurred: boom")
+        );
+        let err = kubelet_error(
+            403,
+            b"Forbidden (user=x, verb=get, resource=nodes, subresource=proxy)",
+            "pods/log",
+            "p",
+        );
+        assert_eq!((err.code, err.reason), (403, "Forbidden"));
+    }
+}

@@ -1,0 +1,281 @@
+//! Pod startup benchmark on a real node: `cargo build --release --workspace --bins && cargo
+//! bench -p flotilla --bench podstartup` (root; containerd, runc, the CNI plugins,
+//! busybox-static and nftables installed, as `tests/run` does).
+//!
+//! Runs `flotilla up --nodes 1` (one network-namespace node with its own containerd,
+//! `flotilla-kubelet` and `flotilla-proxy`) and measures, through a pod watch, the time from
+//! each pod's create request to the watch seeing it Running, for 100 pods of the local busybox
+//! image (already on the node, so no pull: the Kubernetes SLO's definition) created at 10 per
+//! second — p50/p90/p99 against the SLO (p99 ≤ 5 s) and the target (p99 ≤ 1.5 s).
+//! The reference, measured in the same run on the same containerd: `ctr run -d` of the same
+//! image (a bare container: no sandbox, no network, no API), whose latency it prints beside
+//! and divides by. It prints figures and ratios; it never asserts.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+
+const PODS: usize = 100;
+/// Pods created per second.
+const RATE: f64 = 10.0;
+/// Bare containers started for the reference.
+const RAW_CONTAINERS: usize = 20;
+const GIVE_UP: Duration = Duration::from_secs(300);
+const SLO_P99: Duration = Duration::from_secs(5);
+const TARGET_P99: Duration = Duration::from_millis(1500);
+
+/// `flotilla up`, stopped with SIGTERM (which stops its nodes) when dropped.
+struct Service(Child);
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn flotilla_bin() -> PathBuf {
+    std::env::var_os("FLOTILLA_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flotilla")))
+}
+
+fn start_service(dir: &Path) -> anyhow::Result<(Service, String)> {
+    let mut child = Command::new(flotilla_bin())
+        .args(["up", "--listen", "127.0.0.1:0", "--nodes", "1"])
+        .arg("--data-dir")
+        .arg(dir)
+        .env("FLOTILLA_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting flotilla up --nodes 1")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let service = Service(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let kubeconfig = line.trim().to_string();
+    if kubeconfig.is_empty() {
+        bail!("flotilla up --nodes 1 printed no kubeconfig path (see its log above)");
+    }
+    Ok((service, kubeconfig))
+}
+
+async fn client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn wait_for_ready_node(client: &kube::Client) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = nodes
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|node| {
+                node.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the node did not become Ready");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn pod(name: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"bench": "podstartup"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "flotilla.local/busybox:1",
+                "imagePullPolicy": "Never", "command": ["sleep", "3600"]}],
+        },
+    }))?)
+}
+
+/// The reference: `ctr run -d` of the same image in the node's containerd, one at a time.
+fn raw_container_starts(socket: &Path) -> anyhow::Result<Vec<Duration>> {
+    let ctr = |args: &[&str]| {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+    };
+    let mut times = Vec::new();
+    for index in 0..RAW_CONTAINERS {
+        let id = format!("bench-raw-{index}");
+        let start = Instant::now();
+        let out = ctr(&[
+            "run",
+            "-d",
+            "flotilla.local/busybox:1",
+            &id,
+            "sleep",
+            "3600",
+        ])?;
+        let elapsed = start.elapsed();
+        if !out.status.success() {
+            bail!("ctr run: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        times.push(elapsed);
+    }
+    for index in 0..RAW_CONTAINERS {
+        let id = format!("bench-raw-{index}");
+        let _ = ctr(&["tasks", "kill", "-s", "SIGKILL", &id]);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for index in 0..RAW_CONTAINERS {
+        let id = format!("bench-raw-{index}");
+        let _ = ctr(&["tasks", "delete", "-f", &id]);
+        let _ = ctr(&["containers", "delete", &id]);
+    }
+    Ok(times)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn is_running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|phase| phase == "Running")
+}
+
+async fn run() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (_service, kubeconfig) = start_service(dir.path())?;
+    let client = client(&kubeconfig).await?;
+    wait_for_ready_node(&client).await?;
+
+    let socket = dir.path().join("nodes/node-1/containerd.sock");
+    let mut raw = raw_container_starts(&socket)?;
+    raw.sort();
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut events = watcher::watcher(pods.clone(), watcher::Config::default()).boxed();
+    while let Some(event) = events.next().await {
+        if matches!(event, Ok(Event::InitDone)) {
+            break;
+        }
+    }
+    // Creates at RATE per second run beside the watch, which stamps each pod's Running.
+    let creator = {
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            let mut created = HashMap::new();
+            let begin = tokio::time::Instant::now();
+            for index in 0..PODS {
+                let due = begin + Duration::from_secs_f64(index as f64 / RATE);
+                tokio::time::sleep_until(due).await;
+                let name = format!("startup-{index}");
+                let at = Instant::now();
+                pods.create(&PostParams::default(), &pod(&name)?).await?;
+                created.insert(name, at);
+            }
+            anyhow::Ok(created)
+        })
+    };
+    let deadline = Instant::now() + GIVE_UP;
+    let mut running: HashMap<String, Instant> = HashMap::new();
+    while running.len() < PODS {
+        let next = tokio::time::timeout_at(deadline.into(), events.next()).await;
+        let Ok(Some(event)) = next else {
+            bail!(
+                "gave up after {GIVE_UP:?}: {} of {PODS} Running",
+                running.len()
+            );
+        };
+        let seen = Instant::now();
+        match event? {
+            Event::Apply(pod) | Event::InitApply(pod) if is_running(&pod) => {
+                if let Some(name) = pod.metadata.name.clone() {
+                    running.entry(name).or_insert(seen);
+                }
+            }
+            _ => {}
+        }
+    }
+    let created = creator.await??;
+    let mut latencies: Vec<Duration> = running
+        .iter()
+        .filter_map(|(name, at)| Some(at.duration_since(*created.get(name)?)))
+        .collect();
+    latencies.sort();
+
+    let p50 = percentile(&latencies, 50.0);
+    let p90 = percentile(&latencies, 90.0);
+    let p99 = percentile(&latencies, 99.0);
+    let raw_p50 = percentile(&raw, 50.0);
+    let raw_p99 = percentile(&raw, 99.0);
+    println!("pod startup, {PODS} pods of a local image created at {RATE}/s on one real node:");
+    println!(
+        "  create → Running: p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+        ms(p50),
+        ms(p90),
+        ms(p99),
+        ms(*latencies.last().context("no latencies")?)
+    );
+    println!(
+        "  reference, `ctr run -d` of the same image ({RAW_CONTAINERS} bare containers): p50 {:.0} ms, p99 {:.0} ms",
+        ms(raw_p50),
+        ms(raw_p99)
+    );
+    println!(
+        "  ratio pod / bare container: p50 {:.1}×, p99 {:.1}×",
+        p50.as_secs_f64() / raw_p50.as_secs_f64(),
+        p99.as_secs_f64() / raw_p99.as_secs_f64()
+    );
+    println!(
+        "  p99 vs the SLO (5 s): {:.2}× of it; vs the target (1.5 s): {}",
+        p99.as_secs_f64() / SLO_P99.as_secs_f64(),
+        if p99 <= TARGET_P99 { "met" } else { "not met" }
+    );
+    pods.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("bench=podstartup"),
+    )
+    .await?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(run())
+}
