@@ -177,7 +177,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         client_ca_file: args.client_ca_file.clone(),
         hostnames: vec![name.clone(), node_ip.to_string()],
     };
-    let client_ca = server::client_ca(&client, server_config.client_ca_file.as_ref()).await?;
+    // The API may not answer yet (a node booting beside its network): retry for a while
+    // rather than exit, as upstream's kubelet keeps retrying.
+    let mut attempts = 0;
+    let client_ca = loop {
+        match server::client_ca(&client, server_config.client_ca_file.as_ref()).await {
+            Ok(ca) => break ca,
+            Err(err) if attempts < 30 => {
+                attempts += 1;
+                tracing::warn!(%err, "reading the client CA failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    };
     let tls = server::tls_config(&server_config, &client_ca)?;
     let listener = server::bind(&server_config).await?;
     let kubelet_port = listener.local_addr()?.port();
