@@ -20,6 +20,8 @@ mod deployment;
 mod jobs;
 #[path = "e2e/kubelet.rs"]
 mod kubelet;
+#[path = "e2e/kubelet_lifecycle.rs"]
+mod kubelet_lifecycle;
 #[path = "e2e/kubelet_volumes.rs"]
 mod kubelet_volumes;
 #[path = "e2e/lifecycle.rs"]

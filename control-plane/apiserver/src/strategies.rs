@@ -90,10 +90,46 @@ fn default_container(container: &mut Value) {
     );
     set_default(container, &["terminationMessagePolicy"], json!("File"));
     set_default(container, &["resources"], json!({}));
+    // SetDefaults_Pod: a resource with a limit and no request requests the limit.
+    if let Some(limits) = at(container, &["resources", "limits"])
+        .and_then(Value::as_object)
+        .cloned()
+    {
+        for (name, value) in limits {
+            set_default(container, &["resources", "requests", name.as_str()], value);
+        }
+    }
+    // SetDefaults_Probe and SetDefaults_HTTPGetAction (probes and lifecycle hooks).
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = container.get_mut(probe).filter(|p| p.is_object()) {
+            set_default(p, &["timeoutSeconds"], json!(1));
+            set_default(p, &["periodSeconds"], json!(10));
+            set_default(p, &["successThreshold"], json!(1));
+            set_default(p, &["failureThreshold"], json!(3));
+            default_http_get(p);
+        }
+    }
+    for hook in ["postStart", "preStop"] {
+        if let Some(h) = container
+            .get_mut("lifecycle")
+            .and_then(|l| l.get_mut(hook))
+            .filter(|h| h.is_object())
+        {
+            default_http_get(h);
+        }
+    }
     if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
         for port in ports {
             set_default(port, &["protocol"], json!("TCP"));
         }
+    }
+}
+
+/// `SetDefaults_HTTPGetAction`: path `/`, scheme `HTTP`.
+fn default_http_get(handler: &mut Value) {
+    if let Some(get) = handler.get_mut("httpGet").filter(|g| g.is_object()) {
+        set_default(get, &["path"], json!("/"));
+        set_default(get, &["scheme"], json!("HTTP"));
     }
 }
 
@@ -257,24 +293,168 @@ impl Strategy for NamespaceStrategy {
 /// Pods: Pending on create, pod-spec defaults, spec immutability, phase/node field labels.
 pub struct PodStrategy;
 
-fn pod_status_cell(pod: &Value) -> Value {
-    if meta::is_terminating(pod) {
-        return json!("Terminating");
-    }
+/// The READY, STATUS and RESTARTS cells of a pod, as upstream's `printPod`: init
+/// containers first (`Init:N/M`, `Init:<reason>`, `Init:ExitCode:N`), then the app
+/// containers from the last, sidecars counted among the containers, `Terminating`.
+struct PodRow {
+    ready: usize,
+    total: usize,
+    reason: String,
+    restarts: i64,
+    last_restart: Option<String>,
+}
+
+fn pod_row(pod: &Value) -> PodRow {
+    let statuses = |key: &str| -> Vec<Value> {
+        at(pod, &["status", key])
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let init_specs: Vec<Value> = at(pod, &["spec", "initContainers"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let sidecar = |name: &str| {
+        init_specs.iter().any(|c| {
+            str_at(c, &["name"]) == Some(name) && str_at(c, &["restartPolicy"]) == Some("Always")
+        })
+    };
+    let mut total = array_len(pod, &["spec", "containers"]);
+    total += init_specs
+        .iter()
+        .filter(|c| str_at(c, &["restartPolicy"]) == Some("Always"))
+        .count();
+    let phase = str_at(pod, &["status", "phase"]).unwrap_or("");
     let mut reason = str_at(pod, &["status", "reason"])
-        .or_else(|| str_at(pod, &["status", "phase"]))
-        .unwrap_or("Unknown")
+        .filter(|r| !r.is_empty())
+        .unwrap_or(phase)
         .to_string();
-    if let Some(statuses) = at(pod, &["status", "containerStatuses"]).and_then(Value::as_array) {
-        for status in statuses {
-            if let Some(waiting) = str_at(status, &["state", "waiting", "reason"]) {
+    let conditions = statuses("conditions");
+    if conditions.iter().any(|c| {
+        str_at(c, &["type"]) == Some("PodScheduled")
+            && str_at(c, &["reason"]) == Some("SchedulingGated")
+    }) {
+        reason = "SchedulingGated".into();
+    }
+    let (mut ready, mut restarts, mut sidecar_restarts) = (0, 0i64, 0i64);
+    let (mut last_restart, mut sidecar_last_restart): (Option<String>, Option<String>) =
+        (None, None);
+    let later = |current: &mut Option<String>, candidate: Option<&str>| {
+        if let Some(c) = candidate
+            && current.as_deref().is_none_or(|cur| cur < c)
+        {
+            *current = Some(c.to_string());
+        }
+    };
+    let init_statuses = statuses("initContainerStatuses");
+    let mut initializing = false;
+    for (i, status) in init_statuses.iter().enumerate() {
+        let name = str_at(status, &["name"]).unwrap_or("");
+        let count = status
+            .get("restartCount")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let finished = str_at(status, &["lastState", "terminated", "finishedAt"]);
+        restarts += count;
+        later(&mut last_restart, finished);
+        if sidecar(name) {
+            sidecar_restarts += count;
+            later(&mut sidecar_last_restart, finished);
+        }
+        let terminated = at(status, &["state", "terminated"]);
+        let exit = terminated
+            .and_then(|t| t.get("exitCode"))
+            .and_then(Value::as_i64);
+        let waiting_reason = str_at(status, &["state", "waiting", "reason"]).unwrap_or("");
+        if exit == Some(0) {
+            continue;
+        }
+        if sidecar(name) && status.get("started") == Some(&json!(true)) {
+            if status.get("ready") == Some(&json!(true)) {
+                ready += 1;
+            }
+            continue;
+        }
+        reason = if let Some(t) = terminated {
+            match str_at(t, &["reason"]).filter(|r| !r.is_empty()) {
+                Some(r) => format!("Init:{r}"),
+                None => match t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
+                    Some(signal) => format!("Init:Signal:{signal}"),
+                    None => format!("Init:ExitCode:{}", exit.unwrap_or(0)),
+                },
+            }
+        } else if !waiting_reason.is_empty() && waiting_reason != "PodInitializing" {
+            format!("Init:{waiting_reason}")
+        } else {
+            format!("Init:{i}/{}", init_specs.len())
+        };
+        initializing = true;
+        break;
+    }
+    let initialized = conditions.iter().any(|c| {
+        str_at(c, &["type"]) == Some("Initialized") && str_at(c, &["status"]) == Some("True")
+    });
+    if !initializing || initialized {
+        restarts = sidecar_restarts;
+        last_restart = sidecar_last_restart;
+        let mut has_running = false;
+        for status in statuses("containerStatuses").iter().rev() {
+            restarts += status
+                .get("restartCount")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            later(
+                &mut last_restart,
+                str_at(status, &["lastState", "terminated", "finishedAt"]),
+            );
+            let waiting = str_at(status, &["state", "waiting", "reason"]).unwrap_or("");
+            let terminated = at(status, &["state", "terminated"]);
+            if !waiting.is_empty() {
                 reason = waiting.to_string();
-            } else if let Some(terminated) = str_at(status, &["state", "terminated", "reason"]) {
-                reason = terminated.to_string();
+            } else if let Some(t) = terminated {
+                reason = match str_at(t, &["reason"]).filter(|r| !r.is_empty()) {
+                    Some(r) => r.to_string(),
+                    None => match t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
+                        Some(signal) => format!("Signal:{signal}"),
+                        None => format!(
+                            "ExitCode:{}",
+                            t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+                        ),
+                    },
+                };
+            } else if status.get("ready") == Some(&json!(true))
+                && at(status, &["state", "running"]).is_some()
+            {
+                has_running = true;
+                ready += 1;
             }
         }
+        if reason == "Completed" && has_running {
+            let pod_ready = conditions.iter().any(|c| {
+                str_at(c, &["type"]) == Some("Ready") && str_at(c, &["status"]) == Some("True")
+            });
+            reason = if pod_ready { "Running" } else { "NotReady" }.into();
+        }
     }
-    json!(reason)
+    if meta::is_terminating(pod) {
+        if str_at(pod, &["status", "reason"]) == Some("NodeLost") {
+            reason = "Unknown".into();
+        } else if !matches!(phase, "Succeeded" | "Failed") {
+            reason = "Terminating".into();
+        }
+    }
+    PodRow {
+        ready,
+        total,
+        reason,
+        restarts,
+        last_restart,
+    }
+}
+
+fn pod_status_cell(pod: &Value) -> Value {
+    json!(pod_row(pod).reason)
 }
 
 /// `GetPodQOS`: Guaranteed when every container has CPU and memory limits equal to its
@@ -401,15 +581,8 @@ impl Strategy for PodStrategy {
                 "string",
                 "The aggregate readiness state of this pod for accepting traffic.",
                 |o| {
-                    let total = array_len(o, &["spec", "containers"]);
-                    let ready = at(o, &["status", "containerStatuses"])
-                        .and_then(Value::as_array)
-                        .map_or(0, |s| {
-                            s.iter()
-                                .filter(|c| c.get("ready") == Some(&json!(true)))
-                                .count()
-                        });
-                    json!(format!("{ready}/{total}"))
+                    let row = pod_row(o);
+                    json!(format!("{}/{}", row.ready, row.total))
                 },
             ),
             Column::new(
@@ -423,14 +596,15 @@ impl Strategy for PodStrategy {
                 "string",
                 "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
                 |o| {
-                    let restarts: i64 = at(o, &["status", "containerStatuses"])
-                        .and_then(Value::as_array)
-                        .map_or(0, |s| {
-                            s.iter()
-                                .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
-                                .sum()
-                        });
-                    json!(restarts.to_string())
+                    let row = pod_row(o);
+                    match row.last_restart {
+                        Some(at) if row.restarts != 0 => json!(format!(
+                            "{} ({} ago)",
+                            row.restarts,
+                            crate::table::since(Some(&at))
+                        )),
+                        _ => json!(row.restarts.to_string()),
+                    }
                 },
             ),
             age_column(),
@@ -1709,6 +1883,105 @@ mod tests {
             pod_qos_class(&pod(json!({"requests": {"cpu": "1"}}))),
             "Burstable"
         );
+    }
+
+    #[test]
+    fn pod_rows_follow_print_pod() {
+        let waiting = |name: &str, reason: &str| {
+            json!({"name": name, "ready": false, "restartCount": 0,
+                   "state": {"waiting": {"reason": reason}}})
+        };
+        let done = |name: &str| {
+            json!({"name": name, "ready": true, "restartCount": 0,
+                   "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}})
+        };
+        let running = |name: &str, ready: bool| {
+            json!({"name": name, "ready": ready, "restartCount": 0, "started": true,
+                   "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}})
+        };
+        let pod = |inits: Value, apps: Value, initialized: &str| {
+            json!({
+                "spec": {"initContainers": [{"name": "i1"}, {"name": "i2"}, {"name": "side", "restartPolicy": "Always"}],
+                         "containers": [{"name": "app"}]},
+                "status": {"phase": "Pending",
+                           "conditions": [{"type": "Initialized", "status": initialized}],
+                           "initContainerStatuses": inits, "containerStatuses": apps},
+            })
+        };
+        let app_waiting = json!([waiting("app", "PodInitializing")]);
+        let cases = [
+            (
+                pod(
+                    json!([
+                        running("i1", false),
+                        waiting("i2", "PodInitializing"),
+                        waiting("side", "PodInitializing")
+                    ]),
+                    app_waiting.clone(),
+                    "False",
+                ),
+                "Init:0/3",
+                "0/2",
+            ),
+            (
+                pod(
+                    json!([
+                        done("i1"),
+                        running("i2", false),
+                        waiting("side", "PodInitializing")
+                    ]),
+                    app_waiting.clone(),
+                    "False",
+                ),
+                "Init:1/3",
+                "0/2",
+            ),
+            (
+                pod(
+                    json!([
+                        waiting("i1", "CrashLoopBackOff"),
+                        waiting("i2", "PodInitializing"),
+                        waiting("side", "PodInitializing")
+                    ]),
+                    app_waiting.clone(),
+                    "False",
+                ),
+                "Init:CrashLoopBackOff",
+                "0/2",
+            ),
+            (
+                pod(
+                    json!([{"name": "i1", "restartCount": 0, "state": {"terminated": {"exitCode": 3}}}, waiting("i2", "PodInitializing"), waiting("side", "PodInitializing")]),
+                    app_waiting.clone(),
+                    "False",
+                ),
+                "Init:ExitCode:3",
+                "0/2",
+            ),
+            (
+                pod(
+                    json!([done("i1"), done("i2"), running("side", true)]),
+                    app_waiting.clone(),
+                    "True",
+                ),
+                "PodInitializing",
+                "1/2",
+            ),
+            (
+                pod(
+                    json!([done("i1"), done("i2"), running("side", true)]),
+                    json!([running("app", true)]),
+                    "True",
+                ),
+                "Pending",
+                "2/2",
+            ),
+        ];
+        for (pod, status, ready) in cases {
+            let row = pod_row(&pod);
+            assert_eq!(row.reason, status, "{pod}");
+            assert_eq!(format!("{}/{}", row.ready, row.total), ready, "{pod}");
+        }
     }
 
     #[test]

@@ -3,11 +3,17 @@
 //! then heartbeats and runs the pods bound to it until SIGINT/SIGTERM.
 
 mod cri;
+mod events;
+mod hooks;
+mod init;
 mod logs;
 mod machine;
 mod node;
 mod pods;
 mod portforward;
+mod probe;
+mod prober;
+mod resources;
 mod server;
 mod spdy;
 mod status;
@@ -172,7 +178,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         client_ca_file: args.client_ca_file.clone(),
         hostnames: vec![name.clone(), node_ip.to_string()],
     };
-    let client_ca = server::client_ca(&client, server_config.client_ca_file.as_ref()).await?;
+    // The API may not answer yet (a node booting beside its network): retry for a while
+    // rather than exit, as upstream's kubelet keeps retrying.
+    let mut attempts = 0;
+    let client_ca = loop {
+        match server::client_ca(&client, server_config.client_ca_file.as_ref()).await {
+            Ok(ca) => break ca,
+            Err(err) if attempts < 30 => {
+                attempts += 1;
+                tracing::warn!(%err, "reading the client CA failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    };
     let tls = server::tls_config(&server_config, &client_ca)?;
     let listener = server::bind(&server_config).await?;
     let kubelet_port = listener.local_addr()?.port();
@@ -193,7 +212,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let log_root = args.root_dir.join("logs");
     std::fs::create_dir_all(&log_root)
         .with_context(|| format!("creating {}", log_root.display()))?;
+    let memory_capacity =
+        i64::try_from(spec.machine.memory_kib.saturating_mul(1024)).unwrap_or(i64::MAX);
     let kubelet = Arc::new(pods::Kubelet {
+        recorder: Arc::new(events::Recorder::new(client.clone(), name.clone())),
+        memory_capacity,
         client: client.clone(),
         cri: cri.clone(),
         node_name: name.clone(),

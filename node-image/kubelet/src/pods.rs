@@ -12,14 +12,20 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::cri::{Cri, CriError, call};
+use crate::events::Recorder;
+use crate::hooks::{self, KillReason};
+use crate::init::{self, InitPlan, InitState};
 use crate::node::manager;
+use crate::probe::{Observed, is_restartable_init};
+use crate::prober::{self, PodProbes, Seen};
+use crate::resources;
 use crate::status::{self, Backoff, ContainerView, RuntimeContainer, RuntimeState};
 use crate::translate::{
     self, CONTAINER_NAME_LABEL, EnvSources, ImageDecision, NodeFacts, POD_UID_LABEL,
@@ -47,6 +53,10 @@ pub struct Kubelet {
     pub backoff: Mutex<Backoff>,
     /// Pods' volumes under `<root-dir>/pods`.
     pub volumes: crate::volumes::VolumeManager,
+    /// Events about the node's pods.
+    pub recorder: Arc<Recorder>,
+    /// The node's memory in bytes (for Burstable containers' OOM score).
+    pub memory_capacity: i64,
 }
 
 /// Watches this node's pods and runs a worker per pod until the watch ends.
@@ -124,10 +134,22 @@ async fn remove_orphans(kubelet: &Kubelet, known: &HashSet<String>) -> Result<()
 /// when the pod is gone from the API, makes sure nothing of it runs.
 async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
     let mut last_sent: Option<serde_json::Value> = None;
-    let uid = pod.borrow().metadata.uid.clone().unwrap_or_default();
+    let first = pod.borrow().clone();
+    let uid = first.metadata.uid.clone().unwrap_or_default();
+    // Probes run beside the worker and wake it when a result changes.
+    let probes = Arc::new(PodProbes::new(&first));
+    let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
+    let probe_task = has_probes.then(|| {
+        tokio::spawn(prober::probe_loop(
+            kubelet.cri.clone(),
+            kubelet.recorder.clone(),
+            first.clone(),
+            probes.clone(),
+        ))
+    });
     loop {
         let current = pod.borrow_and_update().clone();
-        let wait = match sync_pod(&kubelet, &current, &mut last_sent).await {
+        let wait = match sync_pod(&kubelet, &current, &mut last_sent, &probes).await {
             Ok(wait) => wait,
             Err(err) => {
                 tracing::warn!(pod = ?current.metadata.name, %err, "pod sync failed; retrying");
@@ -137,8 +159,13 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
         tokio::select! {
             changed = pod.changed() => if changed.is_err() { break },
             _ = tokio::time::sleep(wait) => {}
+            _ = probes.wake_pod.notified() => {}
         }
     }
+    if let Some(task) = probe_task {
+        task.abort();
+    }
+    kubelet.recorder.forget_pod(&uid);
     let mut cri = kubelet.cri.clone();
     match kill_pod(&mut cri, &uid, 2).await {
         // Nothing of the pod runs any more: its volumes can go.
@@ -222,7 +249,7 @@ fn runtime_container(status: &cri::ContainerStatus) -> RuntimeContainer {
 async fn env_sources(
     client: &kube::Client,
     namespace: &str,
-    container: &k8s_openapi::api::core::v1::Container,
+    container: &Container,
 ) -> Result<EnvSources, kube::Error> {
     let (config_maps, secrets) = translate::env_references(container);
     let mut sources = EnvSources::default();
@@ -256,6 +283,7 @@ async fn sync_pod(
     kubelet: &Kubelet,
     pod: &Pod,
     last_sent: &mut Option<serde_json::Value>,
+    probes: &PodProbes,
 ) -> anyhow::Result<Duration> {
     let (Some(name), Some(uid)) = (&pod.metadata.name, &pod.metadata.uid) else {
         return Ok(STEADY_RESYNC);
@@ -272,12 +300,11 @@ async fn sync_pod(
     let mut cri = kubelet.cri.clone();
 
     if pod.metadata.deletion_timestamp.is_some() {
-        let grace = pod
-            .metadata
-            .deletion_grace_period_seconds
-            .or(spec.termination_grace_period_seconds)
-            .unwrap_or(30);
-        kill_pod(&mut cri, uid, grace).await?;
+        probes.update(Seen {
+            deleting: true,
+            ..Default::default()
+        });
+        terminate_pod(kubelet, &mut cri, pod, uid).await?;
         // The containers are gone: finish the deletion, as the kubelet's status manager does.
         let params = DeleteParams {
             grace_period_seconds: Some(0),
@@ -369,127 +396,172 @@ async fn sync_pod(
         pod_ip: pod_ip.clone().unwrap_or_default(),
     };
 
-    let mut views = Vec::new();
     let mut wait = STEADY_RESYNC;
     let all = cri.containers(uid).await?;
+    let sandbox_id = sandbox.as_ref().map(|s| s.id.clone());
+    let init_specs = spec.init_containers.clone().unwrap_or_default();
+    let mut init_views = Vec::new();
+    for container in &init_specs {
+        init_views.push(container_view(&mut cri, &all, container, sandbox_id.as_deref()).await?);
+    }
+    let mut views = Vec::new();
     for container in &spec.containers {
-        // This container's runtime containers, newest first.
-        let mut mine: Vec<&cri::Container> = all
+        views.push(container_view(&mut cri, &all, container, sandbox_id.as_deref()).await?);
+    }
+    let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
+
+    if let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready) {
+        let ctx = SyncCtx {
+            kubelet,
+            pod,
+            uid,
+            sandbox,
+            facts: &facts,
+        };
+        // Containers whose liveness or startup probe failed are killed first (upstream
+        // `computePodActions`) and restarted below without back-off.
+        let mut killed = HashSet::new();
+        let sidecars = init_specs
             .iter()
-            .filter(|c| c.labels.get(CONTAINER_NAME_LABEL) == Some(&container.name))
-            .collect();
-        mine.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        let mut runtime = Vec::new();
-        for c in mine.iter().take(2) {
-            if let Some(status) = cri.container_status(&c.id).await? {
-                runtime.push((c.pod_sandbox_id.clone(), runtime_container(&status)));
-            }
-        }
-        let mut view = ContainerView {
-            name: container.name.clone(),
-            image: container.image.clone().unwrap_or_default(),
-            current: runtime.first().map(|(_, c)| c.clone()),
-            previous: runtime.get(1).map(|(_, c)| c.clone()),
-            waiting: None,
-        };
-        let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready) else {
-            views.push(view);
-            continue;
-        };
-        let in_sandbox = runtime.first().is_some_and(|(s, _)| *s == sandbox.id);
-        let needs_start = match &view.current {
-            None => true,
-            Some(_) if !in_sandbox => true,
-            Some(c) => match c.state {
-                RuntimeState::Running | RuntimeState::Unknown => false,
-                // Created but never started (the kubelet died in between): start it below.
-                RuntimeState::Created => true,
-                RuntimeState::Exited => status::should_restart(&restart_policy, c.exit_code),
-            },
-        };
-        if !needs_start {
-            views.push(view);
-            continue;
-        }
-        wait = BUSY_RESYNC;
-        if let Some(c) = view
-            .current
-            .clone()
-            .filter(|c| in_sandbox && c.state == RuntimeState::Created)
+            .zip(init_views.iter_mut())
+            .filter(|(c, _)| is_restartable_init(c));
+        for (container, (view, in_sandbox)) in
+            spec.containers.iter().zip(views.iter_mut()).chain(sidecars)
         {
-            if let Err(err) = cri
-                .runtime
-                .start_container(cri::StartContainerRequest {
-                    container_id: c.id.clone(),
-                })
-                .await
-            {
-                view.waiting = Some(("RunContainerError".into(), err.message().to_string()));
-            }
-            views.push(view);
-            continue;
-        }
-        let key = format!("{uid}/{}", container.name);
-        let exited = view
-            .current
-            .clone()
-            .filter(|c| c.state == RuntimeState::Exited);
-        if let Some(c) = &exited {
-            let remaining = kubelet
-                .backoff
-                .lock()
-                .map_err(|_| anyhow::anyhow!("back-off state poisoned"))?
-                .remaining(&key, instant_of(c.finished_at), Instant::now());
-            if let Some(remaining) = remaining {
-                let delay = kubelet
-                    .backoff
-                    .lock()
-                    .map_err(|_| anyhow::anyhow!("back-off state poisoned"))?
-                    .current(&key);
-                view.waiting = Some((
-                    "CrashLoopBackOff".into(),
-                    status::crash_loop_message(delay, &container.name, pod),
-                ));
-                wait = wait.min(remaining.max(Duration::from_millis(200)));
-                views.push(view);
+            let Some(current) = view
+                .current
+                .clone()
+                .filter(|c| *in_sandbox && c.state == RuntimeState::Running)
+            else {
                 continue;
+            };
+            let Some(kind) = probes.failed(&container.name, &current.id) else {
+                continue;
+            };
+            let restart = is_restartable_init(container) || restart_policy != "Never";
+            let grace = hooks::grace_period(pod, Some(container), KillReason::Probe(kind));
+            tracing::info!(pod = %name, container = %container.name, probe = kind.title(), "probe failed; killing the container");
+            hooks::kill_container(
+                &mut cri,
+                &kubelet.recorder,
+                pod,
+                &container.name,
+                Some(container),
+                &current.id,
+                grace,
+                Some(hooks::probe_kill_message(&container.name, kind, restart)),
+                &facts.pod_ip,
+            )
+            .await?;
+            if let Some(status) = cri.container_status(&current.id).await? {
+                view.current = Some(runtime_container(&status));
             }
+            killed.insert(container.name.clone());
         }
-        let result =
-            start_container(kubelet, &mut cri, pod, container, sandbox, &facts, &view).await;
-        // A restart, or a container that was created but would not start, backs off next time.
-        let started_one = exited.is_some()
-            || matches!(&result, Err((reason, _)) if reason == "RunContainerError");
-        if started_one {
-            kubelet
-                .backoff
-                .lock()
-                .map_err(|_| anyhow::anyhow!("back-off state poisoned"))?
-                .next(&key, Instant::now());
+
+        // Init containers in order, then the app containers.
+        let states: Vec<InitState> = init_specs
+            .iter()
+            .zip(&init_views)
+            .map(|(c, (view, in_sandbox))| init_state(c, view, *in_sandbox, probes))
+            .collect();
+        let sidecar: Vec<bool> = init_specs.iter().map(is_restartable_init).collect();
+        let initialized_before = views.iter().any(|(v, in_sandbox)| {
+            *in_sandbox
+                && v.current.as_ref().is_some_and(|c| {
+                    matches!(c.state, RuntimeState::Running | RuntimeState::Exited)
+                })
+        });
+        let plan = init::plan(&states, &sidecar, &restart_policy, initialized_before);
+        let (to_start, app_may_run) = match &plan {
+            InitPlan::Start(list) => (list.clone(), false),
+            InitPlan::Wait => (Vec::new(), false),
+            InitPlan::Failed => (Vec::new(), false),
+            InitPlan::Done(list) => (list.clone(), true),
+        };
+        if !matches!(plan, InitPlan::Done(ref l) if l.is_empty()) && plan != InitPlan::Failed {
+            wait = BUSY_RESYNC;
         }
-        match result {
-            Ok(()) => {
-                // Report what the runtime now has.
-                let newest = cri
-                    .containers(uid)
-                    .await?
-                    .into_iter()
-                    .filter(|c| c.labels.get(CONTAINER_NAME_LABEL) == Some(&container.name))
-                    .max_by_key(|c| c.created_at);
-                if let Some(newest) = newest
-                    && let Some(status) = cri.container_status(&newest.id).await?
-                {
-                    view.previous = view.current.take();
-                    view.current = Some(runtime_container(&status));
+        for i in to_start {
+            let (Some(container), Some((view, in_sandbox))) =
+                (init_specs.get(i), init_views.get_mut(i))
+            else {
+                continue;
+            };
+            let skip_backoff = first_kill(&killed, view);
+            ensure_started(
+                &ctx,
+                &mut cri,
+                container,
+                view,
+                *in_sandbox,
+                skip_backoff,
+                &mut wait,
+            )
+            .await?;
+        }
+        if app_may_run {
+            for (container, (view, in_sandbox)) in spec.containers.iter().zip(views.iter_mut()) {
+                let needs_start = match &view.current {
+                    None => true,
+                    Some(_) if !*in_sandbox => true,
+                    Some(c) => match c.state {
+                        RuntimeState::Running | RuntimeState::Unknown => false,
+                        // Created but never started (the kubelet died in between).
+                        RuntimeState::Created => true,
+                        RuntimeState::Exited => {
+                            status::should_restart(&restart_policy, c.exit_code)
+                        }
+                    },
+                };
+                if needs_start {
+                    let skip_backoff = first_kill(&killed, view);
+                    ensure_started(
+                        &ctx,
+                        &mut cri,
+                        container,
+                        view,
+                        *in_sandbox,
+                        skip_backoff,
+                        &mut wait,
+                    )
+                    .await?;
                 }
             }
-            Err(waiting) => view.waiting = Some(waiting),
         }
-        views.push(view);
     }
+
+    // What the probes say of running containers, and what the probes see next.
+    let mut seen = Seen {
+        pod_ip: facts.pod_ip.clone(),
+        ..Default::default()
+    };
+    for (view, _) in init_views.iter_mut().chain(views.iter_mut()) {
+        let Some(current) = &view.current else {
+            continue;
+        };
+        if current.state == RuntimeState::Running && has_probes {
+            view.probed = Some(probes.started_ready(&view.name, &current.id));
+        }
+        seen.containers.insert(
+            view.name.clone(),
+            Observed {
+                id: current.id.clone(),
+                running_since: (current.state == RuntimeState::Running)
+                    .then(|| instant_of(current.started_at)),
+                terminated: current.state == RuntimeState::Exited,
+            },
+        );
+    }
+    if has_probes {
+        probes.update(seen);
+    }
+    let init_views: Vec<ContainerView> = init_views.into_iter().map(|(v, _)| v).collect();
+    let views: Vec<ContainerView> = views.into_iter().map(|(v, _)| v).collect();
 
     let computed = status::pod_status(
         pod,
+        &init_views,
         &views,
         pod_ip.as_deref(),
         &kubelet.node_ip,
@@ -537,32 +609,293 @@ async fn kill_pod_sandbox(cri: &mut Cri, sandbox: &cri::PodSandbox) -> Result<()
     cri.remove_sandbox(&sandbox.id).await
 }
 
-/// Image check, config, CreateContainer, StartContainer; on failure the waiting reason and
-/// message upstream reports.
-async fn start_container(
+/// What the per-container steps of one sync share.
+struct SyncCtx<'a> {
+    kubelet: &'a Kubelet,
+    pod: &'a Pod,
+    uid: &'a str,
+    sandbox: &'a cri::PodSandbox,
+    facts: &'a NodeFacts,
+}
+
+/// `container`'s newest two runtime containers as a view, and whether the newest is in
+/// the current sandbox.
+async fn container_view(
+    cri: &mut Cri,
+    all: &[cri::Container],
+    container: &Container,
+    sandbox: Option<&str>,
+) -> Result<(ContainerView, bool), CriError> {
+    let mut mine: Vec<&cri::Container> = all
+        .iter()
+        .filter(|c| c.labels.get(CONTAINER_NAME_LABEL) == Some(&container.name))
+        .collect();
+    mine.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    let mut runtime = Vec::new();
+    for c in mine.iter().take(2) {
+        if let Some(status) = cri.container_status(&c.id).await? {
+            runtime.push((c.pod_sandbox_id.clone(), runtime_container(&status)));
+        }
+    }
+    let in_sandbox = runtime
+        .first()
+        .is_some_and(|(s, _)| Some(s.as_str()) == sandbox);
+    let view = ContainerView {
+        name: container.name.clone(),
+        image: container.image.clone().unwrap_or_default(),
+        current: runtime.first().map(|(_, c)| c.clone()),
+        previous: runtime.get(1).map(|(_, c)| c.clone()),
+        waiting: None,
+        probed: None,
+    };
+    Ok((view, in_sandbox))
+}
+
+/// Whether `view`'s container was just killed by a probe and never exited before: upstream
+/// restarts it at once (its `doBackOff` finds no exited container to back off from); later
+/// kills back off like crashes.
+fn first_kill(killed: &HashSet<String>, view: &ContainerView) -> bool {
+    killed.contains(&view.name)
+        && view
+            .previous
+            .as_ref()
+            .is_none_or(|p| p.state != RuntimeState::Exited)
+}
+
+/// An init container's state for `init::plan`.
+fn init_state(
+    container: &Container,
+    view: &ContainerView,
+    in_sandbox: bool,
+    probes: &PodProbes,
+) -> InitState {
+    let Some(current) = view.current.as_ref().filter(|_| in_sandbox) else {
+        return InitState::None;
+    };
+    match current.state {
+        RuntimeState::Created => InitState::Created,
+        RuntimeState::Exited => InitState::Exited(current.exit_code),
+        RuntimeState::Running | RuntimeState::Unknown => InitState::Running {
+            started: !is_restartable_init(container)
+                || probes.started_ready(&container.name, &current.id).0,
+        },
+    }
+}
+
+/// Starts `container`, which the caller decided must run: a created one is started; an
+/// exited one waits out its crash-loop back-off (unless a probe just killed it) and is
+/// replaced. Updates `view` with what the runtime then has or why it waits.
+async fn ensure_started(
+    ctx: &SyncCtx<'_>,
+    cri: &mut Cri,
+    container: &Container,
+    view: &mut ContainerView,
+    in_sandbox: bool,
+    skip_backoff: bool,
+    wait: &mut Duration,
+) -> anyhow::Result<()> {
+    let kubelet = ctx.kubelet;
+    *wait = BUSY_RESYNC;
+    if let Some(c) = view
+        .current
+        .clone()
+        .filter(|c| in_sandbox && c.state == RuntimeState::Created)
+    {
+        if let Err(err) = cri
+            .runtime
+            .start_container(cri::StartContainerRequest {
+                container_id: c.id.clone(),
+            })
+            .await
+        {
+            view.waiting = Some(("RunContainerError".into(), err.message().to_string()));
+        }
+        return Ok(());
+    }
+    let key = format!("{}/{}", ctx.uid, container.name);
+    let exited = view
+        .current
+        .clone()
+        .filter(|c| c.state == RuntimeState::Exited);
+    let poisoned = || anyhow::anyhow!("back-off state poisoned");
+    if let Some(c) = exited.as_ref().filter(|_| !skip_backoff) {
+        let remaining = kubelet.backoff.lock().map_err(|_| poisoned())?.remaining(
+            &key,
+            instant_of(c.finished_at),
+            Instant::now(),
+        );
+        if let Some(remaining) = remaining {
+            let delay = kubelet
+                .backoff
+                .lock()
+                .map_err(|_| poisoned())?
+                .current(&key);
+            view.waiting = Some((
+                "CrashLoopBackOff".into(),
+                status::crash_loop_message(delay, &container.name, ctx.pod),
+            ));
+            kubelet.recorder.container_event(
+                ctx.pod,
+                &container.name,
+                "Warning",
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    container.name,
+                    hooks::format_pod(ctx.pod)
+                ),
+            );
+            *wait = (*wait).min(remaining.max(Duration::from_millis(200)));
+            return Ok(());
+        }
+    }
+    let result = start_container(ctx, cri, container, view).await;
+    // A restart, or a container that was created but would not start, backs off next time.
+    let started_one = (exited.is_some() && !skip_backoff)
+        || matches!(&result, Err((reason, _)) if reason == "RunContainerError" || reason == "PostStartHookError");
+    if started_one {
+        kubelet
+            .backoff
+            .lock()
+            .map_err(|_| poisoned())?
+            .next(&key, Instant::now());
+    }
+    // Report what the runtime now has.
+    let newest = cri
+        .containers(ctx.uid)
+        .await?
+        .into_iter()
+        .filter(|c| c.labels.get(CONTAINER_NAME_LABEL) == Some(&container.name))
+        .max_by_key(|c| c.created_at);
+    if let Some(newest) = newest
+        && view.current.as_ref().is_none_or(|c| c.id != newest.id)
+        && let Some(status) = cri.container_status(&newest.id).await?
+    {
+        view.previous = view.current.take();
+        view.current = Some(runtime_container(&status));
+    }
+    if let Err(waiting) = result {
+        view.waiting = Some(waiting);
+    }
+    Ok(())
+}
+
+/// Deletion (upstream `killPodWithSyncResult` with `killContainer`): every running
+/// container stops with its preStop hook within the pod's grace period — regular ones in
+/// parallel, then sidecars in reverse order — then the sandboxes go.
+async fn terminate_pod(
     kubelet: &Kubelet,
     cri: &mut Cri,
     pod: &Pod,
-    container: &k8s_openapi::api::core::v1::Container,
-    sandbox: &cri::PodSandbox,
-    facts: &NodeFacts,
+    uid: &str,
+) -> Result<(), CriError> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let pod_ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_default();
+    let running: Vec<cri::Container> = cri
+        .containers(uid)
+        .await?
+        .into_iter()
+        .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+        .collect();
+    let name_of = |c: &cri::Container| {
+        c.labels
+            .get(CONTAINER_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let names: Vec<String> = running.iter().map(name_of).collect();
+    let started = Instant::now();
+    // Regular containers together, then sidecars one by one in reverse order, all within
+    // the one grace period.
+    for wave in hooks::termination_waves(pod, &names) {
+        let stops = running
+            .iter()
+            .filter(|c| wave.contains(&name_of(c)))
+            .map(|c| {
+                let mut cri = cri.clone();
+                let name = name_of(c);
+                let container = spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .find(|s| s.name == name);
+                let elapsed = i64::try_from(started.elapsed().as_secs()).unwrap_or(0);
+                let grace = hooks::grace_period(pod, container, KillReason::Other) - elapsed;
+                let pod_ip = pod_ip.as_str();
+                async move {
+                    hooks::kill_container(
+                        &mut cri,
+                        &kubelet.recorder,
+                        pod,
+                        &name,
+                        container,
+                        &c.id,
+                        grace.max(0),
+                        None,
+                        pod_ip,
+                    )
+                    .await
+                }
+            });
+        for result in futures::future::join_all(stops).await {
+            result?;
+        }
+    }
+    for sandbox in cri.sandboxes(Some(uid)).await? {
+        cri.remove_sandbox(&sandbox.id).await?;
+    }
+    Ok(())
+}
+
+/// Image check, config, CreateContainer, StartContainer, postStart; on failure the waiting
+/// reason and message upstream reports. Records upstream's events on the way.
+async fn start_container(
+    ctx: &SyncCtx<'_>,
+    cri: &mut Cri,
+    container: &Container,
     view: &ContainerView,
 ) -> Result<(), (String, String)> {
+    let (kubelet, pod, sandbox, facts) = (ctx.kubelet, ctx.pod, ctx.sandbox, ctx.facts);
+    let recorder = &kubelet.recorder;
+    let name = container.name.as_str();
+    let failed = |reason: &str, message: String| {
+        recorder.container_event(pod, name, "Warning", "Failed", &format!("Error: {message}"));
+        (reason.to_string(), message)
+    };
     let image_name = container.image.clone().unwrap_or_default();
     let image = cri
         .image(&image_name)
         .await
         .map_err(|err| ("ErrImageInspect".to_string(), err.to_string()))?;
-    if let ImageDecision::Wait { reason, message } = translate::image_decision(
+    match translate::image_decision(
         &image_name,
         container.image_pull_policy.as_deref(),
         image.is_some(),
     ) {
-        return Err((reason.to_string(), message));
+        ImageDecision::Wait { reason, message } => {
+            let (kind, event) = if reason == "ErrImageNeverPull" {
+                ("Warning", "ErrImageNeverPull")
+            } else {
+                ("Normal", "BackOff")
+            };
+            recorder.container_event(pod, name, kind, event, &message);
+            return Err((reason.to_string(), message));
+        }
+        ImageDecision::Use => recorder.container_event(
+            pod,
+            name,
+            "Normal",
+            "Pulled",
+            &format!("Container image {image_name:?} already present on machine"),
+        ),
     }
     let image_ref = image.map(|i| i.id).unwrap_or(image_name);
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-    let config_error = |message: String| ("CreateContainerConfigError".to_string(), message);
+    let config_error = |message: String| failed("CreateContainerConfigError", message);
     let sources = env_sources(&kubelet.client, &namespace, container)
         .await
         .map_err(|err| config_error(err.to_string()))?;
@@ -576,9 +909,14 @@ async fn start_container(
         .volumes
         .container_mounts(pod, container, &env, &facts.pod_ip)
         .map_err(|err| config_error(err.to_string()))?;
-    let config =
+    let mut config =
         translate::container_config(pod, container, restart_count, &env, &image_ref, &mounts)
             .map_err(|err| config_error(err.to_string()))?;
+    config.linux.get_or_insert_default().resources = Some(resources::linux_resources(
+        pod,
+        container,
+        kubelet.memory_capacity,
+    ));
     let attempt = sandbox.metadata.as_ref().map_or(0, |m| m.attempt);
     let sandbox_config = translate::sandbox_config(pod, attempt, &kubelet.log_root)
         .map_err(|err| config_error(err.to_string()))?;
@@ -594,20 +932,55 @@ async fn start_container(
             sandbox_config: Some(sandbox_config),
         })
         .await
-        .map_err(|err| {
-            (
-                "CreateContainerError".to_string(),
-                err.message().to_string(),
-            )
-        })?
+        .map_err(|err| failed("CreateContainerError", err.message().to_string()))?
         .into_inner()
         .container_id;
+    recorder.container_event(
+        pod,
+        name,
+        "Normal",
+        "Created",
+        &format!("Created container: {name}"),
+    );
     cri.runtime
         .start_container(cri::StartContainerRequest {
             container_id: id.clone(),
         })
         .await
-        .map_err(|err| ("RunContainerError".to_string(), err.message().to_string()))?;
-    tracing::info!(pod = ?pod.metadata.name, container = %container.name, %id, restart_count, "container started");
+        .map_err(|err| failed("RunContainerError", err.message().to_string()))?;
+    recorder.container_event(
+        pod,
+        name,
+        "Normal",
+        "Started",
+        &format!("Started container {name}"),
+    );
+    tracing::info!(pod = ?pod.metadata.name, container = %name, %id, restart_count, "container started");
+    let post_start = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.post_start.as_ref());
+    if let Some(hook) = post_start
+        && let Err(message) = hooks::run_hook(cri, pod, container, &id, hook, &facts.pod_ip).await
+    {
+        recorder.container_event(pod, name, "Warning", "FailedPostStartHook", &message);
+        let grace = hooks::grace_period(pod, Some(container), KillReason::Other);
+        if let Err(err) = hooks::kill_container(
+            cri,
+            recorder,
+            pod,
+            name,
+            Some(container),
+            &id,
+            grace,
+            Some("FailedPostStartHook".into()),
+            &facts.pod_ip,
+        )
+        .await
+        {
+            tracing::warn!(pod = ?pod.metadata.name, container = %name, %err, "killing after a failed postStart hook failed");
+        }
+        return Err(("PostStartHookError".into(), message));
+    }
     Ok(())
 }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -63,6 +63,9 @@ pub struct ContainerView {
     /// Why the kubelet holds the container back (reason, message): image, config and
     /// create errors, crash-loop back-off. Shown instead of `current`'s state.
     pub waiting: Option<(String, String)>,
+    /// What the probes say of a running `current`: (started, ready); `None` reports a
+    /// running container started and ready (no probes).
+    pub probed: Option<(bool, bool)>,
 }
 
 fn time(ns: i64) -> Option<Time> {
@@ -100,7 +103,14 @@ fn waiting(reason: &str, message: Option<&str>) -> ContainerState {
 /// The API status of one container (upstream `convertToAPIContainerStatuses`): the
 /// kubelet's waiting reason wins; a container held back after exiting shows that exit as
 /// `lastState`, otherwise `lastState` is the previous container's exit.
+#[cfg(test)]
 pub fn container_status(view: &ContainerView) -> ContainerStatus {
+    container_status_with(view, "ContainerCreating")
+}
+
+/// [`container_status`] with the waiting reason of a container that has none yet
+/// (`PodInitializing` in pods with init containers, as upstream).
+pub fn container_status_with(view: &ContainerView, default_reason: &str) -> ContainerStatus {
     let current = view.current.as_ref();
     let last_exit = |c: Option<&RuntimeContainer>| {
         c.filter(|c| c.state == RuntimeState::Exited)
@@ -114,7 +124,7 @@ pub fn container_status(view: &ContainerView) -> ContainerStatus {
             waiting(reason, Some(message)),
             last_exit(view.previous.as_ref()),
         ),
-        (None, None) => (waiting("ContainerCreating", None), None),
+        (None, None) => (waiting(default_reason, None), None),
         (None, Some(c)) => {
             let state = match c.state {
                 RuntimeState::Running => ContainerState {
@@ -124,32 +134,112 @@ pub fn container_status(view: &ContainerView) -> ContainerStatus {
                     ..Default::default()
                 },
                 RuntimeState::Exited => terminated(c),
-                RuntimeState::Created | RuntimeState::Unknown => waiting("ContainerCreating", None),
+                RuntimeState::Created | RuntimeState::Unknown => waiting(default_reason, None),
             };
             (state, last_exit(view.previous.as_ref()))
         }
     };
     let running = state.running.is_some();
+    let (started, ready) = match view.probed {
+        Some((started, ready)) if running => (started, started && ready),
+        _ => (running, running),
+    };
     ContainerStatus {
         name: view.name.clone(),
         image: view.image.clone(),
         image_id: current.map(|c| c.image_ref.clone()).unwrap_or_default(),
         container_id: current.map(|c| format!("containerd://{}", c.id)),
         restart_count: current.map_or(0, |c| c.restart_count),
-        // No readiness probes yet: a running container is ready.
-        ready: running,
-        started: Some(running),
+        ready,
+        started: Some(started),
         state: Some(state),
         last_state: last_state.map(|s| ContainerState { ..s }),
         ..Default::default()
     }
 }
 
-/// Upstream `getPhase` for a pod without init containers.
-pub fn phase(restart_policy: &str, statuses: &[ContainerStatus]) -> &'static str {
-    let (mut running, mut stopped, mut succeeded, mut waiting) = (0, 0, 0, 0);
-    for status in statuses {
-        let state = status.state.clone().unwrap_or_default();
+fn status_of<'a>(statuses: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
+    statuses.iter().find(|s| s.name == name)
+}
+
+fn state_of(status: &ContainerStatus) -> ContainerState {
+    status.state.clone().unwrap_or_default()
+}
+
+fn last_terminated(status: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+}
+
+/// Whether init container `c` keeps running beside the app (a sidecar).
+pub fn is_restartable_init(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Upstream `HasAnyRegularContainerStarted`.
+pub fn any_regular_started(spec: &PodSpec, statuses: &[ContainerStatus]) -> bool {
+    spec.containers.iter().any(|c| {
+        status_of(statuses, &c.name).is_some_and(|s| {
+            let state = state_of(s);
+            state.running.is_some() || state.terminated.is_some()
+        })
+    })
+}
+
+/// Upstream `getPhase` (for a pod not yet known to be terminal): init containers pending
+/// or failed under restartPolicy Never, then the app containers' states.
+pub fn phase(
+    spec: &PodSpec,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+) -> &'static str {
+    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let (mut pending_init, mut failed_init) = (0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for container in init {
+        let Some(status) = status_of(init_statuses, &container.name) else {
+            pending_init += 1;
+            if is_restartable_init(container) {
+                unknown += 1;
+            }
+            continue;
+        };
+        let state = state_of(status);
+        if is_restartable_init(container) {
+            if state.running.is_some() {
+                if status.started != Some(true) {
+                    pending_init += 1;
+                }
+                running += 1;
+            } else if state.terminated.is_none() && last_terminated(status).is_none() {
+                pending_init += 1;
+                waiting += 1;
+            }
+            continue;
+        }
+        if state.running.is_some() {
+            pending_init += 1;
+        } else if let Some(t) = &state.terminated {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if let Some(t) = last_terminated(status) {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+    for container in &spec.containers {
+        let Some(status) = status_of(statuses, &container.name) else {
+            unknown += 1;
+            continue;
+        };
+        let state = state_of(status);
         if state.running.is_some() {
             running += 1;
         } else if let Some(t) = &state.terminated {
@@ -157,31 +247,30 @@ pub fn phase(restart_policy: &str, statuses: &[ContainerStatus]) -> &'static str
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if status
-            .last_state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .is_some()
-        {
+        } else if last_terminated(status).is_some() {
             stopped += 1;
         } else {
             waiting += 1;
         }
     }
-    if waiting > 0 {
-        "Pending"
-    } else if running > 0 {
-        "Running"
-    } else if stopped > 0 {
-        match restart_policy {
+    if failed_init > 0 && restart_policy == "Never" {
+        return "Failed";
+    }
+    if (pending_init > 0 && !any_regular_started(spec, statuses)) || waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 && unknown == 0 {
+        return "Running";
+    }
+    if running == 0 && stopped > 0 && unknown == 0 {
+        return match restart_policy {
             "Always" => "Running",
             _ if stopped == succeeded => "Succeeded",
             "Never" => "Failed",
             _ => "Running",
-        }
-    } else {
-        "Pending"
+        };
     }
+    "Pending"
 }
 
 fn condition(
@@ -209,11 +298,115 @@ fn condition(
     }
 }
 
-/// The whole status of `pod` from its containers (upstream `generateAPIPodStatus`): phase,
-/// the four kubelet conditions (others, such as `DisruptionTarget`, are kept), IPs,
-/// startTime (kept once set).
+/// Upstream `GeneratePodInitializedCondition`: (status, reason, message).
+fn initialized(
+    spec: &PodSpec,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+    phase: &str,
+) -> (bool, Option<&'static str>, Option<String>) {
+    let (mut unknown, mut incomplete) = (Vec::new(), Vec::new());
+    for container in spec.init_containers.iter().flatten() {
+        let Some(status) = status_of(init_statuses, &container.name) else {
+            unknown.push(container.name.as_str());
+            continue;
+        };
+        let done = if is_restartable_init(container) {
+            status.started == Some(true)
+        } else {
+            state_of(status)
+                .terminated
+                .is_some_and(|t| t.exit_code == 0)
+        };
+        if !done {
+            incomplete.push(container.name.as_str());
+        }
+    }
+    if phase == "Succeeded" && unknown.is_empty() {
+        return (true, Some("PodCompleted"), None);
+    }
+    if any_regular_started(spec, statuses) {
+        return (true, None, None);
+    }
+    let mut messages = Vec::new();
+    if !unknown.is_empty() {
+        messages.push(format!(
+            "containers with unknown status: [{}]",
+            unknown.join(" ")
+        ));
+    }
+    if !incomplete.is_empty() {
+        messages.push(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        ));
+    }
+    if messages.is_empty() {
+        (true, None, None)
+    } else {
+        (
+            false,
+            Some("ContainersNotInitialized"),
+            Some(messages.join(", ")),
+        )
+    }
+}
+
+/// Upstream `GenerateContainersReadyCondition` (sidecars count too): (status, reason,
+/// message).
+fn containers_ready(
+    spec: &PodSpec,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+    phase: &str,
+) -> (bool, Option<&'static str>, Option<String>) {
+    let (mut unknown, mut unready) = (Vec::new(), Vec::new());
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| is_restartable_init(c))
+        .map(|c| (c, init_statuses));
+    let apps = spec.containers.iter().map(|c| (c, statuses));
+    for (container, list) in sidecars.chain(apps) {
+        match status_of(list, &container.name) {
+            None => unknown.push(container.name.as_str()),
+            Some(s) if !s.ready => unready.push(container.name.as_str()),
+            Some(_) => {}
+        }
+    }
+    if phase == "Succeeded" && unknown.is_empty() {
+        return (false, Some("PodCompleted"), None);
+    }
+    if phase == "Failed" {
+        return (false, Some("PodFailed"), None);
+    }
+    let mut messages = Vec::new();
+    if !unknown.is_empty() {
+        messages.push(format!(
+            "containers with unknown status: [{}]",
+            unknown.join(" ")
+        ));
+    }
+    if !unready.is_empty() {
+        messages.push(format!(
+            "containers with unready status: [{}]",
+            unready.join(" ")
+        ));
+    }
+    if messages.is_empty() {
+        (true, None, None)
+    } else {
+        (false, Some("ContainersNotReady"), Some(messages.join(", ")))
+    }
+}
+
+/// The whole status of `pod` from its init and app containers (upstream
+/// `generateAPIPodStatus`): phase, the four kubelet conditions (others, such as
+/// `DisruptionTarget`, are kept), IPs, startTime (kept once set), the QoS class.
 pub fn pod_status(
     pod: &Pod,
+    init_views: &[ContainerView],
     views: &[ContainerView],
     pod_ip: Option<&str>,
     host_ip: &str,
@@ -222,41 +415,40 @@ pub fn pod_status(
     let now = Time(now);
     let old = pod.status.clone().unwrap_or_default();
     let old_conditions = old.conditions.clone().unwrap_or_default();
-    let restart_policy = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.clone())
-        .unwrap_or_else(|| "Always".into());
-    let statuses: Vec<ContainerStatus> = views.iter().map(container_status).collect();
-    let phase = phase(&restart_policy, &statuses);
-    let terminal = matches!(phase, "Succeeded" | "Failed");
-    let unready: Vec<&str> = statuses
-        .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
-    let ready = unready.is_empty();
-    let (reason, message) = if ready {
-        (None, None)
-    } else if terminal {
-        (Some("PodCompleted"), None)
+    let spec = pod.spec.clone().unwrap_or_default();
+    let has_init = !spec
+        .init_containers
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty();
+    let default_reason = if has_init {
+        "PodInitializing"
     } else {
-        (
-            Some("ContainersNotReady"),
-            Some(format!(
-                "containers with unready status: [{}]",
-                unready.join(" ")
-            )),
-        )
+        "ContainerCreating"
     };
+    let status = |v: &ContainerView| container_status_with(v, default_reason);
+    let mut init_statuses: Vec<ContainerStatus> = init_views.iter().map(status).collect();
+    // A finished init container is ready (upstream `UpdatePodStatus`).
+    for (s, c) in init_statuses
+        .iter_mut()
+        .zip(spec.init_containers.iter().flatten())
+    {
+        if !is_restartable_init(c) {
+            s.ready = state_of(s).terminated.is_some_and(|t| t.exit_code == 0);
+        }
+    }
+    let statuses: Vec<ContainerStatus> = views.iter().map(status).collect();
+    let phase = phase(&spec, &init_statuses, &statuses);
+    let (init_ok, init_reason, init_message) = initialized(&spec, &init_statuses, &statuses, phase);
+    let (ready, reason, message) = containers_ready(&spec, &init_statuses, &statuses, phase);
     let mut conditions = vec![
         condition(&old_conditions, "PodScheduled", true, None, None, &now),
         condition(
             &old_conditions,
             "Initialized",
-            true,
-            terminal.then_some("PodCompleted"),
-            None,
+            init_ok,
+            init_reason,
+            init_message,
             &now,
         ),
         condition(
@@ -286,8 +478,11 @@ pub fn pod_status(
         pod_ip: pod_ip.map(str::to_string),
         pod_ips,
         start_time: old.start_time.or(Some(now)),
+        init_container_statuses: has_init.then_some(init_statuses),
         container_statuses: Some(statuses),
-        qos_class: old.qos_class,
+        qos_class: old
+            .qos_class
+            .or_else(|| Some(crate::resources::qos_class(pod).to_string())),
         ..Default::default()
     }
 }
@@ -392,6 +587,7 @@ mod tests {
             current,
             previous: None,
             waiting: waiting.map(|(r, m)| (r.to_string(), m.to_string())),
+            probed: None,
         }
     }
 
@@ -465,15 +661,24 @@ mod tests {
             ("Always", vec![running.clone()], "Running"),
             ("Always", vec![backoff.clone()], "Running"),
             ("Always", vec![pending.clone()], "Pending"),
-            ("Always", vec![running.clone(), pending.clone()], "Pending"),
+            ("Always", vec![pending.clone(), running.clone()], "Pending"),
             ("Never", vec![ok.clone()], "Succeeded"),
             ("Never", vec![failed.clone()], "Failed"),
             ("OnFailure", vec![failed.clone()], "Running"),
             ("OnFailure", vec![ok.clone()], "Succeeded"),
+            // No status for the spec's container: unknown.
             ("Always", vec![], "Pending"),
         ];
         for (policy, statuses, want) in cases {
-            assert_eq!(phase(policy, &statuses), want, "{policy} {statuses:?}");
+            let spec = pod(policy).spec.expect("spec");
+            let statuses: Vec<ContainerStatus> = statuses
+                .into_iter()
+                .map(|mut s| {
+                    s.name = "c".into();
+                    s
+                })
+                .collect();
+            assert_eq!(phase(&spec, &[], &statuses), want, "{policy} {statuses:?}");
         }
     }
 
@@ -482,7 +687,7 @@ mod tests {
         let now = Timestamp::from_second(1_800_000_000).expect("now");
         let pod = pod("Always");
         let views = [view(Some(rc(RuntimeState::Running, 0, 0)), None)];
-        let status = pod_status(&pod, &views, Some("10.244.0.7"), "10.0.0.1", now);
+        let status = pod_status(&pod, &[], &views, Some("10.244.0.7"), "10.0.0.1", now);
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.pod_ip.as_deref(), Some("10.244.0.7"));
         assert_eq!(status.pod_ips.expect("ips")[0].ip, "10.244.0.7");
@@ -508,7 +713,7 @@ mod tests {
         );
 
         let waiting = [view(None, Some(("ErrImageNeverPull", "m")))];
-        let status = pod_status(&pod, &waiting, None, "10.0.0.1", now);
+        let status = pod_status(&pod, &[], &waiting, None, "10.0.0.1", now);
         assert_eq!(status.phase.as_deref(), Some("Pending"));
         let ready = &status.conditions.expect("conditions")[3];
         assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
@@ -558,5 +763,191 @@ mod tests {
             msg,
             "back-off 20s restarting failed container=c pod=p_ns(u)"
         );
+    }
+
+    fn init_pod(restart_policy: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"restartPolicy": restart_policy,
+                     "initContainers": [{"name": "i1", "image": "i"}, {"name": "i2", "image": "i"}],
+                     "containers": [{"name": "c", "image": "i"}]},
+        }))
+        .expect("pod")
+    }
+
+    fn named(
+        name: &str,
+        current: Option<RuntimeContainer>,
+        waiting: Option<(&str, &str)>,
+    ) -> ContainerView {
+        ContainerView {
+            name: name.into(),
+            ..view(current, waiting)
+        }
+    }
+
+    fn condition_of(status: &PodStatus, kind: &str) -> (String, Option<String>, Option<String>) {
+        let c = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .expect("condition");
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    /// (policy, init views, app views, phase, Initialized, its reason, its message).
+    type InitCase<'a> = (
+        &'a str,
+        Vec<ContainerView>,
+        &'a [ContainerView],
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+    );
+
+    #[test]
+    fn init_containers_gate_the_pod_as_upstream() {
+        let now = Timestamp::from_second(1_800_000_000).expect("now");
+        let done = || Some(rc(RuntimeState::Exited, 0, 0));
+        let run = || Some(rc(RuntimeState::Running, 0, 0));
+        let failed = || Some(rc(RuntimeState::Exited, 0, 1));
+        let app_none = [named("c", None, None)];
+        // (policy, init views, app views, phase, Initialized, its reason, message, the app's waiting reason)
+        let cases: Vec<InitCase> = vec![
+            (
+                "Always",
+                vec![named("i1", run(), None), named("i2", None, None)],
+                &app_none,
+                "Pending",
+                "False",
+                Some("ContainersNotInitialized"),
+                Some("containers with incomplete status: [i1 i2]"),
+            ),
+            (
+                "Always",
+                vec![named("i1", done(), None), named("i2", None, None)],
+                &app_none,
+                "Pending",
+                "False",
+                Some("ContainersNotInitialized"),
+                Some("containers with incomplete status: [i2]"),
+            ),
+            (
+                "Always",
+                vec![
+                    named("i1", failed(), Some(("CrashLoopBackOff", "back-off"))),
+                    named("i2", None, None),
+                ],
+                &app_none,
+                "Pending",
+                "False",
+                Some("ContainersNotInitialized"),
+                None,
+            ),
+            (
+                "Never",
+                vec![named("i1", failed(), None), named("i2", None, None)],
+                &app_none,
+                "Failed",
+                "False",
+                Some("ContainersNotInitialized"),
+                None,
+            ),
+            (
+                "Always",
+                vec![named("i1", done(), None), named("i2", done(), None)],
+                &app_none,
+                "Pending",
+                "True",
+                None,
+                None,
+            ),
+        ];
+        for (n, (policy, inits, apps, want_phase, init_status, init_reason, init_message)) in
+            cases.into_iter().enumerate()
+        {
+            let pod = init_pod(policy);
+            let status = pod_status(&pod, &inits, apps, None, "10.0.0.1", now);
+            assert_eq!(status.phase.as_deref(), Some(want_phase), "case {n}");
+            let (s, r, m) = condition_of(&status, "Initialized");
+            assert_eq!(
+                (s.as_str(), r.as_deref()),
+                (init_status, init_reason),
+                "case {n}"
+            );
+            if let Some(want) = init_message {
+                assert_eq!(m.as_deref(), Some(want), "case {n}");
+            }
+            let app = &status.container_statuses.as_ref().expect("statuses")[0];
+            let reason = app
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.clone());
+            assert_eq!(reason.as_deref(), Some("PodInitializing"), "case {n}");
+            let inits = status.init_container_statuses.expect("init statuses");
+            assert_eq!(inits.len(), 2);
+        }
+        // All done and the app running: Running, initialized, and finished init containers
+        // are ready but not started.
+        let pod = init_pod("Always");
+        let inits = [named("i1", done(), None), named("i2", done(), None)];
+        let apps = [named("c", run(), None)];
+        let status = pod_status(&pod, &inits, &apps, None, "10.0.0.1", now);
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(condition_of(&status, "Initialized").0, "True");
+        assert_eq!(condition_of(&status, "Ready").0, "True");
+        let i1 = &status.init_container_statuses.expect("inits")[0];
+        assert!(i1.ready);
+        assert_eq!(i1.started, Some(false));
+        // Pending init containers wait with PodInitializing too.
+        let inits = [named("i1", run(), None), named("i2", None, None)];
+        let status = pod_status(&pod, &inits, &app_none, None, "10.0.0.1", now);
+        let i2 = &status.init_container_statuses.expect("inits")[1];
+        assert_eq!(
+            i2.state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .and_then(|w| w.reason.as_deref()),
+            Some("PodInitializing")
+        );
+    }
+
+    #[test]
+    fn probes_decide_started_and_ready() {
+        let now = Timestamp::from_second(1_800_000_000).expect("now");
+        let pod = pod("Always");
+        let mut probed = view(Some(rc(RuntimeState::Running, 0, 0)), None);
+        let cases = [
+            (None, true, true, "True"),
+            (Some((true, true)), true, true, "True"),
+            (Some((true, false)), true, false, "False"),
+            // Not started: not ready whatever readiness says.
+            (Some((false, true)), false, false, "False"),
+        ];
+        for (gates, started, ready, condition) in cases {
+            probed.probed = gates;
+            let s = container_status(&probed);
+            assert_eq!((s.started, s.ready), (Some(started), ready), "{gates:?}");
+            let status = pod_status(&pod, &[], std::slice::from_ref(&probed), None, "h", now);
+            let (got, reason, message) = condition_of(&status, "Ready");
+            assert_eq!(got, condition, "{gates:?}");
+            if !ready {
+                assert_eq!(reason.as_deref(), Some("ContainersNotReady"));
+                assert_eq!(
+                    message.as_deref(),
+                    Some("containers with unready status: [c]")
+                );
+            }
+            // The QoS class is filled in when the API server left it out.
+            assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+        }
+        // An exited container is neither, probes or not.
+        let mut exited = view(Some(rc(RuntimeState::Exited, 0, 1)), None);
+        exited.probed = Some((true, true));
+        let s = container_status(&exited);
+        assert_eq!((s.started, s.ready), (Some(false), false));
     }
 }
