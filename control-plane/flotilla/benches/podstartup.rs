@@ -68,8 +68,11 @@ fn start_service(dir: &Path) -> anyhow::Result<(Service, String)> {
         .context("starting flotilla up --nodes 1")?;
     let stdout = child.stdout.take().context("no stdout")?;
     let service = Service(child);
+    let mut reader = BufReader::new(stdout);
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
+    reader.read_line(&mut line)?;
+    // Keep reading, so the service never writes into a closed pipe.
+    std::thread::spawn(move || for _ in reader.lines() {});
     let kubeconfig = line.trim().to_string();
     if kubeconfig.is_empty() {
         bail!("flotilla up --nodes 1 printed no kubeconfig path (see its log above)");

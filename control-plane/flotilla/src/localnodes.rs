@@ -294,7 +294,7 @@ impl LocalNodes {
                 ],
             )?;
             self.daemons.push(proxy);
-            println!("node {} at {} (pods {})", node.name, node.ip, node.pod_cidr);
+            tracing::info!(node = %node.name, ip = %node.ip, pods = %node.pod_cidr, "local node started");
         }
         Ok(())
     }
