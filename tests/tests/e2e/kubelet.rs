@@ -256,7 +256,23 @@ fn scenario(
         "busybox has a sandbox and a container: {before_runtime:?}"
     );
     kubelet.kill();
+    // Without heartbeats the node goes Unknown after the node lifecycle controller's 40 s
+    // grace period, while its container keeps running.
+    until(
+        "the node is no longer Ready without its kubelet",
+        Duration::from_secs(90),
+        || Ok(jsonpath(kubectl, &["get", "node", NODE], ready)? == "Unknown"),
+    )?;
+    ensure!(
+        containerd.pod_containers(&uid)?.len() == 2,
+        "busybox's containers outlive the kubelet"
+    );
+    let get = kubectl.ok(&["get", "node", NODE])?;
+    ensure!(get.contains("NotReady"), "{get}");
     *kubelet = start_kubelet(flotilla, containerd, dir)?;
+    until("the node is Ready again", Duration::from_secs(60), || {
+        Ok(jsonpath(kubectl, &["get", "node", NODE], ready).unwrap_or_default() == "True")
+    })?;
     // Let the restarted kubelet sync the pod several times.
     until(
         "the restarted kubelet syncs",
