@@ -431,3 +431,65 @@ impl Drop for LocalCluster {
             .status();
     }
 }
+
+/// One real node against its own `flotilla up` on a fabric: the set-up the single-node kubelet
+/// suites share. Fields drop in order: kubelet, service, containerd, fabric, directory.
+pub struct SingleNode {
+    /// The node's kubelet (replace it to restart the kubelet).
+    pub kubelet: NodeDaemon,
+    /// The service the node joins.
+    pub flotilla: crate::Flotilla,
+    /// The node's containerd.
+    pub containerd: Containerd,
+    /// The fabric joining the host and the node.
+    pub fabric: Fabric,
+    /// Everything on disk: the kubelet's root dir is `dir/kubelet`.
+    pub dir: tempfile::TempDir,
+}
+
+impl SingleNode {
+    /// Starts a fabric, node `name`'s containerd with pods from `pod_cidr`, `flotilla up` on
+    /// the fabric's host address and the node's kubelet (with `kubelet_args` added).
+    pub fn start(name: &str, pod_cidr: &str, kubelet_args: &[&str]) -> anyhow::Result<Self> {
+        require_runtime()?;
+        let dir = tempfile::tempdir()?;
+        let fabric = Fabric::start(&dir.path().join("fabric"))?;
+        let containerd = Containerd::start(
+            &dir.path().join("node"),
+            &fabric,
+            &fabric.node_ip(1),
+            pod_cidr,
+        )?;
+        let flotilla = crate::Flotilla::up_at(crate::Backend::Embedded, &fabric.host_ip, &[])?;
+        let kubelet = NodeDaemon::kubelet(
+            &containerd,
+            &flotilla.kubeconfig,
+            name,
+            dir.path(),
+            kubelet_args,
+        )?;
+        Ok(SingleNode {
+            kubelet,
+            flotilla,
+            containerd,
+            fabric,
+            dir,
+        })
+    }
+
+    /// Waits until Node `name` reports Ready.
+    pub fn wait_ready(&self, name: &str) -> anyhow::Result<()> {
+        let kubectl = self.flotilla.kubectl();
+        let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
+        crate::until(
+            "the node is Ready",
+            std::time::Duration::from_secs(60),
+            || {
+                Ok(
+                    crate::jsonpath(&kubectl, &["get", "node", name], ready).unwrap_or_default()
+                        == "True",
+                )
+            },
+        )
+    }
+}

@@ -8,11 +8,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use flotilla_e2e::nodes::{Containerd, Fabric, NodeDaemon, require_runtime};
-use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
+use flotilla_e2e::nodes::{Containerd, NodeDaemon, SingleNode};
+use flotilla_e2e::{Flotilla, Kubectl, jsonpath, until};
 
 const NODE: &str = "kubelet-e2e";
 const POD_CIDR: &str = "10.244.77.0/24";
+const KUBELET_ARGS: &[&str] = &["--node-labels", "flotilla.dev/pool=e2e"];
 
 /// The kubelet, started inside the node's network namespace.
 fn start_kubelet(
@@ -20,13 +21,7 @@ fn start_kubelet(
     containerd: &Containerd,
     dir: &Path,
 ) -> anyhow::Result<NodeDaemon> {
-    NodeDaemon::kubelet(
-        containerd,
-        &flotilla.kubeconfig,
-        NODE,
-        dir,
-        &["--node-labels", "flotilla.dev/pool=e2e"],
-    )
+    NodeDaemon::kubelet(containerd, &flotilla.kubeconfig, NODE, dir, KUBELET_ARGS)
 }
 
 const PODS: &str = r#"
@@ -95,25 +90,16 @@ fn with_log<T>(kubelet: &NodeDaemon, outcome: anyhow::Result<T>) -> anyhow::Resu
 
 #[test]
 fn kubelet_runs_pods_on_containerd() -> anyhow::Result<()> {
-    require_runtime()?;
-    let dir = tempfile::tempdir()?;
-    let fabric = Fabric::start(&dir.path().join("fabric"))?;
-    let containerd = Containerd::start(
-        &dir.path().join("node"),
-        &fabric,
-        &fabric.node_ip(1),
-        POD_CIDR,
-    )?;
-    let images = containerd.ctr(&["images", "ls", "-q"])?;
+    let mut node = SingleNode::start(NODE, POD_CIDR, KUBELET_ARGS)?;
+    let images = node.containerd.ctr(&["images", "ls", "-q"])?;
     ensure!(
         images.contains("flotilla.local/busybox:1") && images.contains("flotilla.local/pause:1"),
         "the local images are not in containerd: {images}"
     );
-    let flotilla = Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?;
-    let kubectl = flotilla.kubectl();
-    let mut kubelet = start_kubelet(&flotilla, &containerd, dir.path())?;
-    let outcome = scenario(&flotilla, &kubectl, &containerd, &mut kubelet, dir.path());
-    with_log(&kubelet, outcome)
+    let kubectl = node.flotilla.kubectl();
+    let (flotilla, containerd, kubelet) = (&node.flotilla, &node.containerd, &mut node.kubelet);
+    let outcome = scenario(flotilla, &kubectl, containerd, kubelet, node.dir.path());
+    with_log(&node.kubelet, outcome)
 }
 
 fn scenario(

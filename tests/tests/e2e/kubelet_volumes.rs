@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use flotilla_e2e::nodes::{Containerd, Fabric, NodeDaemon, require_runtime};
-use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
+use flotilla_e2e::nodes::SingleNode;
+use flotilla_e2e::{Flotilla, Kubectl, jsonpath, until};
 
 const NODE: &str = "kubelet-e2e";
 const POD_CIDR: &str = "10.244.78.0/24";
@@ -153,27 +153,15 @@ fn phase(kubectl: &Kubectl, pod: &str) -> anyhow::Result<String> {
 
 #[test]
 fn kubelet_mounts_pod_volumes() -> anyhow::Result<()> {
-    require_runtime()?;
-    let dir = tempfile::tempdir()?;
-    let fabric = Fabric::start(&dir.path().join("fabric"))?;
-    let containerd = Containerd::start(
-        &dir.path().join("node"),
-        &fabric,
-        &fabric.node_ip(1),
-        POD_CIDR,
-    )?;
-    let flotilla = Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?;
-    let kubectl = flotilla.kubectl();
-    let kubelet = NodeDaemon::kubelet(&containerd, &flotilla.kubeconfig, NODE, dir.path(), &[])?;
-    let outcome = scenario(&flotilla, &kubectl, &dir.path().join("kubelet"));
-    outcome.with_context(|| format!("kubelet log:\n{}", kubelet.log()))
+    let node = SingleNode::start(NODE, POD_CIDR, &[])?;
+    let (flotilla, kubectl, dir) = (&node.flotilla, node.flotilla.kubectl(), node.dir.path());
+    let outcome = node
+        .wait_ready(NODE)
+        .and_then(|()| scenario(flotilla, &kubectl, &dir.join("kubelet")));
+    outcome.with_context(|| format!("kubelet log:\n{}", node.kubelet.log()))
 }
 
 fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Result<()> {
-    let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
-    until("the node is Ready", Duration::from_secs(60), || {
-        Ok(jsonpath(kubectl, &["get", "node", NODE], ready).unwrap_or_default() == "True")
-    })?;
     until(
         "the root CA is published as kube-root-ca.crt",
         Duration::from_secs(30),

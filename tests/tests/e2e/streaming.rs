@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use flotilla_e2e::nodes::{Containerd, Fabric, NodeDaemon, require_runtime};
-use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, kubectl_bin, until};
+use flotilla_e2e::nodes::SingleNode;
+use flotilla_e2e::{Flotilla, Kubectl, jsonpath, kubectl_bin, until};
 
 const NODE: &str = "streaming-e2e";
 const POD_CIDR: &str = "10.244.78.0/24";
@@ -74,26 +74,14 @@ spec:
     command: [sh, -c, "mkdir -p /www && echo hello-through-port-forward > /www/index.html && exec httpd -f -p 8080 -h /www"]
 "#;
 
-fn with_log<T>(kubelet: &NodeDaemon, outcome: anyhow::Result<T>) -> anyhow::Result<T> {
-    outcome.with_context(|| format!("kubelet log:\n{}", kubelet.log()))
-}
-
 #[test]
 fn logs_exec_and_port_forward_through_the_api_server() -> anyhow::Result<()> {
-    require_runtime()?;
-    let dir = tempfile::tempdir()?;
-    let fabric = Fabric::start(&dir.path().join("fabric"))?;
-    let containerd = Containerd::start(
-        &dir.path().join("node"),
-        &fabric,
-        &fabric.node_ip(1),
-        POD_CIDR,
-    )?;
-    let flotilla = Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?;
-    let kubectl = flotilla.kubectl();
-    let kubelet = NodeDaemon::kubelet(&containerd, &flotilla.kubeconfig, NODE, dir.path(), &[])?;
-    let outcome = scenario(&flotilla, &kubectl, dir.path());
-    with_log(&kubelet, outcome)
+    let node = SingleNode::start(NODE, POD_CIDR, &[])?;
+    let (flotilla, kubectl, dir) = (&node.flotilla, node.flotilla.kubectl(), node.dir.path());
+    let outcome = node
+        .wait_ready(NODE)
+        .and_then(|()| scenario(flotilla, &kubectl, dir));
+    outcome.with_context(|| format!("kubelet log:\n{}", node.kubelet.log()))
 }
 
 fn running(kubectl: &Kubectl, pod: &str) -> anyhow::Result<()> {
@@ -105,10 +93,6 @@ fn running(kubectl: &Kubectl, pod: &str) -> anyhow::Result<()> {
 }
 
 fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, dir: &Path) -> anyhow::Result<()> {
-    let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
-    until("the node is Ready", Duration::from_secs(60), || {
-        Ok(jsonpath(kubectl, &["get", "node", NODE], ready).unwrap_or_default() == "True")
-    })?;
     let port = jsonpath(
         kubectl,
         &["get", "node", NODE],
