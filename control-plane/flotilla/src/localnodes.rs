@@ -298,9 +298,12 @@ impl LocalNodes {
         }
         Ok(())
     }
+}
 
-    /// Stops the daemons, the nodes' containerds (with their containers) and the fabric.
-    pub(crate) fn stop(mut self) {
+/// Dropping the nodes (the service stopping, or failing after `prepare`) stops the daemons,
+/// the nodes' containerds with their containers, and the fabric.
+impl Drop for LocalNodes {
+    fn drop(&mut self) {
         for daemon in &mut self.daemons {
             let _ = daemon.kill();
             let _ = daemon.wait();

@@ -361,12 +361,9 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     match started_nodes {
         Ok(true) => serve.await,
         Ok(false) => {}
-        Err(err) => {
-            nodes.stop();
-            return Err(err.context("starting the local nodes"));
-        }
+        // Dropping `nodes` stops them, on this path and the others.
+        Err(err) => return Err(err.context("starting the local nodes")),
     }
-    nodes.stop();
     Ok(())
 }
 
