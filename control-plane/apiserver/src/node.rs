@@ -330,6 +330,16 @@ pub async fn admit(
                         "node \"{node}\" can only create pods with spec.nodeName set to itself"
                     )));
                 }
+                let node_uid = match server.resources.find("", "v1", "nodes") {
+                    Some(nodes) => server
+                        .store
+                        .get(&state.tenant, nodes, "", node, ReadAt::Latest)
+                        .await
+                        .ok()
+                        .and_then(|n| meta::str_at(&n, &["metadata", "uid"]).map(String::from)),
+                    None => None,
+                };
+                mirror_pod_refusal(&pod, node, node_uid.as_deref()).map_err(forbidden)?;
             }
             ("create", "eviction") | ("update" | "patch", "status") | ("delete", "") => {
                 let bound = match server.resources.find("", "v1", "pods") {
@@ -363,6 +373,98 @@ pub async fn admit(
             _ => {}
         },
         _ => {}
+    }
+    Ok(())
+}
+
+/// NodeRestriction on a mirror pod a node creates (upstream `admitPodCreate`, its
+/// messages): owned by that Node alone, as controller, and referring to no other API object.
+pub fn mirror_pod_refusal(pod: &Value, node: &str, node_uid: Option<&str>) -> Result<(), String> {
+    let owners = pod["metadata"]["ownerReferences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let owner = match owners.as_slice() {
+        [] => {
+            return Err(format!(
+                "node \"{node}\" can only create pods with an owner reference set to itself"
+            ));
+        }
+        [owner] => owner,
+        _ => {
+            return Err(format!(
+                "node \"{node}\" can only create pods with a single owner reference set to itself"
+            ));
+        }
+    };
+    if owner["apiVersion"] != "v1" || owner["kind"] != "Node" || owner["name"] != node {
+        return Err(format!(
+            "node \"{node}\" can only create pods with an owner reference set to itself"
+        ));
+    }
+    if owner["controller"] != true {
+        return Err(format!(
+            "node \"{node}\" can only create pods with a controller owner reference set to itself"
+        ));
+    }
+    if owner["blockOwnerDeletion"] == true {
+        return Err(format!(
+            "node \"{node}\" must not set blockOwnerDeletion on an owner reference"
+        ));
+    }
+    let owner_uid = owner["uid"].as_str().unwrap_or_default();
+    if node_uid != Some(owner_uid) {
+        return Err(format!(
+            "node {node} UID mismatch: expected {} got {owner_uid}",
+            node_uid.unwrap_or_default()
+        ));
+    }
+    let spec = &pod["spec"];
+    if !spec["serviceAccountName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(format!(
+            "node \"{node}\" can not create pods that reference a service account"
+        ));
+    }
+    let references = |kind: &str| {
+        let (volume_key, env_ref, env_from) = match kind {
+            "secrets" => ("secret", "secretKeyRef", "secretRef"),
+            _ => ("configMap", "configMapKeyRef", "configMapRef"),
+        };
+        let in_volumes = volumes(spec).any(|v| {
+            !v[volume_key].is_null()
+                || v["projected"]["sources"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| !s[volume_key].is_null()))
+        });
+        let in_containers = containers(spec).any(|c| {
+            c["envFrom"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|e| !e[env_from].is_null()))
+                || c["env"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|e| !e["valueFrom"][env_ref].is_null()))
+        });
+        let pull_secrets = kind == "secrets"
+            && spec["imagePullSecrets"]
+                .as_array()
+                .is_some_and(|l| !l.is_empty());
+        in_volumes || in_containers || pull_secrets
+    };
+    for kind in ["secrets", "configmaps"] {
+        if references(kind) {
+            return Err(format!(
+                "node \"{node}\" can not create pods that reference {kind}"
+            ));
+        }
+    }
+    if volumes(spec).any(|v| !v["persistentVolumeClaim"].is_null()) {
+        return Err(format!(
+            "node \"{node}\" can not create pods that reference persistentvolumeclaims"
+        ));
     }
     Ok(())
 }
@@ -439,6 +541,68 @@ mod tests {
             ("serviceaccounts", "default"),
         ] {
             assert!(!references(&pod, resource, name), "{resource}/{name}");
+        }
+    }
+
+    #[test]
+    fn nodes_create_only_self_owned_mirror_pods_without_references() {
+        let owner = json!({"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u1", "controller": true});
+        let mirror = |spec: Value, owners: Value| json!({"metadata": {"ownerReferences": owners}, "spec": spec});
+        let plain = json!({"containers": [{"name": "c", "image": "i"}]});
+        assert_eq!(
+            mirror_pod_refusal(&mirror(plain.clone(), json!([owner])), "n1", Some("u1")),
+            Ok(())
+        );
+        let refused = |pod: Value| mirror_pod_refusal(&pod, "n1", Some("u1")).expect_err("refused");
+        assert!(
+            refused(mirror(plain.clone(), json!([]))).contains("owner reference set to itself")
+        );
+        assert!(refused(mirror(plain.clone(), json!([owner, owner]))).contains("single owner"));
+        let mut other = owner.clone();
+        other["name"] = json!("n2");
+        assert!(refused(mirror(plain.clone(), json!([other]))).contains("set to itself"));
+        let mut not_controller = owner.clone();
+        not_controller["controller"] = json!(false);
+        assert!(
+            refused(mirror(plain.clone(), json!([not_controller]))).contains("controller owner")
+        );
+        let mut blocking = owner.clone();
+        blocking["blockOwnerDeletion"] = json!(true);
+        assert!(refused(mirror(plain.clone(), json!([blocking]))).contains("blockOwnerDeletion"));
+        let mut stale = owner.clone();
+        stale["uid"] = json!("old");
+        assert_eq!(
+            refused(mirror(plain.clone(), json!([stale]))),
+            "node n1 UID mismatch: expected u1 got old"
+        );
+        let cases = [
+            (
+                json!({"serviceAccountName": "sa", "containers": []}),
+                "a service account",
+            ),
+            (
+                json!({"volumes": [{"name": "v", "secret": {"secretName": "s"}}]}),
+                "secrets",
+            ),
+            (
+                json!({"containers": [{"env": [{"name": "E", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]}]}),
+                "configmaps",
+            ),
+            (
+                json!({"volumes": [{"name": "v", "projected": {"sources": [{"configMap": {"name": "c"}}]}}]}),
+                "configmaps",
+            ),
+            (
+                json!({"volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]}),
+                "persistentvolumeclaims",
+            ),
+        ];
+        for (spec, want) in cases {
+            let err = refused(mirror(spec.clone(), json!([owner])));
+            assert!(
+                err.ends_with(&format!("can not create pods that reference {want}")),
+                "{spec}: {err}"
+            );
         }
     }
 

@@ -535,9 +535,15 @@ impl Strategy for PodStrategy {
         }
     }
     fn default(&self, obj: &mut Value) {
+        // Mirror pods stay as their kubelet wrote them: no service account (upstream's
+        // ServiceAccount admission leaves them alone, and a changed spec would make the
+        // kubelet replace the mirror).
+        let mirror = !obj["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_null();
         if let Some(spec) = obj.get_mut("spec") {
             default_pod_spec(spec);
-            set_default(spec, &["serviceAccountName"], json!("default"));
+            if !mirror {
+                set_default(spec, &["serviceAccountName"], json!("default"));
+            }
             set_default(spec, &["enableServiceLinks"], json!(true));
             set_default(spec, &["priority"], json!(0));
             default_toleration_seconds(spec);

@@ -2,7 +2,8 @@
 //! and N nodes; each node is a network namespace with its own containerd, `flotilla-kubelet`
 //! (joined with a bootstrap token, so it acts as `system:node:<name>`) and `flotilla-proxy`,
 //! with routes between the nodes' pod CIDRs. The node-image scripts that do the plumbing are
-//! embedded in the binary and written under `DIR/nodes/scripts`.
+//! embedded in the binary and written under `DIR/nodes/scripts`. Static pod manifests put in
+//! `DIR/nodes/node-i/manifests` run on node i.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -254,6 +255,7 @@ impl LocalNodes {
                     },
                 },
             };
+            std::fs::create_dir_all(node.dir.join("manifests"))?;
             let config_path = node.dir.join("nodeconfig.yaml");
             std::fs::write(&config_path, serde_yaml::to_string(&config)?)?;
             let kubelet = spawn(
@@ -272,6 +274,11 @@ impl LocalNodes {
                     &node.ip,
                     "--root-dir",
                     &node.dir.join("kubelet").to_string_lossy(),
+                    // Static pods: manifests dropped here run on this node.
+                    "--pod-manifest-path",
+                    &node.dir.join("manifests").to_string_lossy(),
+                    "--file-check-frequency",
+                    "5s",
                 ],
             )?;
             self.daemons.push(kubelet);

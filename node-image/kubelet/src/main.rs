@@ -16,6 +16,7 @@ mod prober;
 mod resources;
 mod server;
 mod spdy;
+mod static_pods;
 mod status;
 mod streaming;
 mod translate;
@@ -78,6 +79,13 @@ struct Args {
     /// The serving certificate's key (PEM).
     #[arg(long, requires = "tls_cert_file")]
     tls_private_key_file: Option<PathBuf>,
+    /// Static pods: a directory of Pod manifests (or one manifest file) the kubelet runs
+    /// itself, with a mirror pod in the API for each.
+    #[arg(long)]
+    pod_manifest_path: Option<PathBuf>,
+    /// How often the static pod manifests are read again (a Go duration: 20s, 500ms).
+    #[arg(long, default_value = "20s", value_parser = static_pods::parse_duration)]
+    file_check_frequency: std::time::Duration,
     /// The CA (PEM) client certificates must be signed by; default: the cluster's client CA
     /// as the API server publishes it in kube-system/extension-apiserver-authentication.
     #[arg(long)]
@@ -225,10 +233,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         backoff: Mutex::new(status::Backoff::default()),
         volumes: volumes::VolumeManager::new(args.root_dir.clone(), client.clone(), name.clone()),
     });
+    let static_pods = args.pod_manifest_path.clone().map(|path| {
+        let (publish, receive) =
+            tokio::sync::watch::channel(static_pods::read_manifests(&path, &name).0);
+        tokio::spawn(static_pods::watch_manifests(
+            path,
+            name.clone(),
+            args.file_check_frequency,
+            publish,
+        ));
+        receive
+    });
     let heartbeat = tokio::spawn(node::heartbeat(client, spec, cri));
     let serving = tokio::spawn(server::serve(kubelet_server, listener, tls));
     tokio::select! {
-        outcome = pods::run(kubelet) => outcome,
+        outcome = pods::run(kubelet, static_pods) => outcome,
         _ = heartbeat => anyhow::bail!("the heartbeat stopped"),
         _ = serving => anyhow::bail!("the kubelet server stopped"),
     }

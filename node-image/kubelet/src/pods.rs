@@ -26,6 +26,7 @@ use crate::node::manager;
 use crate::probe::{Observed, is_restartable_init};
 use crate::prober::{self, PodProbes, Seen};
 use crate::resources;
+use crate::static_pods::{self, Mirror};
 use crate::status::{self, Backoff, ContainerView, RuntimeContainer, RuntimeState};
 use crate::translate::{
     self, CONTAINER_NAME_LABEL, EnvSources, ImageDecision, NodeFacts, POD_UID_LABEL,
@@ -59,14 +60,43 @@ pub struct Kubelet {
     pub memory_capacity: i64,
 }
 
-/// Watches this node's pods and runs a worker per pod until the watch ends.
-pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
+/// Watches this node's pods and runs a worker per pod until the watch ends; with a static
+/// pod source, runs its pods too and keeps their mirror pods in step.
+pub async fn run(
+    kubelet: Arc<Kubelet>,
+    mut static_pods: Option<watch::Receiver<Vec<Pod>>>,
+) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::all(kubelet.client.clone());
     let config = watcher::Config::default().fields(&format!("spec.nodeName={}", kubelet.node_name));
     let mut events = watcher::watcher(pods, config).boxed();
     let mut workers: HashMap<String, watch::Sender<Pod>> = HashMap::new();
     let mut listed: HashSet<String> = HashSet::new();
-    while let Some(event) = events.next().await {
+    let mut statics = StaticWorkers::default();
+    // Static pods start before the first list, so the orphan sweep after it adopts them.
+    if let Some(source) = static_pods.as_mut() {
+        let current = source.borrow_and_update().clone();
+        statics.apply(&kubelet, current);
+    }
+    loop {
+        let event = tokio::select! {
+            event = events.next() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            Some(Ok(())) = async {
+                match static_pods.as_mut() {
+                    Some(source) => Some(source.changed().await),
+                    None => None,
+                }
+            } => {
+                if let Some(source) = static_pods.as_mut() {
+                    let current = source.borrow_and_update().clone();
+                    statics.apply(&kubelet, current);
+                    statics.delete_orphaned_mirrors(&kubelet);
+                }
+                continue;
+            }
+        };
         let event = match event {
             Ok(event) => event,
             Err(err) => {
@@ -75,7 +105,15 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
             }
         };
         match event {
-            Event::Init => listed.clear(),
+            Event::Init => {
+                listed.clear();
+                statics.mirrors.clear();
+            }
+            // Mirror pods are the API's view of static pods: never run, only kept in step.
+            Event::InitApply(pod) | Event::Apply(pod) if static_pods::is_mirror(&pod) => {
+                statics.mirror_seen(&kubelet, pod);
+            }
+            Event::Delete(pod) if static_pods::is_mirror(&pod) => statics.mirror_gone(&pod),
             Event::InitApply(pod) | Event::Apply(pod) => {
                 let Some(uid) = pod.metadata.uid.clone() else {
                     continue;
@@ -101,7 +139,12 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
             Event::InitDone => {
                 // Pods that vanished while the watch was down get no Delete event.
                 workers.retain(|uid, _| listed.contains(uid));
-                let known: HashSet<String> = workers.keys().cloned().collect();
+                statics.delete_orphaned_mirrors(&kubelet);
+                let known: HashSet<String> = workers
+                    .keys()
+                    .chain(statics.workers.keys())
+                    .cloned()
+                    .collect();
                 match remove_orphans(&kubelet, &known).await {
                     Ok(()) => kubelet.volumes.remove_orphans(&known),
                     Err(err) => tracing::warn!(%err, "removing orphaned sandboxes failed"),
@@ -110,6 +153,97 @@ pub async fn run(kubelet: Arc<Kubelet>) -> anyhow::Result<()> {
         }
     }
     anyhow::bail!("the pod watch ended")
+}
+
+/// The static pods' workers (by static UID) and the mirror pods the API holds (by full name).
+#[derive(Default)]
+struct StaticWorkers {
+    workers: HashMap<String, watch::Sender<Pod>>,
+    mirrors: HashMap<String, Pod>,
+}
+
+impl StaticWorkers {
+    /// Starts workers for new static pods, updates changed ones, and stops removed ones.
+    fn apply(&mut self, kubelet: &Arc<Kubelet>, pods: Vec<Pod>) {
+        let current: HashSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        self.workers.retain(|uid, _| current.contains(uid));
+        for pod in pods {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            match self.workers.get(&uid) {
+                Some(sender) => {
+                    sender.send_if_modified(|old| {
+                        let changed = *old != pod;
+                        if changed {
+                            *old = pod;
+                        }
+                        changed
+                    });
+                }
+                None => {
+                    tracing::info!(pod = %static_pods::full_name(&pod), %uid, "static pod added");
+                    let (sender, receiver) = watch::channel(pod);
+                    self.workers.insert(uid, sender);
+                    tokio::spawn(worker(kubelet.clone(), receiver));
+                }
+            }
+        }
+    }
+
+    /// The static worker of the pod called `full_name`.
+    fn worker_named(&self, full_name: &str) -> Option<&watch::Sender<Pod>> {
+        self.workers
+            .values()
+            .find(|sender| static_pods::full_name(&sender.borrow()) == full_name)
+    }
+
+    /// A mirror pod appeared or changed: one without a static pod is deleted; one being
+    /// deleted or outdated wakes its static pod's worker to replace it.
+    fn mirror_seen(&mut self, kubelet: &Arc<Kubelet>, mirror: Pod) {
+        let name = static_pods::full_name(&mirror);
+        let worker = self.worker_named(&name);
+        match worker {
+            None => delete_mirror_later(kubelet, mirror.clone()),
+            Some(sender) => {
+                let current = sender.borrow().metadata.uid.as_deref()
+                    == static_pods::mirrored_uid(&mirror)
+                    && mirror.metadata.deletion_timestamp.is_none();
+                if !current {
+                    sender.send_modify(|_| {});
+                }
+            }
+        }
+        self.mirrors.insert(name, mirror);
+    }
+
+    /// A mirror pod is gone from the API: its static pod's worker creates it again.
+    fn mirror_gone(&mut self, mirror: &Pod) {
+        let name = static_pods::full_name(mirror);
+        self.mirrors.remove(&name);
+        if let Some(sender) = self.worker_named(&name) {
+            sender.send_modify(|_| {});
+        }
+    }
+
+    /// Deletes the mirror pods whose static pod is gone (upstream `deleteOrphanedMirrorPods`).
+    fn delete_orphaned_mirrors(&self, kubelet: &Arc<Kubelet>) {
+        for (name, mirror) in &self.mirrors {
+            if self.worker_named(name).is_none() {
+                delete_mirror_later(kubelet, mirror.clone());
+            }
+        }
+    }
+}
+
+/// Deletes `mirror` in the background (the pod loop never waits on the API).
+fn delete_mirror_later(kubelet: &Arc<Kubelet>, mirror: Pod) {
+    let client = kubelet.client.clone();
+    tokio::spawn(async move {
+        if let Err(err) = static_pods::delete_mirror(&client, &mirror).await {
+            tracing::warn!(pod = %static_pods::full_name(&mirror), %err, "deleting an orphaned mirror pod failed");
+        }
+    });
 }
 
 /// Removes the sandboxes of pods that are no longer bound here (deleted while the kubelet
@@ -167,7 +301,15 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
     }
     kubelet.recorder.forget_pod(&uid);
     let mut cri = kubelet.cri.clone();
-    match kill_pod(&mut cri, &uid, 2).await {
+    // A static pod whose manifest went away stops gracefully (preStop, grace period); an
+    // API pod already did, when its deletion was seen.
+    let last = pod.borrow().clone();
+    let stopped = if static_pods::is_static(&last) {
+        terminate_pod(&kubelet, &mut cri, &last, &uid).await
+    } else {
+        kill_pod(&mut cri, &uid, 2).await
+    };
+    match stopped {
         // Nothing of the pod runs any more: its volumes can go.
         Ok(()) => kubelet.volumes.cleanup(&uid),
         Err(err) => tracing::warn!(pod_uid = %uid, %err, "cleaning up a deleted pod failed"),
@@ -569,7 +711,19 @@ async fn sync_pod(
     );
     let new_phase = computed.phase.clone().unwrap_or_default();
     let value = serde_json::to_value(&computed)?;
-    if last_sent.as_ref().map(comparable) != Some(comparable(&value)) {
+    // A static pod's status goes to its mirror pod, which must exist (and be current) first.
+    let mut reportable = true;
+    if static_pods::is_static(pod) {
+        match static_pods::ensure_mirror(&kubelet.client, pod, &kubelet.node_name).await {
+            Ok(Mirror::Current) => {}
+            Ok(Mirror::Created) => *last_sent = None,
+            Err(err) => {
+                tracing::warn!(pod = %name, %err, "the static pod's mirror pod is not there");
+                reportable = false;
+            }
+        }
+    }
+    if reportable && last_sent.as_ref().map(comparable) != Some(comparable(&value)) {
         api.patch_status(name, &manager(), &Patch::Merge(&json!({"status": value})))
             .await?;
         *last_sent = Some(value);

@@ -372,10 +372,14 @@ impl KubeletServer {
     pub async fn pod(&self, namespace: &str, name: &str) -> Result<Pod, Response<Body>> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         match pods.get_opt(name).await {
-            Ok(Some(pod))
+            Ok(Some(mut pod))
                 if pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
                     == Some(self.node_name.as_str()) =>
             {
+                // A mirror pod's containers run under its static pod's UID.
+                if let Some(uid) = crate::static_pods::mirrored_uid(&pod) {
+                    pod.metadata.uid = Some(uid.to_string());
+                }
                 Ok(pod)
             }
             Ok(_) => Err(text(

@@ -3,7 +3,8 @@
 //! by stock kubectl 1.32: a Deployment of a locally built HTTP image Running and Ready on both
 //! nodes, its Service answering from a pod on node 1 with replies from pods on both nodes, the
 //! NodePort answering from the other node's namespace, and a pod whose readiness probe fails
-//! leaving the Service's endpoints so traffic stops reaching it.
+//! leaving the Service's endpoints so traffic stops reaching it; then static pods from node 1's
+//! manifest directory and their mirror pods.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -231,5 +232,113 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
         !after.contains(&unready) && !after.iter().any(|a| a == "FAILED"),
         "after {unready} went unready: {after:?}"
     );
+    static_pods(cluster)
+}
+
+/// A static pod on node 1: busybox httpd from a manifest in the node's manifest directory.
+const STATIC_WEB: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: static-web, labels: {tier: static}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: httpd
+    image: flotilla.local/busybox:1
+    imagePullPolicy: Never
+    command: [sh, -c, "echo static-VERSION; mkdir -p /www && echo VERSION > /www/index.html && exec httpd -f -p 8080 -h /www"]
+"#;
+
+/// Static pods on node 1 (its kubelet acts as `system:node:node-1`, so NodeRestriction
+/// admits the mirror pod): the mirror appears Running and owned by the Node, `kubectl logs`
+/// reaches the static pod, a deleted mirror comes back without the container restarting, an
+/// edited manifest replaces the pod, a bad manifest is skipped, and removing the manifest
+/// stops the pod and deletes its mirror.
+fn static_pods(cluster: &LocalCluster) -> anyhow::Result<()> {
+    let kubectl = cluster.flotilla.kubectl();
+    let manifests = cluster.node_dir(1).join("manifests");
+    let manifest = manifests.join("static-web.yaml");
+    std::fs::write(
+        manifests.join("broken.yaml"),
+        "apiVersion: v1\nkind: Pod\nspec: {}\n",
+    )?;
+    std::fs::write(&manifest, STATIC_WEB.replace("VERSION", "1"))?;
+    let mirror = "static-web-node-1";
+    let state = |path: &str| jsonpath(&kubectl, &["get", "pod", mirror], path);
+    until("the mirror pod is Running", Duration::from_secs(60), || {
+        Ok(state("{.status.phase}").unwrap_or_default() == "Running")
+    })?;
+    let owner = state(
+        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].controller}",
+    )?;
+    ensure!(owner == "Node/node-1/true", "mirror owner {owner:?}");
+    let hash = state(r#"{.metadata.annotations.kubernetes\.io/config\.mirror}"#)?;
+    ensure!(hash.len() == 32, "config.mirror annotation {hash:?}");
+    let source = state(r#"{.metadata.annotations.kubernetes\.io/config\.source}"#)?;
+    ensure!(source == "file", "config.source {source:?}");
+    let account = state("{.spec.serviceAccountName}")?;
+    ensure!(
+        account.is_empty(),
+        "a mirror pod names no service account: {account:?}"
+    );
+    let logs = kubectl.ok(&["logs", mirror])?;
+    ensure!(
+        logs.contains("static-1"),
+        "logs of the static pod: {logs:?}"
+    );
+    ensure!(
+        cluster
+            .log(1, "kubelet")
+            .contains("skipping a static pod manifest"),
+        "the broken manifest was not reported"
+    );
+
+    // Deleting the mirror brings a new one; the static pod's container keeps running.
+    let container = state("{.status.containerStatuses[0].containerID}")?;
+    let first_uid = state("{.metadata.uid}")?;
+    kubectl.ok(&["delete", "pod", mirror, "--wait=false"])?;
+    until(
+        "a new mirror pod is Running",
+        Duration::from_secs(60),
+        || {
+            let uid = state("{.metadata.uid}").unwrap_or_default();
+            Ok(!uid.is_empty()
+                && uid != first_uid
+                && state("{.status.phase}").unwrap_or_default() == "Running")
+        },
+    )?;
+    let same = state("{.status.containerStatuses[0].containerID}")?;
+    ensure!(
+        same == container,
+        "container {container} became {same} after the mirror's deletion"
+    );
+
+    // An edited manifest is a new static pod: a new container and a matching new mirror.
+    std::fs::write(&manifest, STATIC_WEB.replace("VERSION", "2"))?;
+    until(
+        "the edited static pod runs",
+        Duration::from_secs(60),
+        || {
+            let id = state("{.status.containerStatuses[0].containerID}").unwrap_or_default();
+            let annotation = state(r#"{.metadata.annotations.kubernetes\.io/config\.mirror}"#)
+                .unwrap_or_default();
+            Ok(!id.is_empty()
+                && id != container
+                && annotation != hash
+                && kubectl
+                    .ok(&["logs", mirror])
+                    .unwrap_or_default()
+                    .contains("static-2"))
+        },
+    )?;
+
+    // Without its manifest the pod stops and its mirror goes.
+    std::fs::remove_file(&manifest)?;
+    std::fs::remove_file(manifests.join("broken.yaml"))?;
+    until("the mirror pod is gone", Duration::from_secs(60), || {
+        let out = kubectl.run(&["get", "pod", mirror], None, &[])?;
+        Ok(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound"))
+    })?;
+    let pods = kubectl.ok(&["get", "pods", "-l", "tier=static", "-o", "name"])?;
+    ensure!(pods.trim().is_empty(), "static pods left: {pods}");
     Ok(())
 }
