@@ -289,6 +289,8 @@ impl NodeDaemon {
             containerd.ip.clone(),
             "--root-dir".into(),
             dir.join("kubelet").to_string_lossy().into_owned(),
+            "--eviction-hard".into(),
+            LOCAL_EVICTION_HARD.into(),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
         Self::start(
@@ -431,6 +433,11 @@ impl Drop for LocalCluster {
             .status();
     }
 }
+
+/// Eviction thresholds for nodes sharing the host's disk: memory only, as kind sets them
+/// (a nearly full developer disk must not evict every test pod).
+pub const LOCAL_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%";
 
 /// One real node against its own `flotilla up` on a fabric: the set-up the single-node kubelet
 /// suites share. Fields drop in order: kubelet, service, containerd, fabric, directory.

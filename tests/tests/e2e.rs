@@ -16,6 +16,8 @@ mod cluster;
 mod controllers;
 #[path = "e2e/deployment.rs"]
 mod deployment;
+#[path = "e2e/eviction.rs"]
+mod eviction;
 #[path = "e2e/jobs.rs"]
 mod jobs;
 #[path = "e2e/kubelet.rs"]

@@ -279,6 +279,10 @@ impl LocalNodes {
                     &node.dir.join("manifests").to_string_lossy(),
                     "--file-check-frequency",
                     "5s",
+                    // The nodes share this machine's disk: evict on memory only, as kind
+                    // does, so a nearly full developer disk does not evict every pod.
+                    "--eviction-hard",
+                    "memory.available<100Mi,nodefs.available<0%,nodefs.inodesFree<0%,imagefs.available<0%",
                 ],
             )?;
             self.daemons.push(kubelet);

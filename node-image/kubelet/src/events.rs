@@ -145,6 +145,11 @@ impl Recorder {
         self.record(pod, field_path(pod, container), type_, reason, message);
     }
 
+    /// An event about `pod` itself.
+    pub fn pod_event(&self, pod: &Pod, type_: &str, reason: &str, message: &str) {
+        self.record(pod, String::new(), type_, reason, message);
+    }
+
     /// Forgets a pod's events (it is gone).
     pub fn forget_pod(&self, uid: &str) {
         if let Ok(mut c) = self.correlator.lock() {

@@ -4,6 +4,7 @@
 
 mod cri;
 mod events;
+mod eviction;
 mod hooks;
 mod init;
 mod logs;
@@ -33,7 +34,9 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(
     name = "flotilla-kubelet",
-    about = "The Flotilla kubelet on containerd's CRI"
+    about = "The Flotilla kubelet on containerd's CRI",
+    // As with upstream's flags, a flag given again wins over the earlier one.
+    args_override_self = true
 )]
 struct Args {
     /// A kubeconfig to talk to the API with.
@@ -86,6 +89,14 @@ struct Args {
     /// How often the static pod manifests are read again (a Go duration: 20s, 500ms).
     #[arg(long, default_value = "20s", value_parser = static_pods::parse_duration)]
     file_check_frequency: std::time::Duration,
+    /// Hard eviction thresholds: signal<quantity or percentage, comma-separated
+    /// (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available,
+    /// imagefs.inodesFree, pid.available). An empty value disables eviction.
+    #[arg(long, default_value = eviction::DEFAULT_HARD)]
+    eviction_hard: String,
+    /// How long a pressure condition stays after its threshold was last met.
+    #[arg(long, default_value = "5m0s", value_parser = static_pods::parse_duration)]
+    eviction_pressure_transition_period: std::time::Duration,
     /// The CA (PEM) client certificates must be signed by; default: the cluster's client CA
     /// as the API server publishes it in kube-system/extension-apiserver-authentication.
     #[arg(long)]
@@ -144,6 +155,8 @@ fn local_ip_towards(server: &str) -> Option<IpAddr> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let name = args.node_name.clone().unwrap_or_else(hostname);
+    let thresholds = eviction::parse_thresholds(&args.eviction_hard)
+        .map_err(|err| anyhow::anyhow!("--eviction-hard: {err}"))?;
     let mut labels = node::parse_labels(&args.node_labels).map_err(anyhow::Error::msg)?;
     let mut taints = node::parse_taints(&args.register_with_taints).map_err(anyhow::Error::msg)?;
     let (client, server) = match (&args.kubeconfig, &args.node_config, &args.cert_dir) {
@@ -222,8 +235,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", log_root.display()))?;
     let memory_capacity =
         i64::try_from(spec.machine.memory_kib.saturating_mul(1024)).unwrap_or(i64::MAX);
+    let recorder = Arc::new(events::Recorder::new(client.clone(), name.clone()));
+    let pressure = Arc::new(eviction::Pressure::default());
+    let eviction_config = eviction::Config {
+        thresholds,
+        transition: args.eviction_pressure_transition_period,
+        root_dir: args.root_dir.clone(),
+        log_root: log_root.clone(),
+    };
+    tokio::spawn(eviction::run(
+        client.clone(),
+        name.clone(),
+        cri.clone(),
+        eviction_config,
+        pressure.clone(),
+        recorder.clone(),
+    ));
     let kubelet = Arc::new(pods::Kubelet {
-        recorder: Arc::new(events::Recorder::new(client.clone(), name.clone())),
+        recorder,
+        pressure: pressure.clone(),
         memory_capacity,
         client: client.clone(),
         cri: cri.clone(),
@@ -244,7 +274,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ));
         receive
     });
-    let heartbeat = tokio::spawn(node::heartbeat(client, spec, cri));
+    let heartbeat = tokio::spawn(node::heartbeat(
+        client,
+        spec,
+        cri,
+        pressure.conditions.subscribe(),
+    ));
     let serving = tokio::spawn(server::serve(kubelet_server, listener, tls));
     tokio::select! {
         outcome = pods::run(kubelet, static_pods) => outcome,

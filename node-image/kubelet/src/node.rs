@@ -3,8 +3,8 @@
 //! in `kube-node-lease` (`pkg/kubelet/nodelease`), and the Ready condition, which follows
 //! whether the container runtime answers.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use tokio::sync::watch;
 
 use crate::cri::Cri;
 use crate::machine::Machine;
@@ -125,8 +126,13 @@ pub fn initial_node(spec: &NodeSpec) -> Result<Node, serde_json::Error> {
     serde_json::from_value(node)
 }
 
-/// The node's conditions: Ready follows the runtime; no pressure is measured yet.
-pub fn conditions(runtime_ok: bool, now: &str) -> serde_json::Value {
+/// The node's conditions: Ready follows the runtime; MemoryPressure, DiskPressure and
+/// PIDPressure are those the eviction manager holds (`pressure`).
+pub fn conditions(
+    runtime_ok: bool,
+    pressure: &BTreeSet<&'static str>,
+    now: &str,
+) -> serde_json::Value {
     let condition = |kind: &str, status: &str, reason: &str, message: &str| {
         json!({"type": kind, "status": status, "reason": reason, "message": message,
                "lastHeartbeatTime": now, "lastTransitionTime": now})
@@ -146,30 +152,51 @@ pub fn conditions(runtime_ok: bool, now: &str) -> serde_json::Value {
             "container runtime is down",
         )
     };
-    json!([
-        condition(
+    // (type, reason and message without pressure, with pressure): upstream's wording.
+    let kinds = [
+        (
             "MemoryPressure",
-            "False",
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available"
+            (
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            (
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+            ),
         ),
-        condition(
+        (
             "DiskPressure",
-            "False",
-            "KubeletHasNoDiskPressure",
-            "kubelet has no disk pressure"
+            ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("KubeletHasDiskPressure", "kubelet has disk pressure"),
         ),
-        condition(
+        (
             "PIDPressure",
-            "False",
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available"
+            (
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+            (
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+            ),
         ),
-        ready,
-    ])
+    ];
+    let mut all: Vec<serde_json::Value> = kinds
+        .into_iter()
+        .map(|(kind, fine, under)| {
+            if pressure.contains(kind) {
+                condition(kind, "True", under.0, under.1)
+            } else {
+                condition(kind, "False", fine.0, fine.1)
+            }
+        })
+        .collect();
+    all.push(ready);
+    serde_json::Value::Array(all)
 }
 
-/// The node's status: capacity, addresses, nodeInfo, conditions.
+/// The node's status: capacity, addresses, nodeInfo, conditions (no pressure yet).
 pub fn node_status(spec: &NodeSpec, runtime_ok: bool, now: &str) -> serde_json::Value {
     let m = &spec.machine;
     let resources = json!({
@@ -197,7 +224,7 @@ pub fn node_status(spec: &NodeSpec, runtime_ok: bool, now: &str) -> serde_json::
             "bootID": m.boot_id,
         },
         "daemonEndpoints": {"kubeletEndpoint": {"Port": spec.kubelet_port}},
-        "conditions": conditions(runtime_ok, now),
+        "conditions": conditions(runtime_ok, &BTreeSet::new(), now),
     }})
 }
 
@@ -233,31 +260,47 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec) -> anyhow::Result<
     Ok(())
 }
 
-/// Renews the Lease every [`LEASE_RENEW`]; reports conditions when the runtime's health
-/// changes and every [`STATUS_REFRESH`]. Runs until the process ends.
-pub async fn heartbeat(client: kube::Client, spec: NodeSpec, mut cri: Cri) {
+/// Renews the Lease every [`LEASE_RENEW`]; reports conditions when the runtime's health or
+/// the node's pressure changes, and every [`STATUS_REFRESH`]. Runs until the process ends.
+pub async fn heartbeat(
+    client: kube::Client,
+    spec: NodeSpec,
+    mut cri: Cri,
+    mut pressure: watch::Receiver<BTreeSet<&'static str>>,
+) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
-    let mut since_status = Duration::ZERO;
-    let mut last_ok = true;
+    let mut last_status = Instant::now();
+    let mut last_reported: Option<(bool, BTreeSet<&'static str>)> = None;
+    let mut next_renewal = Instant::now();
     loop {
-        if let Err(err) = renew(&leases, &spec.name).await {
-            tracing::warn!(%err, "lease renewal failed");
+        if Instant::now() >= next_renewal {
+            if let Err(err) = renew(&leases, &spec.name).await {
+                tracing::warn!(%err, "lease renewal failed");
+            }
+            next_renewal = Instant::now() + LEASE_RENEW;
         }
         let ok = cri.version().await.is_ok();
-        if ok != last_ok || since_status >= STATUS_REFRESH {
-            since_status = Duration::ZERO;
-            let status = json!({"status": {"conditions": conditions(ok, &now())}});
+        let current = (ok, pressure.borrow_and_update().clone());
+        if last_reported.as_ref() != Some(&current) || last_status.elapsed() >= STATUS_REFRESH {
+            let status = json!({"status": {"conditions": conditions(ok, &current.1, &now())}});
             match nodes
                 .patch_status(&spec.name, &manager(), &Patch::Merge(&status))
                 .await
             {
-                Ok(_) => last_ok = ok,
+                Ok(_) => {
+                    last_reported = Some(current);
+                    last_status = Instant::now();
+                }
                 Err(err) => tracing::warn!(%err, "node status update failed"),
             }
         }
-        tokio::time::sleep(LEASE_RENEW).await;
-        since_status += LEASE_RENEW;
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_renewal.into()) => {}
+            changed = pressure.changed() => if changed.is_err() {
+                tokio::time::sleep_until(next_renewal.into()).await;
+            },
+        }
     }
 }
 
@@ -359,7 +402,13 @@ mod tests {
             (ready["type"].as_str(), ready["status"].as_str()),
             (Some("Ready"), Some("True"))
         );
-        let down = conditions(false, "t");
+        let down = conditions(false, &BTreeSet::new(), "t");
         assert_eq!(down[3]["reason"], "KubeletNotReady");
+        let pressed = conditions(true, &BTreeSet::from(["DiskPressure"]), "t");
+        assert_eq!(
+            (pressed[1]["status"].as_str(), pressed[1]["reason"].as_str()),
+            (Some("True"), Some("KubeletHasDiskPressure"))
+        );
+        assert_eq!(pressed[0]["status"], "False");
     }
 }

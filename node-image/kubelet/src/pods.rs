@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::cri::{Cri, CriError, call};
 use crate::events::Recorder;
+use crate::eviction::{EVICTION_GRACE_SECONDS, Eviction, Pressure};
 use crate::hooks::{self, KillReason};
 use crate::init::{self, InitPlan, InitState};
 use crate::node::manager;
@@ -58,6 +59,8 @@ pub struct Kubelet {
     pub recorder: Arc<Recorder>,
     /// The node's memory in bytes (for Burstable containers' OOM score).
     pub memory_capacity: i64,
+    /// Node pressure: admission, and the pods the eviction manager evicted.
+    pub pressure: Arc<Pressure>,
 }
 
 /// Watches this node's pods and runs a worker per pod until the watch ends; with a static
@@ -124,6 +127,7 @@ pub async fn run(
                         let _ = sender.send(pod);
                     }
                     None => {
+                        admit(&kubelet, &pod, &uid);
                         let (sender, receiver) = watch::channel(pod);
                         workers.insert(uid, sender);
                         tokio::spawn(worker(kubelet.clone(), receiver));
@@ -153,6 +157,38 @@ pub async fn run(
         }
     }
     anyhow::bail!("the pod watch ended")
+}
+
+/// Upstream's admission of a pod new to this kubelet (`canAdmitPod`): under node pressure
+/// it may be refused, which its worker reports as Failed with reason `Evicted`. Pods that
+/// already ran here (a restarted kubelet) are not judged again.
+fn admit(kubelet: &Kubelet, pod: &Pod, uid: &str) {
+    let status = pod.status.as_ref();
+    let pending = status
+        .and_then(|s| s.phase.as_deref())
+        .is_none_or(|p| p == "Pending");
+    let never_ran = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_none_or(|list| {
+            list.iter()
+                .all(|c| c.state.as_ref().is_none_or(|s| s.waiting.is_some()))
+        });
+    if !pending || !never_ran || pod.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    if let Err(message) = kubelet.pressure.admit(pod) {
+        tracing::warn!(pod = %static_pods::full_name(pod), %message, "pod refused under node pressure");
+        kubelet
+            .recorder
+            .pod_event(pod, "Warning", "Evicted", &message);
+        kubelet.pressure.evict(
+            uid,
+            Eviction {
+                message,
+                killed: false,
+            },
+        );
+    }
 }
 
 /// The static pods' workers (by static UID) and the mirror pods the API holds (by full name).
@@ -273,6 +309,7 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
     // Probes run beside the worker and wake it when a result changes.
     let probes = Arc::new(PodProbes::new(&first));
     let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
+    let mut evictions = kubelet.pressure.evicted.subscribe();
     let probe_task = has_probes.then(|| {
         tokio::spawn(prober::probe_loop(
             kubelet.cri.clone(),
@@ -294,12 +331,14 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
             changed = pod.changed() => if changed.is_err() { break },
             _ = tokio::time::sleep(wait) => {}
             _ = probes.wake_pod.notified() => {}
+            _ = evictions.changed() => {}
         }
     }
     if let Some(task) = probe_task {
         task.abort();
     }
     kubelet.recorder.forget_pod(&uid);
+    kubelet.pressure.forget(&uid);
     let mut cri = kubelet.cri.clone();
     // A static pod whose manifest went away stops gracefully (preStop, grace period); an
     // API pod already did, when its deletion was seen.
@@ -473,7 +512,20 @@ async fn sync_pod(
         .as_ref()
         .and_then(|s| s.phase.clone())
         .unwrap_or_default();
-    let terminal = matches!(phase.as_str(), "Succeeded" | "Failed");
+    // An evicted (or refused) pod is finished: its containers stop and never restart.
+    let eviction = kubelet.pressure.eviction_of(uid);
+    let terminal = matches!(phase.as_str(), "Succeeded" | "Failed") || eviction.is_some();
+    if eviction.is_some() {
+        let running = cri
+            .containers(uid)
+            .await?
+            .into_iter()
+            .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32);
+        for container in running {
+            cri.stop_container(&container.id, EVICTION_GRACE_SECONDS)
+                .await?;
+        }
+    }
 
     // Volumes before the sandbox (upstream `WaitForAttachAndMount`): one that cannot be set
     // up keeps the pod in ContainerCreating, reported as a FailedMount event.
@@ -552,7 +604,7 @@ async fn sync_pod(
     }
     let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
 
-    if let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready) {
+    if let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready && !terminal) {
         let ctx = SyncCtx {
             kubelet,
             pod,
@@ -709,6 +761,10 @@ async fn sync_pod(
         &kubelet.node_ip,
         k8s_openapi::jiff::Timestamp::now(),
     );
+    let mut computed = computed;
+    if let Some(eviction) = &eviction {
+        status::mark_evicted(&mut computed, eviction, k8s_openapi::jiff::Timestamp::now());
+    }
     let new_phase = computed.phase.clone().unwrap_or_default();
     let value = serde_json::to_value(&computed)?;
     // A static pod's status goes to its mirror pod, which must exist (and be current) first.
@@ -728,16 +784,18 @@ async fn sync_pod(
             .await?;
         *last_sent = Some(value);
     }
-    // A finished pod's sandbox stops (its containers stay for their logs and exit codes).
-    if matches!(new_phase.as_str(), "Succeeded" | "Failed")
-        && let Some(sandbox) = &sandbox
-    {
-        cri.runtime
-            .stop_pod_sandbox(cri::StopPodSandboxRequest {
-                pod_sandbox_id: sandbox.id.clone(),
-            })
-            .await
-            .map_err(call("StopPodSandbox"))?;
+    // A finished pod's sandbox stops (its containers stay for their logs and exit codes)
+    // and its volumes go, which gives an evicted pod's local storage back.
+    if matches!(new_phase.as_str(), "Succeeded" | "Failed") {
+        if let Some(sandbox) = &sandbox {
+            cri.runtime
+                .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                    pod_sandbox_id: sandbox.id.clone(),
+                })
+                .await
+                .map_err(call("StopPodSandbox"))?;
+        }
+        kubelet.volumes.cleanup(uid);
     }
     Ok(wait)
 }

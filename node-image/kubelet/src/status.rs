@@ -438,7 +438,13 @@ pub fn pod_status(
         }
     }
     let statuses: Vec<ContainerStatus> = views.iter().map(status).collect();
-    let phase = phase(&spec, &init_statuses, &statuses);
+    // A pod that reached Succeeded or Failed stays there (upstream never leaves a terminal
+    // phase).
+    let phase = match old.phase.as_deref() {
+        Some("Succeeded") => "Succeeded",
+        Some("Failed") => "Failed",
+        _ => phase(&spec, &init_statuses, &statuses),
+    };
     let (init_ok, init_reason, init_message) = initialized(&spec, &init_statuses, &statuses, phase);
     let (ready, reason, message) = containers_ready(&spec, &init_statuses, &statuses, phase);
     let mut conditions = vec![
@@ -485,6 +491,30 @@ pub fn pod_status(
             .or_else(|| Some(crate::resources::qos_class(pod).to_string())),
         ..Default::default()
     }
+}
+
+/// Reports an evicted (or, under pressure, refused) pod as upstream's eviction manager does:
+/// Failed with reason `Evicted` and the message; a pod that was running gets the
+/// `DisruptionTarget` condition (reason `TerminationByKubelet`).
+pub fn mark_evicted(status: &mut PodStatus, eviction: &crate::eviction::Eviction, now: Timestamp) {
+    status.phase = Some("Failed".into());
+    status.reason = Some("Evicted".into());
+    status.message = Some(eviction.message.clone());
+    if !eviction.killed {
+        return;
+    }
+    let conditions = status.conditions.get_or_insert_default();
+    let old = conditions.clone();
+    conditions.retain(|c| c.type_ != "DisruptionTarget");
+    let target = condition(
+        &old,
+        "DisruptionTarget",
+        true,
+        Some("TerminationByKubelet"),
+        Some(eviction.message.clone()),
+        &Time(now),
+    );
+    conditions.push(target);
 }
 
 /// Upstream `ShouldContainerBeRestarted` for an exited container.
