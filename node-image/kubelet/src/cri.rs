@@ -142,6 +142,17 @@ impl Cri {
             .containers)
     }
 
+    /// Every container the runtime has (for the relist).
+    pub async fn all_containers(&mut self) -> Result<Vec<cri::Container>, CriError> {
+        Ok(self
+            .runtime
+            .list_containers(cri::ListContainersRequest { filter: None })
+            .await
+            .map_err(call("ListContainers"))?
+            .into_inner()
+            .containers)
+    }
+
     /// `ContainerStatus` of one container.
     pub async fn container_status(
         &mut self,

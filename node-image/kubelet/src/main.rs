@@ -10,6 +10,7 @@ mod init;
 mod logs;
 mod machine;
 mod node;
+mod pleg;
 mod pods;
 mod portforward;
 mod probe;
@@ -251,7 +252,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         pressure.clone(),
         recorder.clone(),
     ));
+    let pleg = Arc::new(pleg::Pleg::default());
+    tokio::spawn(pleg::run(pleg.clone(), cri.clone()));
     let kubelet = Arc::new(pods::Kubelet {
+        pleg,
         recorder,
         pressure: pressure.clone(),
         memory_capacity,

@@ -36,8 +36,10 @@ use crate::translate::{
 
 /// How often a pod is re-synced while something is still to happen.
 const BUSY_RESYNC: Duration = Duration::from_secs(1);
-/// How often a steady pod is re-synced (there is no runtime event stream yet).
-const STEADY_RESYNC: Duration = Duration::from_secs(3);
+/// How often a steady pod is re-synced; runtime changes wake its worker sooner, through the
+/// relist ([`crate::pleg`]). (Upstream re-syncs every minute; the volumes' ConfigMaps and
+/// Secrets are re-read on this beat, so it is shorter here.)
+const STEADY_RESYNC: Duration = Duration::from_secs(10);
 
 /// What every pod worker shares.
 pub struct Kubelet {
@@ -61,6 +63,8 @@ pub struct Kubelet {
     pub memory_capacity: i64,
     /// Node pressure: admission, and the pods the eviction manager evicted.
     pub pressure: Arc<Pressure>,
+    /// The runtime relist that wakes workers whose pod changed in the runtime.
+    pub pleg: Arc<crate::pleg::Pleg>,
 }
 
 /// Watches this node's pods and runs a worker per pod until the watch ends; with a static
@@ -310,6 +314,7 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
     let probes = Arc::new(PodProbes::new(&first));
     let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
     let mut evictions = kubelet.pressure.evicted.subscribe();
+    let runtime_changed = kubelet.pleg.register(&uid);
     let probe_task = has_probes.then(|| {
         tokio::spawn(prober::probe_loop(
             kubelet.cri.clone(),
@@ -332,8 +337,10 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
             _ = tokio::time::sleep(wait) => {}
             _ = probes.wake_pod.notified() => {}
             _ = evictions.changed() => {}
+            _ = runtime_changed.notified() => {}
         }
     }
+    kubelet.pleg.unregister(&uid);
     if let Some(task) = probe_task {
         task.abort();
     }
