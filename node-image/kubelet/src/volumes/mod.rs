@@ -5,7 +5,8 @@
 //! downwardAPI and projected (written by [`atomic`]'s AtomicWriter, service-account tokens
 //! from the TokenRequest API bound to the pod), persistentVolumeClaim (a `hostPath` or
 //! `local` PV, or the device a CSI VolumeAttachment reports). API-data volumes are re-synced
-//! every [`RESYNC`] and tokens rotated, writing only on change. A volume that cannot be set
+//! every [`RESYNC`] (their ConfigMaps and Secrets read through a cache the node's pods share)
+//! and tokens rotated, writing only on change. A volume that cannot be set
 //! up leaves the pod in ContainerCreating with upstream's `FailedMount` event. A removed
 //! pod's directory is unmounted and removed.
 
@@ -97,12 +98,19 @@ struct PodState {
     events: HashMap<String, (String, i32, Instant)>,
 }
 
+/// A ConfigMap or Secret as last read: (kind, namespace, name) → (when, its data or absent).
+type ObjectCache = HashMap<(&'static str, String, String), (Instant, Option<ObjectData>)>;
+
 /// The volumes of every pod on the node.
 pub struct VolumeManager {
     root: PathBuf,
     client: kube::Client,
     node_name: String,
     pods: Mutex<HashMap<String, PodState>>,
+    /// ConfigMaps and Secrets shared by the node's pods (upstream's TTL-based
+    /// `cacheBasedManager`): a re-sync reads an object at most every [`RESYNC`], however many
+    /// pods mount it; a volume set up for the first time reads it afresh.
+    objects: Mutex<ObjectCache>,
 }
 
 /// A pod's volumes, set up: what its containers' mounts are made of.
@@ -194,7 +202,47 @@ impl VolumeManager {
             client,
             node_name,
             pods: Mutex::new(HashMap::new()),
+            objects: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reads ConfigMap or Secret `namespace/name` (`kind` `configmap` or `secret`) through
+    /// the shared cache: a copy younger than [`RESYNC`] serves a re-sync (`reuse`).
+    async fn object(
+        &self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+        reuse: bool,
+    ) -> Result<Option<ObjectData>, VolumeError> {
+        let key = (kind, namespace.to_string(), name.to_string());
+        let cache = || match self.objects.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if reuse
+            && let Some((at, data)) = cache().get(&key)
+            && at.elapsed() < RESYNC
+        {
+            return Ok(data.clone());
+        }
+        let data = if kind == "secret" {
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            api.get_opt(name)
+                .await
+                .map_err(api_error)?
+                .map(|secret| object_data(secret.string_data, secret.data))
+        } else {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+            api.get_opt(name)
+                .await
+                .map_err(api_error)?
+                .map(|cm| object_data(cm.data, cm.binary_data))
+        };
+        let mut objects = cache();
+        objects.retain(|_, (at, _)| at.elapsed() < RESYNC * 10);
+        objects.insert(key, (Instant::now(), data.clone()));
+        Ok(data)
     }
 
     fn state<T>(&self, f: impl FnOnce(&mut HashMap<String, PodState>) -> T) -> T {
@@ -233,7 +281,8 @@ impl VolumeManager {
         let mut failed = Vec::new();
         let mut first = None;
         for volume in &volumes {
-            match self.set_up(pod, volume, &mut tokens).await {
+            let reuse = previous.contains_key(&volume.name);
+            match self.set_up(pod, volume, &mut tokens, reuse).await {
                 Ok(mounted) => {
                     ready.insert(volume.name.clone(), mounted);
                 }
@@ -352,12 +401,14 @@ impl VolumeManager {
         }
     }
 
-    /// One volume (upstream: the plugin's `SetUp`).
+    /// One volume (upstream: the plugin's `SetUp`); `reuse`: it was set up before, so its
+    /// ConfigMaps and Secrets may come from the shared cache.
     async fn set_up(
         &self,
         pod: &Pod,
         volume: &Volume,
         tokens: &mut HashMap<String, Token>,
+        reuse: bool,
     ) -> Result<MountedVolume, VolumeError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
@@ -393,7 +444,9 @@ impl VolumeManager {
         if let Some(source) = &volume.config_map {
             let name = source.name.clone();
             let optional = source.optional.unwrap_or(false);
-            let data = self.config_map(&namespace, &name, optional).await?;
+            let data = self
+                .source("configmap", &namespace, &name, optional, reuse)
+                .await?;
             let payload = plan::key_payload(
                 "configmap",
                 source.items.as_deref(),
@@ -407,7 +460,9 @@ impl VolumeManager {
         if let Some(source) = &volume.secret {
             let name = source.secret_name.clone().unwrap_or_default();
             let optional = source.optional.unwrap_or(false);
-            let data = self.secret(&namespace, &name, optional).await?;
+            let data = self
+                .source("secret", &namespace, &name, optional, reuse)
+                .await?;
             let payload = plan::key_payload(
                 "secret",
                 source.items.as_deref(),
@@ -433,7 +488,9 @@ impl VolumeManager {
             for source in projected.sources.iter().flatten() {
                 if let Some(s) = &source.config_map {
                     let optional = s.optional.unwrap_or(false);
-                    let data = self.config_map(&namespace, &s.name, optional).await?;
+                    let data = self
+                        .source("configmap", &namespace, &s.name, optional, reuse)
+                        .await?;
                     payload.extend(plan::key_payload(
                         "configmap",
                         s.items.as_deref(),
@@ -443,7 +500,9 @@ impl VolumeManager {
                     )?);
                 } else if let Some(s) = &source.secret {
                     let optional = s.optional.unwrap_or(false);
-                    let data = self.secret(&namespace, &s.name, optional).await?;
+                    let data = self
+                        .source("secret", &namespace, &s.name, optional, reuse)
+                        .await?;
                     payload.extend(plan::key_payload(
                         "secret",
                         s.items.as_deref(),
@@ -498,36 +557,20 @@ impl VolumeManager {
         Err(PlanError::Unsupported.into())
     }
 
-    async fn config_map(
+    /// A volume's ConfigMap or Secret (`kind`): missing is an error unless `optional`.
+    async fn source(
         &self,
+        kind: &'static str,
         namespace: &str,
         name: &str,
         optional: bool,
+        reuse: bool,
     ) -> Result<ObjectData, VolumeError> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        match api.get_opt(name).await.map_err(api_error)? {
-            Some(cm) => Ok(object_data(cm.data, cm.binary_data)),
+        match self.object(kind, namespace, name, reuse).await? {
+            Some(data) => Ok(data),
             None if optional => Ok(ObjectData::new()),
             None => Err(PlanError::NotFound {
-                kind: "configmap",
-                name: name.to_string(),
-            }
-            .into()),
-        }
-    }
-
-    async fn secret(
-        &self,
-        namespace: &str,
-        name: &str,
-        optional: bool,
-    ) -> Result<ObjectData, VolumeError> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        match api.get_opt(name).await.map_err(api_error)? {
-            Some(secret) => Ok(object_data(secret.string_data, secret.data)),
-            None if optional => Ok(ObjectData::new()),
-            None => Err(PlanError::NotFound {
-                kind: "secret",
+                kind,
                 name: name.to_string(),
             }
             .into()),
