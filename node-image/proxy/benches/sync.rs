@@ -3,9 +3,12 @@
 //! change). Real `nft` in a scratch network namespace made here; needs root, `ip` and `nft`.
 //! Prints its figures; asserts nothing about time.
 //!
+//! Changes go as the proxy sends them: a netlink batch (`Nft::apply_partial`); set
+//! `FLOTILLA_PROXY_BENCH_NFT=1` to pipe them to `nft -f -` instead, as before.
+//!
 //! Run: `cargo bench -p flotilla-proxy --bench sync` (or build it in the dev profile with
-//! `cargo build -p flotilla-proxy --benches` and run the binary: nft dominates the figures,
-//! render times are printed apart).
+//! `cargo build -p flotilla-proxy --benches` and run the binary: the kernel and nft dominate
+//! the figures, render times are printed apart).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -15,7 +18,8 @@ use std::time::{Duration, Instant};
 use flotilla_proxy::model::{
     Endpoint, NamespacedName, Protocol, ProxyState, ServicePort, ServicePortName,
 };
-use flotilla_proxy::nft::Nft;
+use flotilla_proxy::netlink::Netlink;
+use flotilla_proxy::nft::{Applied, Nft};
 use flotilla_proxy::render::{Config, Renderer};
 
 const IN_NAMESPACE: &str = "FLOTILLA_PROXY_BENCH_IN_NETNS";
@@ -111,10 +115,15 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn bench() {
-    let nft = Nft::default();
+    let mut nft = Nft::default();
+    let via_nft = std::env::var_os("FLOTILLA_PROXY_BENCH_NFT").is_some();
+    if !via_nft {
+        nft = nft.with_netlink(Netlink::open().expect("netlink socket"));
+    }
     println!(
-        "flotilla-proxy sync benchmark (nft: {})",
-        nft.version().unwrap_or_default()
+        "flotilla-proxy sync benchmark (nft: {}; changes through {})",
+        nft.version().unwrap_or_default(),
+        if via_nft { "nft -f" } else { "netlink" }
     );
     println!(
         "{:>8} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8}",
@@ -185,12 +194,22 @@ fn bench() {
             let changed = state.take_changed();
             let tx = renderer.sync(&state, &changed, start);
             render_times.push(start.elapsed());
-            nft.apply(&tx.script).expect("partial sync");
+            let applied = nft.apply_partial(&tx.script).expect("partial sync");
             change_times.push(start.elapsed());
+            assert_eq!(
+                applied,
+                if via_nft {
+                    Applied::Nft
+                } else {
+                    Applied::Netlink
+                },
+                "{}",
+                tx.script
+            );
             // Stale chains wait a second before a sync deletes them; do it here, unmeasured,
             // so each measured change is one Service's own transaction.
             if let Some(stale) = renderer.take_stale_chains(start + Duration::from_secs(2)) {
-                nft.apply(&stale).expect("stale chains");
+                nft.apply_partial(&stale).expect("stale chains");
             }
         }
         change_times.sort();

@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::Parser;
 use flotilla_proxy::health::{self, Metrics, ProxyHealth};
 use flotilla_proxy::model::Cidr;
+use flotilla_proxy::netlink::Netlink;
 use flotilla_proxy::nft::Nft;
 use flotilla_proxy::proxier::{self, BridgeMasquerade, NodePortAddresses, ProxierConfig};
 use flotilla_proxy::render;
@@ -133,9 +134,14 @@ fn hostname() -> String {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let nft = Nft::default();
+    let mut nft = Nft::default();
     let version = nft.version().context("nft is required")?;
     tracing::info!(%version, "using nft");
+    // Partial syncs go through netlink when it opens; nft -f remains the way otherwise.
+    match Netlink::open() {
+        Ok(netlink) => nft = nft.with_netlink(netlink),
+        Err(err) => tracing::warn!(%err, "partial syncs will run nft"),
+    }
     let client = match &args.kubeconfig {
         Some(path) => {
             let text = std::fs::read_to_string(path)

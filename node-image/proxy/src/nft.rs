@@ -1,9 +1,12 @@
-//! Applies nft scripts by running `nft -f -` (the only place the proxy touches nftables): one
-//! script is one atomic transaction.
+//! Applies nft scripts (the only place the proxy touches nftables): by running `nft -f -`, or,
+//! for partial syncs when a [`Netlink`] socket is attached, as a netlink batch that needs no
+//! nft cache. Either way one script is one atomic transaction.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 
+use crate::netlink::{Netlink, NetlinkError};
 use crate::render::TABLE;
 
 /// Errors of running nft.
@@ -26,18 +29,33 @@ pub enum NftError {
         /// What it printed on stderr.
         stderr: String,
     },
+    /// The netlink path failed (nothing of the transaction was applied).
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
 }
 
-/// How to run nft: `nft` itself, or a prefix such as `ip netns exec NS nft`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which way a partial sync went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// As a netlink batch.
+    Netlink,
+    /// Through `nft -f -` (no socket, or a line the batch encoder does not know).
+    Nft,
+}
+
+/// How to run nft: `nft` itself, or a prefix such as `ip netns exec NS nft`; and the netlink
+/// socket partial syncs use, if any (it must be in the namespace that command reaches).
+#[derive(Debug, Clone)]
 pub struct Nft {
     command: Vec<String>,
+    netlink: Option<Arc<Mutex<Netlink>>>,
 }
 
 impl Default for Nft {
     fn default() -> Self {
         Self {
             command: vec!["nft".to_string()],
+            netlink: None,
         }
     }
 }
@@ -48,7 +66,16 @@ impl Nft {
         if command.is_empty() {
             return Self::default();
         }
-        Self { command }
+        Self {
+            command,
+            netlink: None,
+        }
+    }
+
+    /// Sends partial syncs through `netlink` (see [`Nft::apply_partial`]).
+    pub fn with_netlink(mut self, netlink: Netlink) -> Self {
+        self.netlink = Some(Arc::new(Mutex::new(netlink)));
+        self
     }
 
     fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, NftError> {
@@ -87,6 +114,25 @@ impl Nft {
     /// Applies one script as one transaction (`nft -f -`).
     pub fn apply(&self, script: &str) -> Result<(), NftError> {
         self.run(&["-f", "-"], Some(script)).map(|_| ())
+    }
+
+    /// Applies a partial sync's script as one transaction: as a netlink batch when a socket is
+    /// attached and every line is a form the batch encoder knows (nft 1.0.6 would first fetch
+    /// every chain and set of the namespace), otherwise through `nft -f -`.
+    pub fn apply_partial(&self, script: &str) -> Result<Applied, NftError> {
+        if let Some(netlink) = &self.netlink {
+            let mut socket = netlink
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match socket.apply(script) {
+                Ok(()) => return Ok(Applied::Netlink),
+                Err(NetlinkError::Encode(err)) => {
+                    tracing::debug!(%err, "partial sync goes through nft");
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        self.apply(script).map(|()| Applied::Nft)
     }
 
     /// `nft --version`: whether nft can run at all.
