@@ -38,13 +38,12 @@ const NFT_MSG_DELSETELEM: u16 = 14;
 /// The generation request the socket sends after a batch (its answer ends the replies).
 pub(crate) const NFT_MSG_GETGEN: u16 = 16;
 
-const NFTA_CHAIN_TABLE: u16 = 1;
+/// `NFTA_CHAIN_TABLE`, `NFTA_RULE_TABLE`, `NFTA_SET_TABLE`, `NFTA_SET_ELEM_LIST_TABLE`.
+const NFTA_TABLE_OF_OBJECT: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_RULE_USERDATA: u16 = 7;
-const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_KEY_TYPE: u16 = 4;
@@ -52,7 +51,6 @@ const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_ID: u16 = 10;
 const NFTA_SET_TIMEOUT: u16 = 11;
 const NFTA_SET_USERDATA: u16 = 13;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_SET_ELEM_KEY: u16 = 1;
@@ -267,36 +265,25 @@ impl Encoder {
             line.strip_prefix(&format!("{verb} ip {TABLE} "))
                 .map(|rest| (verb, rest))
         })?;
+        // Commands naming one object: message, flags, the attribute of its name (the table
+        // is attribute 1 of each).
+        let named = match verb {
+            "add chain" => Some((NFT_MSG_NEWCHAIN, NLM_F_CREATE, NFTA_CHAIN_NAME)),
+            "flush chain" => Some((NFT_MSG_DELRULE, 0, NFTA_RULE_CHAIN)),
+            "delete chain" => Some((NFT_MSG_DELCHAIN, 0, NFTA_CHAIN_NAME)),
+            "delete set" => Some((NFT_MSG_DELSET, 0, NFTA_SET_NAME)),
+            _ => None,
+        };
+        if let Some((kind, flags, name_attr)) = named {
+            let name = single_word(rest)?;
+            self.table_message(kind, flags, |m| {
+                m.string(NFTA_TABLE_OF_OBJECT, TABLE);
+                m.string(name_attr, name);
+            });
+            return Some(());
+        }
         match verb {
-            "add chain" => {
-                let name = single_word(rest)?;
-                self.table_message(NFT_MSG_NEWCHAIN, NLM_F_CREATE, |m| {
-                    m.string(NFTA_CHAIN_TABLE, TABLE);
-                    m.string(NFTA_CHAIN_NAME, name);
-                });
-            }
-            "flush chain" => {
-                let name = single_word(rest)?;
-                self.table_message(NFT_MSG_DELRULE, 0, |m| {
-                    m.string(NFTA_RULE_TABLE, TABLE);
-                    m.string(NFTA_RULE_CHAIN, name);
-                });
-            }
-            "delete chain" => {
-                let name = single_word(rest)?;
-                self.table_message(NFT_MSG_DELCHAIN, 0, |m| {
-                    m.string(NFTA_CHAIN_TABLE, TABLE);
-                    m.string(NFTA_CHAIN_NAME, name);
-                });
-            }
             "add set" => self.add_affinity_set(rest)?,
-            "delete set" => {
-                let name = single_word(rest)?;
-                self.table_message(NFT_MSG_DELSET, 0, |m| {
-                    m.string(NFTA_SET_TABLE, TABLE);
-                    m.string(NFTA_SET_NAME, name);
-                });
-            }
             "add rule" => self.add_rule(rest)?,
             "add element" => self.element(rest, true)?,
             _ => self.element(rest, false)?,
@@ -317,7 +304,7 @@ impl Encoder {
         let mut udata = vec![UDATA_SET_KEYBYTEORDER, 4];
         udata.extend_from_slice(&BYTEORDER_BIG_ENDIAN.to_ne_bytes());
         self.table_message(NFT_MSG_NEWSET, NLM_F_CREATE, |m| {
-            m.string(NFTA_SET_TABLE, TABLE);
+            m.string(NFTA_TABLE_OF_OBJECT, TABLE);
             m.string(NFTA_SET_NAME, name);
             m.u32(NFTA_SET_FLAGS, NFT_SET_TIMEOUT | NFT_SET_EVAL);
             m.u32(NFTA_SET_KEY_TYPE, TYPE_IPADDR);
@@ -338,7 +325,7 @@ impl Encoder {
         let exprs = parse_rule(body)?;
         let set_ids = std::mem::take(&mut self.set_ids);
         self.table_message(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, |m| {
-            m.string(NFTA_RULE_TABLE, TABLE);
+            m.string(NFTA_TABLE_OF_OBJECT, TABLE);
             m.string(NFTA_RULE_CHAIN, chain);
             m.nested(NFTA_RULE_EXPRESSIONS, |list| {
                 for expr in &exprs {
@@ -388,7 +375,7 @@ impl Encoder {
             (NFT_MSG_DELSETELEM, 0)
         };
         self.table_message(kind, flags, |m| {
-            m.string(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+            m.string(NFTA_TABLE_OF_OBJECT, TABLE);
             m.string(NFTA_SET_ELEM_LIST_SET, set);
             m.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
                 list.nested(NFTA_LIST_ELEM, |elem| {

@@ -82,7 +82,7 @@ fn a_batch_is_framed_by_begin_and_end_and_numbers_its_messages() {
     assert_eq!(
         msgs[1].3,
         vec![
-            (NFTA_CHAIN_TABLE, b"kube-proxy\0".to_vec()),
+            (NFTA_TABLE_OF_OBJECT, b"kube-proxy\0".to_vec()),
             (NFTA_CHAIN_NAME, b"a\0".to_vec())
         ]
     );
