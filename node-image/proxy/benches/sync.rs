@@ -3,8 +3,10 @@
 //! change). Real `nft` in a scratch network namespace made here; needs root, `ip` and `nft`.
 //! Prints its figures; asserts nothing about time.
 //!
-//! Changes go as the proxy sends them: a netlink batch (`Nft::apply_partial`); set
-//! `FLOTILLA_PROXY_BENCH_NFT=1` to pipe them to `nft -f -` instead, as before.
+//! Changes go as the proxy sends them: a netlink batch (`Nft::apply_partial`), with the
+//! Services' NAT part over the default number of tables. `FLOTILLA_PROXY_BENCH_NFT=1` pipes
+//! them to `nft -f -` instead; `FLOTILLA_PROXY_BENCH_SERVICE_TABLES=N` sets the tables (0:
+//! upstream's single table).
 //!
 //! Run: `cargo bench -p flotilla-proxy --bench sync` (or build it in the dev profile with
 //! `cargo build -p flotilla-proxy --benches` and run the binary: the kernel and nft dominate
@@ -20,7 +22,7 @@ use flotilla_proxy::model::{
 };
 use flotilla_proxy::netlink::Netlink;
 use flotilla_proxy::nft::{Applied, Nft};
-use flotilla_proxy::render::{Config, Renderer};
+use flotilla_proxy::render::{Config, DEFAULT_SERVICE_TABLES, Renderer};
 
 const IN_NAMESPACE: &str = "FLOTILLA_PROXY_BENCH_IN_NETNS";
 const CHANGES: usize = 50;
@@ -120,8 +122,12 @@ fn bench() {
     if !via_nft {
         nft = nft.with_netlink(Netlink::open().expect("netlink socket"));
     }
+    let service_tables = std::env::var("FLOTILLA_PROXY_BENCH_SERVICE_TABLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(DEFAULT_SERVICE_TABLES);
     println!(
-        "flotilla-proxy sync benchmark (nft: {}; changes through {})",
+        "flotilla-proxy sync benchmark (nft: {}; changes through {}; {service_tables} Service tables)",
         nft.version().unwrap_or_default(),
         if via_nft { "nft -f" } else { "netlink" }
     );
@@ -145,6 +151,7 @@ fn bench() {
         }
         state.take_changed();
         let config = Config {
+            service_tables,
             cluster_cidr: Some("10.128.0.0/14".parse().expect("cidr")),
             node_port_ips: Some(vec![Ipv4Addr::new(10, 199, 7, 2)]),
             service_cidrs: vec!["172.30.0.0/16".parse().expect("cidr")],

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use crate::model::Cidr;
-use crate::render::{Container, TABLE};
+use crate::render::{Container, is_proxy_table};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -209,12 +209,15 @@ fn comment_udata(comment: &str) -> Vec<u8> {
     out
 }
 
+/// The ids of the sets a batch creates, by table and name.
+type SetIds = BTreeMap<(String, String), u32>;
+
 struct Encoder {
     bytes: Vec<u8>,
     lines: BTreeMap<u32, String>,
     seq: u32,
-    /// Sets created by this batch, by name: rules refer to them by name and this id.
-    set_ids: BTreeMap<String, u32>,
+    /// Sets created by this batch, by table and name: rules refer to them by name and this id.
+    set_ids: SetIds,
 }
 
 impl Encoder {
@@ -252,7 +255,7 @@ impl Encoder {
 
     /// Encodes one script line; `None` when its form is unknown.
     fn command(&mut self, line: &str) -> Option<()> {
-        let (verb, rest) = [
+        let (verb, table, rest) = [
             "add chain",
             "flush chain",
             "delete chain",
@@ -262,9 +265,15 @@ impl Encoder {
         .into_iter()
         .chain(["add rule", "add element", "delete element"])
         .find_map(|verb| {
-            line.strip_prefix(&format!("{verb} ip {TABLE} "))
-                .map(|rest| (verb, rest))
+            let (table, rest) = line
+                .strip_prefix(verb)?
+                .strip_prefix(" ip ")?
+                .split_once(' ')?;
+            Some((verb, table, rest))
         })?;
+        if !is_proxy_table(table) {
+            return None;
+        }
         // Commands naming one object: message, flags, the attribute of its name (the table
         // is attribute 1 of each).
         let named = match verb {
@@ -277,22 +286,22 @@ impl Encoder {
         if let Some((kind, flags, name_attr)) = named {
             let name = single_word(rest)?;
             self.table_message(kind, flags, |m| {
-                m.string(NFTA_TABLE_OF_OBJECT, TABLE);
+                m.string(NFTA_TABLE_OF_OBJECT, table);
                 m.string(name_attr, name);
             });
             return Some(());
         }
         match verb {
-            "add set" => self.add_affinity_set(rest)?,
-            "add rule" => self.add_rule(rest)?,
-            "add element" => self.element(rest, true)?,
-            _ => self.element(rest, false)?,
+            "add set" => self.add_affinity_set(table, rest)?,
+            "add rule" => self.add_rule(table, rest)?,
+            "add element" => self.element(table, rest, true)?,
+            _ => self.element(table, rest, false)?,
         }
         Some(())
     }
 
     /// `NAME { type ipv4_addr ; flags dynamic,timeout ; timeout Ns ; }`: the affinity sets.
-    fn add_affinity_set(&mut self, rest: &str) -> Option<()> {
+    fn add_affinity_set(&mut self, table: &str, rest: &str) -> Option<()> {
         let (name, spec) = rest.split_once(' ')?;
         let seconds: u64 = spec
             .strip_prefix("{ type ipv4_addr ; flags dynamic,timeout ; timeout ")?
@@ -300,11 +309,12 @@ impl Encoder {
             .parse()
             .ok()?;
         let id = self.set_ids.len() as u32 + 1;
-        self.set_ids.insert(name.to_string(), id);
+        self.set_ids
+            .insert((table.to_string(), name.to_string()), id);
         let mut udata = vec![UDATA_SET_KEYBYTEORDER, 4];
         udata.extend_from_slice(&BYTEORDER_BIG_ENDIAN.to_ne_bytes());
         self.table_message(NFT_MSG_NEWSET, NLM_F_CREATE, |m| {
-            m.string(NFTA_TABLE_OF_OBJECT, TABLE);
+            m.string(NFTA_TABLE_OF_OBJECT, table);
             m.string(NFTA_SET_NAME, name);
             m.u32(NFTA_SET_FLAGS, NFT_SET_TIMEOUT | NFT_SET_EVAL);
             m.u32(NFTA_SET_KEY_TYPE, TYPE_IPADDR);
@@ -319,17 +329,17 @@ impl Encoder {
         Some(())
     }
 
-    fn add_rule(&mut self, rest: &str) -> Option<()> {
+    fn add_rule(&mut self, table: &str, rest: &str) -> Option<()> {
         let (chain, rule) = rest.split_once(' ')?;
         let (body, comment) = split_comment(rule)?;
         let exprs = parse_rule(body)?;
         let set_ids = std::mem::take(&mut self.set_ids);
         self.table_message(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, |m| {
-            m.string(NFTA_TABLE_OF_OBJECT, TABLE);
+            m.string(NFTA_TABLE_OF_OBJECT, table);
             m.string(NFTA_RULE_CHAIN, chain);
             m.nested(NFTA_RULE_EXPRESSIONS, |list| {
                 for expr in &exprs {
-                    expr.encode(list, &set_ids);
+                    expr.encode(list, table, &set_ids);
                 }
             });
             if let Some(comment) = comment {
@@ -341,7 +351,7 @@ impl Encoder {
     }
 
     /// `CONTAINER { KEY [comment "C"] [: VERDICT] }` (add) or `CONTAINER { KEY }` (delete).
-    fn element(&mut self, rest: &str, add: bool) -> Option<()> {
+    fn element(&mut self, table: &str, rest: &str, add: bool) -> Option<()> {
         let (set, body) = rest.split_once(' ')?;
         let container = [
             Container::ClusterIps,
@@ -375,7 +385,7 @@ impl Encoder {
             (NFT_MSG_DELSETELEM, 0)
         };
         self.table_message(kind, flags, |m| {
-            m.string(NFTA_TABLE_OF_OBJECT, TABLE);
+            m.string(NFTA_TABLE_OF_OBJECT, table);
             m.string(NFTA_SET_ELEM_LIST_SET, set);
             m.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
                 list.nested(NFTA_LIST_ELEM, |elem| {
@@ -522,7 +532,8 @@ enum Expr<'a> {
 }
 
 impl Expr<'_> {
-    fn encode(&self, list: &mut Attrs<'_>, set_ids: &BTreeMap<String, u32>) {
+    fn encode(&self, list: &mut Attrs<'_>, table: &str, set_ids: &SetIds) {
+        let set_id = |set: &str| set_ids.get(&(table.to_string(), set.to_string())).copied();
         // Attribute numbers of each expression (`enum nft_*_attributes`).
         match self {
             Self::Payload { base, offset, len } => list.expr("payload", |e| {
@@ -561,16 +572,16 @@ impl Expr<'_> {
             Self::Lookup(set) => list.expr("lookup", |e| {
                 e.string(1, set); // SET
                 e.u32(2, NFT_REG_1); // SREG
-                if let Some(id) = set_ids.get(*set) {
-                    e.u32(4, *id); // SET_ID
+                if let Some(id) = set_id(set) {
+                    e.u32(4, id); // SET_ID
                 }
             }),
             Self::DynsetUpdate(set) => list.expr("dynset", |e| {
                 e.u32(4, NFT_REG_1); // SREG_KEY
                 e.u32(3, NFT_DYNSET_OP_UPDATE);
                 e.string(1, set); // SET_NAME
-                if let Some(id) = set_ids.get(*set) {
-                    e.u32(2, *id); // SET_ID
+                if let Some(id) = set_id(set) {
+                    e.u32(2, id); // SET_ID
                 }
             }),
             Self::Value { reg, data } => list.expr("immediate", |e| {

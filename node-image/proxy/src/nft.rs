@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use crate::netlink::{Netlink, NetlinkError};
-use crate::render::TABLE;
+use crate::render::{TABLE, all_tables, is_proxy_table};
 
 /// Errors of running nft.
 #[derive(Debug, thiserror::Error)]
@@ -141,14 +141,36 @@ impl Nft {
             .map(|out| out.trim().to_string())
     }
 
-    /// Lists the proxy's table (`nft list table ip kube-proxy`).
-    pub fn list_table(&self) -> Result<String, NftError> {
-        self.run(&["list", "table", "ip", TABLE], None)
+    /// Lists the proxy's tables that exist: `kube-proxy`, then its Service tables (fails when
+    /// there is none).
+    pub fn list_tables(&self) -> Result<String, NftError> {
+        let ruleset = self.run(&["list", "ruleset", "ip"], None)?;
+        // Each table is `table ip NAME {` … `}` with the closing brace alone on its line.
+        let mut out = String::new();
+        let mut keep = false;
+        for line in ruleset.lines() {
+            if let Some(header) = line.strip_prefix("table ip ") {
+                keep = header.strip_suffix(" {").is_some_and(is_proxy_table);
+            }
+            if keep {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        if out.is_empty() {
+            // Not there: nft's own error says so.
+            return self.run(&["list", "table", "ip", TABLE], None);
+        }
+        Ok(out)
     }
 
-    /// Deletes the proxy's table (`--cleanup`); a missing table is fine.
+    /// Deletes the proxy's tables (`--cleanup`); missing ones are fine.
     pub fn delete_table(&self) -> Result<(), NftError> {
-        // "add" first makes the delete succeed whether or not the table exists.
-        self.apply(&format!("add table ip {TABLE}\ndelete table ip {TABLE}\n"))
+        // "add" first makes each delete succeed whether or not the table exists.
+        let script: String = all_tables()
+            .iter()
+            .map(|name| format!("add table ip {name}\ndelete table ip {name}\n"))
+            .collect();
+        self.apply(&script)
     }
 }

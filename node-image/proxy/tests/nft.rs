@@ -282,6 +282,13 @@ fn distinct(answers: &[String]) -> BTreeSet<String> {
 fn services_carry_traffic_through_real_nftables() {
     preflight();
     let lab = build_lab();
+    // Upstream's single table, then the Service NAT part split over three tables.
+    for service_tables in [0, 3] {
+        carry_traffic(&lab, service_tables);
+    }
+}
+
+fn carry_traffic(lab: &Lab, service_tables: u16) {
     let nft = Nft::with_command(vec![
         "ip".into(),
         "netns".into(),
@@ -309,11 +316,20 @@ fn services_carry_traffic_through_real_nftables() {
         cluster_cidr: Some("10.77.2.0/23".parse().expect("cidr")),
         node_port_ips: Some(vec!["10.77.1.1".parse().expect("ip")]),
         service_cidrs: vec!["172.30.0.0/16".parse().expect("cidr")],
+        service_tables,
         ..Config::default()
     });
     let full = renderer.full_sync(&state);
     nft.apply(&full.script)
         .unwrap_or_else(|err| panic!("full sync refused by nft: {err}\n{}", full.script));
+    if service_tables > 0 {
+        let tables = nft.list_tables().expect("list");
+        assert_eq!(
+            tables.matches("\ntable ip kube-proxy-services-").count(),
+            usize::from(service_tables),
+            "{tables}"
+        );
+    }
 
     // ClusterIP: random load balancing reaches both endpoints (a miss in 30 tries: 2^-29).
     let answers = lab.answers("http://172.30.0.10/", 30);
@@ -372,7 +388,7 @@ fn services_carry_traffic_through_real_nftables() {
     assert!(later.script.starts_with("delete chain"), "{}", later.script);
     nft.apply_partial(&later.script)
         .expect("stale chain deletion");
-    let table = nft.list_table().expect("list");
+    let table = nft.list_tables().expect("list");
     assert!(!table.contains("10.77.3.2/8080\n\t\tip saddr"), "{table}");
     assert_eq!(
         table.matches("chain endpoint-").count(),
@@ -401,7 +417,7 @@ fn services_carry_traffic_through_real_nftables() {
 
     // --cleanup removes the table.
     nft.delete_table().expect("cleanup");
-    assert!(nft.list_table().is_err(), "the table is gone");
+    assert!(nft.list_tables().is_err(), "the table is gone");
     nft.delete_table()
         .expect("cleanup of a missing table is fine");
 }
@@ -446,12 +462,22 @@ fn golden_scripts_are_accepted_by_nft() {
         nft.apply(&format!("{base}{lines}"))
             .unwrap_or_else(|err| panic!("golden {name} refused by nft: {err}"));
     }
+    // The split layout: its base, a Service, then that Service's partial sync.
+    for name in [
+        "base_split",
+        "split_load_balancer",
+        "split_incremental_endpoint_replaced",
+    ] {
+        let lines = std::fs::read_to_string(dir.join(format!("{name}.nft"))).expect("golden");
+        nft.apply(&lines)
+            .unwrap_or_else(|err| panic!("golden {name} refused by nft: {err}"));
+    }
 }
 
 /// `nft list table` with each set's elements sorted (the kernel dumps a hash set in its own
 /// order, which differs between two namespaces holding the same elements).
 fn normalized_table(nft: &Nft) -> String {
-    let table = nft.list_table().expect("list table");
+    let table = nft.list_tables().expect("list table");
     let mut out = String::new();
     let mut rest = table.as_str();
     while let Some(start) = rest.find("elements = {") {
@@ -472,8 +498,17 @@ fn normalized_table(nft: &Nft) -> String {
 #[test]
 fn netlink_partial_syncs_leave_the_ruleset_nft_leaves() {
     preflight();
+    for service_tables in [0, 4] {
+        netlink_matches_nft(service_tables);
+    }
+}
+
+fn netlink_matches_nft(service_tables: u16) {
     let pid = std::process::id();
-    let (ns_netlink, ns_nft) = (format!("fpxn{pid}"), format!("fpxf{pid}"));
+    let (ns_netlink, ns_nft) = (
+        format!("fpxn{pid}-{service_tables}"),
+        format!("fpxf{pid}-{service_tables}"),
+    );
     struct Cleanup(Vec<String>);
     impl Drop for Cleanup {
         fn drop(&mut self) {
@@ -509,6 +544,7 @@ fn netlink_partial_syncs_leave_the_ruleset_nft_leaves() {
         service_cidrs: vec!["172.30.0.0/16".parse().expect("cidr")],
         node_ip: Some("10.77.1.1".parse().expect("ip")),
         bridge_pod_cidr: Some("10.77.2.0/24".parse().expect("cidr")),
+        service_tables,
         ..Config::default()
     });
     let web = port("web", "172.30.0.10");
@@ -539,7 +575,11 @@ fn netlink_partial_syncs_leave_the_ruleset_nft_leaves() {
             .apply(&tx.script)
             .unwrap_or_else(|err| panic!("{what} through nft: {err}\n{}", tx.script));
         let (got, want) = (normalized_table(&via_netlink), normalized_table(&via_nft));
-        assert_eq!(got, want, "{what}: netlink vs nft -f after\n{}", tx.script);
+        assert_eq!(
+            got, want,
+            "{what} ({service_tables} Service tables): netlink vs nft -f after\n{}",
+            tx.script
+        );
     };
 
     // A NodePort with ClientIP affinity: sets created in the batch, lookups and updates.
