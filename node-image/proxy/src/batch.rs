@@ -118,6 +118,8 @@ pub struct Batch {
     pub bytes: Vec<u8>,
     /// The script line of each message's sequence number.
     pub lines: BTreeMap<u32, String>,
+    /// The sequence number of `BATCH_BEGIN` (a failed commit is answered with it).
+    pub first_seq: u32,
     /// The sequence number after the batch's last one.
     pub next_seq: u32,
 }
@@ -148,6 +150,7 @@ pub fn encode(script: &str, first_seq: u32) -> Result<Batch, EncodeError> {
     Ok(Batch {
         bytes: out.bytes,
         lines: out.lines,
+        first_seq,
         next_seq: out.seq,
     })
 }
@@ -246,7 +249,7 @@ impl Encoder {
         });
         let len = (self.bytes.len() - start) as u32;
         self.bytes[start..start + 4].copy_from_slice(&len.to_ne_bytes());
-        self.seq += 1;
+        self.seq = self.seq.wrapping_add(1);
     }
 
     fn table_message(&mut self, kind: u16, flags: u16, fill: impl FnOnce(&mut Attrs<'_>)) {

@@ -121,7 +121,7 @@ impl Netlink {
         // The batch is processed inside that sendto, so its errors are queued already; the
         // generation request's answer comes after them and ends the reading.
         let barrier = batch.next_seq;
-        self.seq = barrier.wrapping_add(1).max(1);
+        self.seq = barrier.wrapping_add(1);
         rustix::net::sendto(&self.fd, &getgen(barrier), SendFlags::empty(), &kernel)
             .map_err(io("send generation request"))?;
         let mut first_error: Option<NetlinkError> = None;
@@ -129,19 +129,34 @@ impl Netlink {
         loop {
             let (len, _) = rustix::net::recv(&self.fd, &mut buf[..], RecvFlags::empty())
                 .map_err(io("receive"))?;
-            for reply in replies(&buf[..len.min(buf.len())])? {
-                if let Some(errno) = reply.errno
-                    && errno != 0
-                    && first_error.is_none()
-                {
-                    first_error = Some(refused(&batch.lines, reply.seq, errno));
-                }
-                if reply.seq == barrier {
-                    return first_error.map_or(Ok(()), Err);
-                }
+            let replies = replies(&buf[..len.min(buf.len())])?;
+            if settle(batch, &replies, &mut first_error) {
+                return first_error.map_or(Ok(()), Err);
             }
         }
     }
+}
+
+/// Takes one datagram's replies into the batch's outcome (its first error); true once the
+/// generation request sent after the batch (`batch.next_seq`) has been answered.
+fn settle(batch: &Batch, replies: &[Reply], first_error: &mut Option<NetlinkError>) -> bool {
+    let barrier = batch.next_seq;
+    for reply in replies {
+        // Answers to an earlier, abandoned exchange are not this batch's.
+        if reply.seq.wrapping_sub(batch.first_seq) > barrier.wrapping_sub(batch.first_seq) {
+            continue;
+        }
+        if let Some(errno) = reply.errno
+            && errno != 0
+            && first_error.is_none()
+        {
+            *first_error = Some(refused(&batch.lines, reply.seq, errno));
+        }
+        if reply.seq == barrier {
+            return true;
+        }
+    }
+    false
 }
 
 fn refused(lines: &BTreeMap<u32, String>, seq: u32, errno: i32) -> NetlinkError {
@@ -241,6 +256,37 @@ mod tests {
             ]
         );
         assert!(matches!(replies(&data[..18]), Err(NetlinkError::Malformed)));
+    }
+
+    #[test]
+    fn the_outcome_is_the_batchs_first_error_once_the_barrier_answers() {
+        let batch = crate::batch::encode(
+            "add chain ip kube-proxy a\nadd rule ip kube-proxy a goto b\n",
+            10,
+        )
+        .expect("encodes");
+        assert_eq!((batch.first_seq, batch.next_seq), (10, 14));
+        let reply = |seq, errno| Reply { seq, errno };
+        let mut first_error = None;
+        // A stale error of an earlier exchange, then this batch's refused rule.
+        assert!(!settle(
+            &batch,
+            &[reply(7, Some(-22)), reply(12, Some(-2))],
+            &mut first_error
+        ));
+        assert!(settle(
+            &batch,
+            &[reply(13, Some(-22)), reply(14, None)],
+            &mut first_error
+        ));
+        let err = first_error.expect("refused").to_string();
+        assert!(
+            err.ends_with("at: add rule ip kube-proxy a goto b"),
+            "{err}"
+        );
+        let mut clean = None;
+        assert!(settle(&batch, &[reply(14, None)], &mut clean));
+        assert!(clean.is_none());
     }
 
     #[test]

@@ -654,4 +654,18 @@ fn netlink_matches_nft(service_tables: u16) {
     state.set_service(lb.name.service.clone(), vec![lb.clone()]);
     state.set_endpoints(&lb.name, 8080, &[endpoint("10.77.3.6")]);
     step(&mut state, "LoadBalancer with source ranges", Applied::Nft);
+
+    // A refused batch names its line and leaves nothing of itself behind.
+    let before = normalized_table(&via_netlink);
+    let err = via_netlink
+        .apply_partial(
+            "add chain ip kube-proxy zz-new\nadd rule ip kube-proxy zz-missing goto zz-new\n",
+        )
+        .expect_err("a rule in a missing chain is refused");
+    assert!(
+        err.to_string()
+            .ends_with("at: add rule ip kube-proxy zz-missing goto zz-new"),
+        "{err}"
+    );
+    assert_eq!(normalized_table(&via_netlink), before, "atomic");
 }
