@@ -3,9 +3,14 @@
 //! change). Real `nft` in a scratch network namespace made here; needs root, `ip` and `nft`.
 //! Prints its figures; asserts nothing about time.
 //!
+//! Changes go as the proxy sends them: a netlink batch (`Nft::apply_partial`), with the
+//! Services' NAT part over the default number of tables. `FLOTILLA_PROXY_BENCH_NFT=1` pipes
+//! them to `nft -f -` instead; `FLOTILLA_PROXY_BENCH_SERVICE_TABLES=N` sets the tables (0:
+//! upstream's single table).
+//!
 //! Run: `cargo bench -p flotilla-proxy --bench sync` (or build it in the dev profile with
-//! `cargo build -p flotilla-proxy --benches` and run the binary: nft dominates the figures,
-//! render times are printed apart).
+//! `cargo build -p flotilla-proxy --benches` and run the binary: the kernel and nft dominate
+//! the figures, render times are printed apart).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -15,8 +20,9 @@ use std::time::{Duration, Instant};
 use flotilla_proxy::model::{
     Endpoint, NamespacedName, Protocol, ProxyState, ServicePort, ServicePortName,
 };
-use flotilla_proxy::nft::Nft;
-use flotilla_proxy::render::{Config, Renderer};
+use flotilla_proxy::netlink::Netlink;
+use flotilla_proxy::nft::{Applied, Nft};
+use flotilla_proxy::render::{Config, DEFAULT_SERVICE_TABLES, Renderer};
 
 const IN_NAMESPACE: &str = "FLOTILLA_PROXY_BENCH_IN_NETNS";
 const CHANGES: usize = 50;
@@ -111,10 +117,19 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn bench() {
-    let nft = Nft::default();
+    let mut nft = Nft::default();
+    let via_nft = std::env::var_os("FLOTILLA_PROXY_BENCH_NFT").is_some();
+    if !via_nft {
+        nft = nft.with_netlink(Netlink::open().expect("netlink socket"));
+    }
+    let service_tables = std::env::var("FLOTILLA_PROXY_BENCH_SERVICE_TABLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(DEFAULT_SERVICE_TABLES);
     println!(
-        "flotilla-proxy sync benchmark (nft: {})",
-        nft.version().unwrap_or_default()
+        "flotilla-proxy sync benchmark (nft: {}; changes through {}; {service_tables} Service tables)",
+        nft.version().unwrap_or_default(),
+        if via_nft { "nft -f" } else { "netlink" }
     );
     println!(
         "{:>8} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>8}",
@@ -136,6 +151,7 @@ fn bench() {
         }
         state.take_changed();
         let config = Config {
+            service_tables,
             cluster_cidr: Some("10.128.0.0/14".parse().expect("cidr")),
             node_port_ips: Some(vec![Ipv4Addr::new(10, 199, 7, 2)]),
             service_cidrs: vec!["172.30.0.0/16".parse().expect("cidr")],
@@ -185,12 +201,22 @@ fn bench() {
             let changed = state.take_changed();
             let tx = renderer.sync(&state, &changed, start);
             render_times.push(start.elapsed());
-            nft.apply(&tx.script).expect("partial sync");
+            let applied = nft.apply_partial(&tx.script).expect("partial sync");
             change_times.push(start.elapsed());
+            assert_eq!(
+                applied,
+                if via_nft {
+                    Applied::Nft
+                } else {
+                    Applied::Netlink
+                },
+                "{}",
+                tx.script
+            );
             // Stale chains wait a second before a sync deletes them; do it here, unmeasured,
             // so each measured change is one Service's own transaction.
             if let Some(stale) = renderer.take_stale_chains(start + Duration::from_secs(2)) {
-                nft.apply(&stale).expect("stale chains");
+                nft.apply_partial(&stale).expect("stale chains");
             }
         }
         change_times.sort();

@@ -1,10 +1,13 @@
 //! `flotilla-proxy`: the node proxy, upstream kube-proxy's nftables mode. A sans-IO model of
 //! Services and EndpointSlices (`model`), a sans-IO renderer to nft scripts with incremental
-//! per-Service updates (`render`), the `nft -f -` applier (`nft`), the health and metrics
-//! servers (`health`), and the kube-rs loop tying them together (`proxier`).
+//! per-Service updates (`render`), the `nft -f -` applier (`nft`) with its netlink fast path
+//! for partial syncs (`batch` encodes, `netlink` commits), the health and metrics servers
+//! (`health`), and the kube-rs loop tying them together (`proxier`).
 
+pub mod batch;
 pub mod health;
 pub mod model;
+pub mod netlink;
 pub mod nft;
 pub mod proxier;
 pub mod render;

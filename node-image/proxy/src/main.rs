@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::Parser;
 use flotilla_proxy::health::{self, Metrics, ProxyHealth};
 use flotilla_proxy::model::Cidr;
+use flotilla_proxy::netlink::Netlink;
 use flotilla_proxy::nft::Nft;
 use flotilla_proxy::proxier::{self, BridgeMasquerade, NodePortAddresses, ProxierConfig};
 use flotilla_proxy::render;
@@ -84,7 +85,12 @@ struct Args {
     /// How often the whole table is rebuilt.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     full_sync_period: Duration,
-    /// Delete the proxy's table and exit.
+    /// How many tables share the Services' NAT chains (0: all in table kube-proxy, as
+    /// upstream); each change makes the kernel re-check one table's rules.
+    #[arg(long, default_value_t = render::DEFAULT_SERVICE_TABLES,
+          value_parser = clap::value_parser!(u16).range(0..=i64::from(render::MAX_SERVICE_TABLES)))]
+    service_tables: u16,
+    /// Delete the proxy's tables and exit.
     #[arg(long)]
     cleanup: bool,
 }
@@ -133,9 +139,14 @@ fn hostname() -> String {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let nft = Nft::default();
+    let mut nft = Nft::default();
     let version = nft.version().context("nft is required")?;
     tracing::info!(%version, "using nft");
+    // Partial syncs go through netlink when it opens; nft -f remains the way otherwise.
+    match Netlink::open() {
+        Ok(netlink) => nft = nft.with_netlink(netlink),
+        Err(err) => tracing::warn!(%err, "partial syncs will run nft"),
+    }
     let client = match &args.kubeconfig {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -162,6 +173,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             masquerade_all: args.masquerade_all,
             masquerade_bit: args.masquerade_bit,
             service_cidrs: args.service_cluster_ip_range.into_iter().collect(),
+            service_tables: args.service_tables,
             ..render::Config::default()
         },
         node_port_addresses: args.nodeport_addresses,
@@ -208,5 +220,10 @@ mod tests {
         assert_eq!(args.hostname_override.as_deref(), Some("n1"));
         assert_eq!(args.nodeport_addresses, NodePortAddresses::Primary);
         assert_eq!(args.min_sync_period, Duration::from_secs(1));
+        assert_eq!(args.service_tables, render::DEFAULT_SERVICE_TABLES);
+        assert!(
+            Args::try_parse_from(["flotilla-proxy", "--service-tables", "33"]).is_err(),
+            "at most MAX_SERVICE_TABLES"
+        );
     }
 }

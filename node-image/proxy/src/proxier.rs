@@ -299,9 +299,16 @@ impl Proxier {
         Some(due)
     }
 
-    async fn apply(&self, script: String) -> Result<(), NftError> {
+    async fn apply(&self, script: String, full: bool) -> Result<(), NftError> {
         let nft = self.config.nft.clone();
-        match tokio::task::spawn_blocking(move || nft.apply(&script)).await {
+        let apply = move || {
+            if full {
+                nft.apply(&script)
+            } else {
+                nft.apply_partial(&script).map(|_| ())
+            }
+        };
+        match tokio::task::spawn_blocking(apply).await {
             Ok(result) => result,
             Err(err) => Err(NftError::Spawn {
                 program: "nft".into(),
@@ -322,7 +329,7 @@ impl Proxier {
         let changed = std::mem::take(&mut self.pending);
         let transaction = self.renderer.sync(&self.state, &changed, start);
         if !transaction.script.is_empty()
-            && let Err(err) = self.apply(transaction.script).await
+            && let Err(err) = self.apply(transaction.script, transaction.full).await
         {
             tracing::error!(%err, "nftables sync failed");
             self.metrics.sync_failed();

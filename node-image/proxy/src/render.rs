@@ -20,6 +20,11 @@ use crate::model::{
 
 /// The table (family `ip`).
 pub const TABLE: &str = "kube-proxy";
+/// The most Service tables a configuration may have ([`Config::service_tables`]); a full sync
+/// deletes those of the names up to it that it does not rebuild, so none is left behind.
+pub const MAX_SERVICE_TABLES: u16 = 32;
+/// The proxy's [`Config::service_tables`] unless told otherwise.
+pub const DEFAULT_SERVICE_TABLES: u16 = 8;
 /// How long a stale chain is kept (flushed) before it is deleted.
 pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
 
@@ -38,6 +43,8 @@ const FIREWALL_IPS_MAP: &str = "firewall-ips";
 const FIREWALL_CHECK_CHAIN: &str = "firewall-check";
 const MARK_MASQ_CHAIN: &str = "mark-for-masquerade";
 const MASQUERADING_CHAIN: &str = "masquerading";
+/// The prefix of a Service's firewall chain (in table `kube-proxy`, however split).
+const FIREWALL_PREFIX: &str = "firewall-";
 
 /// The renderer's settings (kube-proxy's flags that shape the rules).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +73,12 @@ pub struct Config {
     pub bridge_pod_cidr: Option<Cidr>,
     /// How a policy chain picks an endpoint.
     pub load_balancing: LoadBalancing,
+    /// How many tables (`kube-proxy-services-NN`, at most [`MAX_SERVICE_TABLES`]) share the
+    /// Services' NAT part: dispatch maps, Service and endpoint chains, affinity sets. 0 keeps
+    /// it in table `kube-proxy` (upstream's layout). The kernel walks a table's whole jump
+    /// graph from both NAT hooks at every commit that adds a rule or a jump: at 10 000
+    /// Services that walk alone is ~65 ms in one table; split, a change walks one slice.
+    pub service_tables: u16,
 }
 
 /// How a Service chain picks one of its endpoints at random.
@@ -93,11 +106,27 @@ impl Default for Config {
             node_ip: None,
             bridge_pod_cidr: None,
             load_balancing: LoadBalancing::default(),
+            service_tables: DEFAULT_SERVICE_TABLES,
         }
     }
 }
 
 impl Config {
+    /// The table of `service`'s NAT part (see [`Config::service_tables`]).
+    pub fn service_table(&self, service: &NamespacedName) -> String {
+        let count = self.service_tables.min(MAX_SERVICE_TABLES);
+        if count == 0 {
+            return TABLE.to_string();
+        }
+        let digest = ring::digest::digest(
+            &ring::digest::SHA256,
+            format!("{}/{}", service.namespace, service.name).as_bytes(),
+        );
+        let bytes = digest.as_ref();
+        let hash = u16::from_be_bytes([bytes[0], bytes[1]]);
+        service_table_name(hash % count)
+    }
+
     fn masquerade_mark(&self) -> String {
         // Upstream formats the mark with %#08x: 0x004000 for bit 14.
         format!("{:#08x}", 1u32 << self.masquerade_bit.min(31))
@@ -178,6 +207,28 @@ pub fn hash_and_truncate(name: &str) -> String {
     out
 }
 
+/// The name of Service table `index`.
+pub fn service_table_name(index: u16) -> String {
+    format!("{TABLE}-services-{index:02}")
+}
+
+/// Whether `name` is one of the proxy's tables.
+pub fn is_proxy_table(name: &str) -> bool {
+    name == TABLE
+        || name
+            .strip_prefix(TABLE)
+            .and_then(|rest| rest.strip_prefix("-services-"))
+            .and_then(|index| index.parse::<u16>().ok())
+            .is_some_and(|index| index < MAX_SERVICE_TABLES && service_table_name(index) == name)
+}
+
+/// Every table the proxy may own: `kube-proxy` and each possible Service table.
+pub fn all_tables() -> Vec<String> {
+    std::iter::once(TABLE.to_string())
+        .chain((0..MAX_SERVICE_TABLES).map(service_table_name))
+        .collect()
+}
+
 /// `HASH-ns/svc/proto/port` (upstream `servicePortChainNameBase`).
 fn service_chain_base(name: &ServicePortName) -> String {
     hash_and_truncate(&format!(
@@ -228,7 +279,7 @@ pub fn render_service(
         let cluster_chain = format!("service-{base}");
         let local_chain = format!("local-{base}");
         let external_chain = format!("external-{base}");
-        let firewall_chain = format!("firewall-{base}");
+        let firewall_chain = format!("{FIREWALL_PREFIX}{base}");
 
         let all = endpoints_of(&svc.name);
         let cat = categorize_endpoints(&all, svc);
@@ -541,112 +592,228 @@ const JUMP_CHAINS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The table's fixed part (upstream `setupNFTables`), rebuilding the table from scratch.
-pub fn render_base(config: &Config) -> String {
-    let t = format!("ip {TABLE}");
-    let mut s = String::new();
-    let mut line = |text: String| {
-        s.push_str(&text);
-        s.push('\n');
-    };
-    let table_comment = "{ comment \"rules for kube-proxy\" ; }";
+fn push(s: &mut String, line: String) {
+    s.push_str(&line);
+    s.push('\n');
+}
+
+/// Deletes table `name` if it exists and creates it anew.
+fn recreate_table(s: &mut String, name: &str, comment: &str) {
+    let t = format!("ip {name}");
+    let table_comment = format!("{{ comment \"{comment}\" ; }}");
     // "add" first so that "delete" never fails on a missing table.
-    line(format!("add table {t} {table_comment}"));
-    line(format!("delete table {t}"));
-    line(format!("add table {t} {table_comment}"));
-    for (name, type_, hook, priority) in BASE_CHAINS {
-        line(format!(
-            "add chain {t} {name} {{ type {type_} hook {hook} priority {priority} ; }}"
-        ));
-    }
-    let mut created = BTreeSet::new();
-    for (target, _, _) in JUMP_CHAINS {
-        if created.insert(*target) {
-            line(format!("add chain {t} {target}"));
-        }
-    }
-    line(format!("add chain {t} {MARK_MASQ_CHAIN}"));
-    line(format!(
-        "add chain {t} {REJECT_CHAIN} {{ comment \"helper for @no-endpoint-services / @no-endpoint-nodeports\" ; }}"
-    ));
-    for (target, source, matcher) in JUMP_CHAINS {
-        line(format!("add rule {t} {source} {matcher}jump {target}"));
-    }
+    let _ = writeln!(s, "add table {t} {table_comment}");
+    let _ = writeln!(s, "delete table {t}");
+    let _ = writeln!(s, "add table {t} {table_comment}");
+}
+
+/// The NAT chains that only jump to `services` (a Service table's own hooks when split).
+fn is_dispatch_hook(chain: &str) -> bool {
+    chain == "nat-prerouting" || chain == "nat-output"
+}
+
+/// `mark-for-masquerade`'s rule.
+fn mark_for_masquerade(s: &mut String, t: &str, config: &Config) {
     let mark = config.masquerade_mark();
-    line(format!(
-        "add rule {t} {MARK_MASQ_CHAIN} mark set mark or {mark}"
-    ));
-    line(format!(
-        "add rule {t} {MASQUERADING_CHAIN} mark and {mark} == 0 return"
-    ));
-    line(format!(
-        "add rule {t} {MASQUERADING_CHAIN} mark set mark xor {mark}"
-    ));
-    line(format!(
-        "add rule {t} {MASQUERADING_CHAIN} masquerade fully-random"
-    ));
-    line(format!(
-        "add set {t} {CLUSTER_IPS_SET} {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}"
-    ));
-    line(format!(
-        "add rule {t} {CLUSTER_IPS_CHECK_CHAIN} ip daddr @{CLUSTER_IPS_SET} reject comment \"Reject traffic to invalid ports of ClusterIPs\""
-    ));
-    if !config.service_cidrs.is_empty() {
-        let cidrs: Vec<String> = config.service_cidrs.iter().map(Cidr::to_string).collect();
-        line(format!(
-            "add rule {t} {CLUSTER_IPS_CHECK_CHAIN} ip daddr {{ {} }} drop comment \"Drop traffic to unallocated ClusterIPs\"",
-            cidrs.join(", ")
-        ));
-    }
+    let _ = writeln!(s, "add rule {t} {MARK_MASQ_CHAIN} mark set mark or {mark}");
+}
+
+/// The `nodeport-ips` set with the node's addresses (when NodePorts are limited to them).
+fn nodeport_ips(s: &mut String, t: &str, config: &Config) {
     if let Some(ips) = &config.node_port_ips {
-        line(format!(
+        let _ = writeln!(
+            s,
             "add set {t} {NODEPORT_IPS_SET} {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}"
-        ));
+        );
         for ip in ips.iter().filter(|ip| !ip.is_loopback()) {
-            line(format!("add element {t} {NODEPORT_IPS_SET} {{ {ip} }}"));
+            let _ = writeln!(s, "add element {t} {NODEPORT_IPS_SET} {{ {ip} }}");
         }
     }
-    line(format!(
-        "add map {t} {NO_ENDPOINT_SERVICES_MAP} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }}"
-    ));
-    line(format!(
-        "add map {t} {NO_ENDPOINT_NODEPORTS_MAP} {{ type inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }}"
-    ));
-    line(format!("add rule {t} {REJECT_CHAIN} reject"));
-    line(format!(
-        "add rule {t} {SERVICE_ENDPOINTS_CHECK_CHAIN} ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES_MAP}"
-    ));
-    let node_port_match = if config.node_port_ips.is_some() {
-        format!("ip daddr @{NODEPORT_IPS_SET}")
-    } else {
-        "ip daddr != 127.0.0.0/8".to_string()
-    };
-    line(format!(
-        "add rule {t} {NODEPORT_ENDPOINTS_CHECK_CHAIN} {node_port_match} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS_MAP}"
-    ));
-    line(format!(
-        "add map {t} {FIREWALL_IPS_MAP} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"destinations that are subject to LoadBalancerSourceRanges\" ; }}"
-    ));
-    line(format!(
-        "add rule {t} {FIREWALL_CHECK_CHAIN} ip daddr . meta l4proto . th dport vmap @{FIREWALL_IPS_MAP}"
-    ));
-    line(format!(
+}
+
+/// The `service-ips` / `service-nodeports` maps and the `services` rules dispatching on them.
+fn dispatch(s: &mut String, t: &str, config: &Config) {
+    let _ = writeln!(
+        s,
         "add map {t} {SERVICE_IPS_MAP} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }}"
-    ));
-    line(format!(
+    );
+    let _ = writeln!(
+        s,
         "add map {t} {SERVICE_NODEPORTS_MAP} {{ type inet_proto . inet_service : verdict ; comment \"NodePort traffic\" ; }}"
-    ));
-    line(format!(
+    );
+    let _ = writeln!(
+        s,
         "add rule {t} {SERVICES_CHAIN} ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS_MAP}"
-    ));
+    );
     let node_port_dispatch = if config.node_port_ips.is_some() {
         format!("ip daddr @{NODEPORT_IPS_SET}")
     } else {
         "fib daddr type local ip daddr != 127.0.0.0/8".to_string()
     };
-    line(format!(
+    let _ = writeln!(
+        s,
         "add rule {t} {SERVICES_CHAIN} {node_port_dispatch} meta l4proto . th dport vmap @{SERVICE_NODEPORTS_MAP}"
-    ));
+    );
+}
+
+/// A Service table's fixed part: its own NAT hooks jumping to its `services` dispatch, and
+/// its own `mark-for-masquerade` (a jump cannot leave its table; the mark is read by
+/// `masquerading` in table `kube-proxy`).
+fn render_service_table(s: &mut String, name: &str, config: &Config) {
+    recreate_table(s, name, "Service rules for kube-proxy");
+    let t = format!("ip {name}");
+    for (chain, type_, hook, priority) in BASE_CHAINS {
+        if is_dispatch_hook(chain) {
+            let _ = writeln!(
+                s,
+                "add chain {t} {chain} {{ type {type_} hook {hook} priority {priority} ; }}"
+            );
+        }
+    }
+    let _ = writeln!(s, "add chain {t} {SERVICES_CHAIN}");
+    let _ = writeln!(s, "add chain {t} {MARK_MASQ_CHAIN}");
+    for (target, source, matcher) in JUMP_CHAINS {
+        if is_dispatch_hook(source) {
+            let _ = writeln!(s, "add rule {t} {source} {matcher}jump {target}");
+        }
+    }
+    mark_for_masquerade(s, &t, config);
+    nodeport_ips(s, &t, config);
+    dispatch(s, &t, config);
+}
+
+/// The tables' fixed part (upstream `setupNFTables`), rebuilding them from scratch: table
+/// `kube-proxy`, then each Service table (when split), and the deletion of any other Service
+/// table an earlier configuration left.
+pub fn render_base(config: &Config) -> String {
+    let split = config.service_tables.min(MAX_SERVICE_TABLES);
+    let t = format!("ip {TABLE}");
+    let mut s = String::new();
+    recreate_table(&mut s, TABLE, "rules for kube-proxy");
+    // Split, table kube-proxy keeps the filter part and masquerading; the NAT hooks that
+    // dispatch Services are the Service tables' own.
+    let in_main = |chain: &str| split == 0 || (chain != SERVICES_CHAIN && !is_dispatch_hook(chain));
+    for (name, type_, hook, priority) in BASE_CHAINS {
+        if in_main(name) {
+            push(
+                &mut s,
+                format!(
+                    "add chain {t} {name} {{ type {type_} hook {hook} priority {priority} ; }}"
+                ),
+            );
+        }
+    }
+    let mut created = BTreeSet::new();
+    for (target, _, _) in JUMP_CHAINS {
+        if in_main(target) && created.insert(*target) {
+            push(&mut s, format!("add chain {t} {target}"));
+        }
+    }
+    push(&mut s, format!("add chain {t} {MARK_MASQ_CHAIN}"));
+    push(
+        &mut s,
+        format!(
+            "add chain {t} {REJECT_CHAIN} {{ comment \"helper for @no-endpoint-services / @no-endpoint-nodeports\" ; }}"
+        ),
+    );
+    for (target, source, matcher) in JUMP_CHAINS {
+        if in_main(source) {
+            push(
+                &mut s,
+                format!("add rule {t} {source} {matcher}jump {target}"),
+            );
+        }
+    }
+    let mark = config.masquerade_mark();
+    mark_for_masquerade(&mut s, &t, config);
+    push(
+        &mut s,
+        format!("add rule {t} {MASQUERADING_CHAIN} mark and {mark} == 0 return"),
+    );
+    push(
+        &mut s,
+        format!("add rule {t} {MASQUERADING_CHAIN} mark set mark xor {mark}"),
+    );
+    push(
+        &mut s,
+        format!("add rule {t} {MASQUERADING_CHAIN} masquerade fully-random"),
+    );
+    push(
+        &mut s,
+        format!(
+            "add set {t} {CLUSTER_IPS_SET} {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}"
+        ),
+    );
+    push(
+        &mut s,
+        format!(
+            "add rule {t} {CLUSTER_IPS_CHECK_CHAIN} ip daddr @{CLUSTER_IPS_SET} reject comment \"Reject traffic to invalid ports of ClusterIPs\""
+        ),
+    );
+    if !config.service_cidrs.is_empty() {
+        let cidrs: Vec<String> = config.service_cidrs.iter().map(Cidr::to_string).collect();
+        push(
+            &mut s,
+            format!(
+                "add rule {t} {CLUSTER_IPS_CHECK_CHAIN} ip daddr {{ {} }} drop comment \"Drop traffic to unallocated ClusterIPs\"",
+                cidrs.join(", ")
+            ),
+        );
+    }
+    nodeport_ips(&mut s, &t, config);
+    push(
+        &mut s,
+        format!(
+            "add map {t} {NO_ENDPOINT_SERVICES_MAP} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }}"
+        ),
+    );
+    push(
+        &mut s,
+        format!(
+            "add map {t} {NO_ENDPOINT_NODEPORTS_MAP} {{ type inet_proto . inet_service : verdict ; comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }}"
+        ),
+    );
+    push(&mut s, format!("add rule {t} {REJECT_CHAIN} reject"));
+    push(
+        &mut s,
+        format!(
+            "add rule {t} {SERVICE_ENDPOINTS_CHECK_CHAIN} ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES_MAP}"
+        ),
+    );
+    let node_port_match = if config.node_port_ips.is_some() {
+        format!("ip daddr @{NODEPORT_IPS_SET}")
+    } else {
+        "ip daddr != 127.0.0.0/8".to_string()
+    };
+    push(
+        &mut s,
+        format!(
+            "add rule {t} {NODEPORT_ENDPOINTS_CHECK_CHAIN} {node_port_match} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS_MAP}"
+        ),
+    );
+    push(
+        &mut s,
+        format!(
+            "add map {t} {FIREWALL_IPS_MAP} {{ type ipv4_addr . inet_proto . inet_service : verdict ; comment \"destinations that are subject to LoadBalancerSourceRanges\" ; }}"
+        ),
+    );
+    push(
+        &mut s,
+        format!(
+            "add rule {t} {FIREWALL_CHECK_CHAIN} ip daddr . meta l4proto . th dport vmap @{FIREWALL_IPS_MAP}"
+        ),
+    );
+    if split == 0 {
+        dispatch(&mut s, &t, config);
+    }
+    for index in 0..MAX_SERVICE_TABLES {
+        let name = service_table_name(index);
+        if index < split {
+            render_service_table(&mut s, &name, config);
+        } else {
+            let _ = writeln!(s, "add table ip {name}\ndelete table ip {name}");
+        }
+    }
     s
 }
 
@@ -690,6 +857,37 @@ fn element_text(key: &str, element: &Element) -> String {
     }
 }
 
+/// Which table holds each of one Service's objects.
+struct Tables {
+    /// Its NAT part: Service, local, external and endpoint chains, affinity sets, and its
+    /// `service-ips` / `service-nodeports` elements.
+    nat: String,
+}
+
+impl Tables {
+    fn of(config: &Config, service: &NamespacedName) -> Self {
+        Self {
+            nat: config.service_table(service),
+        }
+    }
+
+    /// Firewall chains are reached from `firewall-ips`, a filter map of table `kube-proxy`.
+    fn of_chain(&self, chain: &str) -> &str {
+        if chain.starts_with(FIREWALL_PREFIX) {
+            TABLE
+        } else {
+            &self.nat
+        }
+    }
+
+    fn of_container(&self, container: Container) -> &str {
+        match container {
+            Container::ServiceIps | Container::ServiceNodePorts => &self.nat,
+            _ => TABLE,
+        }
+    }
+}
+
 /// What a sync produced: the script for `nft -f -` and what it contains.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transaction {
@@ -706,7 +904,8 @@ pub struct Transaction {
 pub struct Renderer {
     config: Config,
     installed: BTreeMap<NamespacedName, ServiceRules>,
-    stale_chains: BTreeMap<String, Instant>,
+    /// Flushed chains waiting for deletion: (table, chain) → since when.
+    stale_chains: BTreeMap<(String, String), Instant>,
     need_full_sync: bool,
 }
 
@@ -765,8 +964,10 @@ impl Renderer {
         let mut script = Script::default();
         for (key, ports) in state.services() {
             let rules = render_service(&self.config, ports, &|name| state.endpoints(name));
+            let tables = Tables::of(&self.config, key);
             self.write_diff(
                 &mut script,
+                &tables,
                 &ServiceRules::default(),
                 &rules,
                 Instant::now(),
@@ -799,7 +1000,8 @@ impl Renderer {
                 state.endpoints(name)
             });
             let old = self.installed.remove(key).unwrap_or_default();
-            self.write_diff(&mut script, &old, &new, now, true);
+            let tables = Tables::of(&self.config, key);
+            self.write_diff(&mut script, &tables, &old, &new, now, true);
             if new != ServiceRules::default() {
                 self.installed.insert(key.clone(), new);
             }
@@ -816,19 +1018,19 @@ impl Renderer {
     /// after the map element pointing at it is deleted); `None` when there are none. Partial
     /// syncs put them first in their transaction.
     pub fn take_stale_chains(&mut self, now: Instant) -> Option<String> {
-        let due: Vec<String> = self
+        let due: Vec<(String, String)> = self
             .stale_chains
             .iter()
             .filter(|(_, since)| now.duration_since(**since) >= STALE_CHAIN_DELAY)
-            .map(|(name, _)| name.clone())
+            .map(|(chain, _)| chain.clone())
             .collect();
         if due.is_empty() {
             return None;
         }
         let mut script = String::new();
-        for name in due {
-            self.stale_chains.remove(&name);
-            let _ = writeln!(script, "delete chain ip {TABLE} {name}");
+        for (table, name) in due {
+            let _ = writeln!(script, "delete chain ip {table} {name}");
+            self.stale_chains.remove(&(table, name));
         }
         Some(script)
     }
@@ -841,12 +1043,14 @@ impl Renderer {
     fn write_diff(
         &mut self,
         script: &mut Script,
+        tables: &Tables,
         old: &ServiceRules,
         new: &ServiceRules,
         now: Instant,
         partial: bool,
     ) {
-        let t = format!("ip {TABLE}");
+        let nat = format!("ip {}", tables.nat);
+        let chain_table = |name: &str| format!("ip {}", tables.of_chain(name));
         // A set's timeout cannot be changed in place: the set is deleted and re-added, which
         // needs the rules using it gone first, so every chain of the Service is rewritten.
         let timeout_changed = new.affinity_sets.iter().any(|(name, timeout)| {
@@ -856,17 +1060,17 @@ impl Renderer {
         });
         if timeout_changed {
             for name in old.chains.keys() {
-                let _ = writeln!(script.create, "flush chain {t} {name}");
+                let _ = writeln!(script.create, "flush chain {} {name}", chain_table(name));
             }
         }
         for (name, timeout) in &new.affinity_sets {
             if old.affinity_sets.get(name) != Some(timeout) {
                 if old.affinity_sets.contains_key(name) {
-                    let _ = writeln!(script.create, "delete set {t} {name}");
+                    let _ = writeln!(script.create, "delete set {nat} {name}");
                 }
                 let _ = writeln!(
                     script.create,
-                    "add set {t} {name} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {timeout}s ; }}"
+                    "add set {nat} {name} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {timeout}s ; }}"
                 );
             }
         }
@@ -874,7 +1078,9 @@ impl Renderer {
             if !timeout_changed && old.chains.get(name) == Some(rules) {
                 continue;
             }
-            self.stale_chains.remove(name);
+            let t = chain_table(name);
+            self.stale_chains
+                .remove(&(tables.of_chain(name).to_string(), name.clone()));
             let _ = writeln!(script.create, "add chain {t} {name}");
             if partial {
                 let _ = writeln!(script.rules, "flush chain {t} {name}");
@@ -887,7 +1093,8 @@ impl Renderer {
             if new.elements.get(&(*container, key.clone())) != Some(element) {
                 let _ = writeln!(
                     script.delete_elements,
-                    "delete element {t} {} {{ {key} }}",
+                    "delete element ip {} {} {{ {key} }}",
+                    tables.of_container(*container),
                     container.name()
                 );
             }
@@ -896,7 +1103,8 @@ impl Renderer {
             if old.elements.get(&(*container, key.clone())) != Some(element) {
                 let _ = writeln!(
                     script.add_elements,
-                    "add element {t} {} {{ {} }}",
+                    "add element ip {} {} {{ {} }}",
+                    tables.of_container(*container),
                     container.name(),
                     element_text(key, element)
                 );
@@ -904,13 +1112,14 @@ impl Renderer {
         }
         for name in old.chains.keys() {
             if !new.chains.contains_key(name) {
-                let _ = writeln!(script.cleanup, "flush chain {t} {name}");
-                self.stale_chains.insert(name.clone(), now);
+                let _ = writeln!(script.cleanup, "flush chain {} {name}", chain_table(name));
+                self.stale_chains
+                    .insert((tables.of_chain(name).to_string(), name.clone()), now);
             }
         }
         for name in old.affinity_sets.keys() {
             if !new.affinity_sets.contains_key(name) {
-                let _ = writeln!(script.cleanup, "delete set {t} {name}");
+                let _ = writeln!(script.cleanup, "delete set {nat} {name}");
             }
         }
     }

@@ -47,9 +47,11 @@ fn terminating(mut endpoint: Endpoint) -> Endpoint {
     endpoint
 }
 
+/// Upstream's single-table layout (what most goldens show); `split` for the other.
 fn config() -> Config {
     Config {
         cluster_cidr: Some("10.0.0.0/8".parse().expect("cidr")),
+        service_tables: 0,
         ..Config::default()
     }
 }
@@ -470,4 +472,69 @@ fn failure_forces_full_sync() {
     assert!(tx.full);
     assert!(tx.script.starts_with("add table ip kube-proxy"));
     assert!(tx.script.contains("delete table ip kube-proxy\n"));
+}
+
+fn split(tables: u16) -> Config {
+    Config {
+        service_tables: tables,
+        node_port_ips: Some(vec![ip("10.199.7.2")]),
+        ..config()
+    }
+}
+
+#[test]
+fn split_base_tables() {
+    // Table kube-proxy keeps the filter part and masquerading; each Service table has its own
+    // NAT hooks, dispatch maps, nodeport-ips and mark-for-masquerade; the others are deleted.
+    golden("base_split", &render_base(&split(2)));
+}
+
+#[test]
+fn split_service_objects_go_to_its_table() {
+    let spread: BTreeSet<String> = (0..64)
+        .map(|i| split(4).service_table(&NamespacedName::new("ns", &format!("s{i}"))))
+        .collect();
+    assert_eq!(
+        spread.len(),
+        4,
+        "Services spread over every table: {spread:?}"
+    );
+    assert!(spread.iter().all(|t| is_proxy_table(t)), "{spread:?}");
+    assert!(!is_proxy_table("kube-proxy-services-32") && !is_proxy_table("kube-proxy-services-1"));
+    // The same split as the golden base (which the integration test loads under it).
+    let config = split(2);
+    let key = NamespacedName::new("ns1", "lb");
+    let table = config.service_table(&key);
+    assert!(table.starts_with("kube-proxy-services-0"), "{table}");
+    assert_eq!(table, config.service_table(&key), "stable");
+    assert_eq!(
+        self::config().service_table(&key),
+        TABLE,
+        "not split: one table"
+    );
+
+    let mut lb = service("lb", "172.30.0.45");
+    lb.load_balancer_vips = vec![ip("203.0.113.5")];
+    lb.load_balancer_source_ranges = vec!["192.0.2.0/24".parse().expect("cidr")];
+    lb.node_port = 30082;
+    lb.sticky_max_age_seconds = Some(60);
+    let mut state = state_with(&[(lb.clone(), vec![endpoint("10.180.1.1", false)])]);
+    let mut renderer = Renderer::new(config.clone());
+    let full = renderer.full_sync(&state).script;
+    let lines = full
+        .strip_prefix(&render_base(&config))
+        .expect("base first");
+    golden("split_load_balancer", lines);
+    let t0 = Instant::now();
+    state.set_endpoints(&lb.name, 8080, &[endpoint("10.180.0.1", true)]);
+    let changed = state.take_changed();
+    let tx = renderer.sync(&state, &changed, t0);
+    golden("split_incremental_endpoint_replaced", &tx.script);
+    assert_eq!(
+        renderer.take_stale_chains(t0 + STALE_CHAIN_DELAY),
+        Some(format!(
+            "delete chain ip {table} endpoint-INRJDQ4T-ns1/lb/tcp/p80__10.180.1.1/8080\n"
+        )),
+        "the stale chain is deleted from its table"
+    );
 }

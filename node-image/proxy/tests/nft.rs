@@ -1,7 +1,8 @@
 //! Integration test with the real `nft`: network namespaces made by the test (a proxy
 //! namespace routing between a client and two endpoint namespaces running busybox httpd),
-//! rules rendered by the renderer and applied by `ip netns exec PROXY nft -f -`. Needs root,
-//! `ip`, `nft` and `/bin/busybox`; fails saying which is missing.
+//! rules rendered by the renderer and applied by `ip netns exec PROXY nft -f -` (full syncs)
+//! and by a netlink socket opened in that namespace (partial syncs). Needs root, `ip`, `nft`
+//! and `/bin/busybox`; fails saying which is missing.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
@@ -10,7 +11,8 @@ use std::time::{Duration, Instant};
 use flotilla_proxy::model::{
     Endpoint, NamespacedName, Protocol, ProxyState, ServicePort, ServicePortName,
 };
-use flotilla_proxy::nft::Nft;
+use flotilla_proxy::netlink::Netlink;
+use flotilla_proxy::nft::{Applied, Nft};
 use flotilla_proxy::render::{Config, Renderer};
 
 const BUSYBOX: &str = "/bin/busybox";
@@ -125,6 +127,12 @@ fn preflight() {
 }
 
 /// proxy (router, the node) ── veth ── client 10.77.1.2, ep1 10.77.2.2, ep2 10.77.3.2.
+/// The netlink socket of namespace `ns` (made by `ip netns add`).
+fn netlink_in(ns: &str) -> Netlink {
+    Netlink::open_in(&std::path::Path::new("/run/netns").join(ns))
+        .unwrap_or_else(|err| panic!("netlink socket in {ns}: {err}"))
+}
+
 fn build_lab() -> Lab {
     let mut lab = Lab {
         prefix: format!("fpx{}", std::process::id()),
@@ -274,13 +282,21 @@ fn distinct(answers: &[String]) -> BTreeSet<String> {
 fn services_carry_traffic_through_real_nftables() {
     preflight();
     let lab = build_lab();
+    // Upstream's single table, then the Service NAT part split over three tables.
+    for service_tables in [0, 3] {
+        carry_traffic(&lab, service_tables);
+    }
+}
+
+fn carry_traffic(lab: &Lab, service_tables: u16) {
     let nft = Nft::with_command(vec![
         "ip".into(),
         "netns".into(),
         "exec".into(),
         lab.ns("proxy"),
         "nft".into(),
-    ]);
+    ])
+    .with_netlink(netlink_in(&lab.ns("proxy")));
 
     let mut web = port("web", "172.30.0.10");
     web.node_port = 30080;
@@ -300,11 +316,20 @@ fn services_carry_traffic_through_real_nftables() {
         cluster_cidr: Some("10.77.2.0/23".parse().expect("cidr")),
         node_port_ips: Some(vec!["10.77.1.1".parse().expect("ip")]),
         service_cidrs: vec!["172.30.0.0/16".parse().expect("cidr")],
+        service_tables,
         ..Config::default()
     });
     let full = renderer.full_sync(&state);
     nft.apply(&full.script)
         .unwrap_or_else(|err| panic!("full sync refused by nft: {err}\n{}", full.script));
+    if service_tables > 0 {
+        let tables = nft.list_tables().expect("list");
+        assert_eq!(
+            tables.matches("\ntable ip kube-proxy-services-").count(),
+            usize::from(service_tables),
+            "{tables}"
+        );
+    }
 
     // ClusterIP: random load balancing reaches both endpoints (a miss in 30 tries: 2^-29).
     let answers = lab.answers("http://172.30.0.10/", 30);
@@ -344,8 +369,10 @@ fn services_carry_traffic_through_real_nftables() {
         "{}",
         partial.script
     );
-    nft.apply(&partial.script)
-        .unwrap_or_else(|err| panic!("partial sync refused by nft: {err}\n{}", partial.script));
+    let applied = nft
+        .apply_partial(&partial.script)
+        .unwrap_or_else(|err| panic!("partial sync refused: {err}\n{}", partial.script));
+    assert_eq!(applied, Applied::Netlink, "{}", partial.script);
     let answers = lab.answers("http://172.30.0.10/", 20);
     assert_eq!(
         distinct(&answers),
@@ -359,8 +386,9 @@ fn services_carry_traffic_through_real_nftables() {
         Instant::now() + Duration::from_secs(2),
     );
     assert!(later.script.starts_with("delete chain"), "{}", later.script);
-    nft.apply(&later.script).expect("stale chain deletion");
-    let table = nft.list_table().expect("list");
+    nft.apply_partial(&later.script)
+        .expect("stale chain deletion");
+    let table = nft.list_tables().expect("list");
     assert!(!table.contains("10.77.3.2/8080\n\t\tip saddr"), "{table}");
     assert_eq!(
         table.matches("chain endpoint-").count(),
@@ -371,8 +399,10 @@ fn services_carry_traffic_through_real_nftables() {
     // Endpoints arrive for the empty Service: the reject goes, traffic flows.
     state.set_endpoints(&empty.name, 8080, &both[1..]);
     let changed = state.take_changed();
-    nft.apply(&renderer.sync(&state, &changed, Instant::now()).script)
+    let applied = nft
+        .apply_partial(&renderer.sync(&state, &changed, Instant::now()).script)
         .expect("partial sync");
+    assert_eq!(applied, Applied::Netlink);
     assert_eq!(lab.answers("http://172.30.0.11/", 3), vec!["ep2"; 3]);
 
     // A full resync over the existing table rebuilds it in one transaction.
@@ -387,7 +417,7 @@ fn services_carry_traffic_through_real_nftables() {
 
     // --cleanup removes the table.
     nft.delete_table().expect("cleanup");
-    assert!(nft.list_table().is_err(), "the table is gone");
+    assert!(nft.list_tables().is_err(), "the table is gone");
     nft.delete_table()
         .expect("cleanup of a missing table is fine");
 }
@@ -432,4 +462,210 @@ fn golden_scripts_are_accepted_by_nft() {
         nft.apply(&format!("{base}{lines}"))
             .unwrap_or_else(|err| panic!("golden {name} refused by nft: {err}"));
     }
+    // The split layout: its base, a Service, then that Service's partial sync.
+    for name in [
+        "base_split",
+        "split_load_balancer",
+        "split_incremental_endpoint_replaced",
+    ] {
+        let lines = std::fs::read_to_string(dir.join(format!("{name}.nft"))).expect("golden");
+        nft.apply(&lines)
+            .unwrap_or_else(|err| panic!("golden {name} refused by nft: {err}"));
+    }
+}
+
+/// `nft list table` with each set's elements sorted (the kernel dumps a hash set in its own
+/// order, which differs between two namespaces holding the same elements).
+fn normalized_table(nft: &Nft) -> String {
+    let table = nft.list_tables().expect("list table");
+    let mut out = String::new();
+    let mut rest = table.as_str();
+    while let Some(start) = rest.find("elements = {") {
+        let (head, tail) = rest.split_at(start + "elements = {".len());
+        out.push_str(head);
+        let end = tail.find('}').expect("elements end");
+        let mut elements: Vec<&str> = tail[..end].split(',').map(str::trim).collect();
+        elements.sort_unstable();
+        out.push_str(&elements.join(", "));
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every form a partial sync writes, applied as a netlink batch in one namespace and by
+/// `nft -f` in another, leaves the same ruleset, listed by nft.
+#[test]
+fn netlink_partial_syncs_leave_the_ruleset_nft_leaves() {
+    preflight();
+    for service_tables in [0, 4] {
+        netlink_matches_nft(service_tables);
+    }
+}
+
+fn netlink_matches_nft(service_tables: u16) {
+    let pid = std::process::id();
+    let (ns_netlink, ns_nft) = (
+        format!("fpxn{pid}-{service_tables}"),
+        format!("fpxf{pid}-{service_tables}"),
+    );
+    struct Cleanup(Vec<String>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for ns in &self.0 {
+                let _ = run(&["ip", "netns", "del", ns]);
+            }
+        }
+    }
+    let _cleanup = Cleanup(vec![ns_netlink.clone(), ns_nft.clone()]);
+    let in_ns = |ns: &str| {
+        must(&["ip", "netns", "add", ns]);
+        Nft::with_command(vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            ns.to_string(),
+            "nft".into(),
+        ])
+    };
+    let via_netlink = in_ns(&ns_netlink).with_netlink(netlink_in(&ns_netlink));
+    let via_nft = in_ns(&ns_nft);
+
+    let node_endpoint = |ip: &str| Endpoint {
+        node_name: Some("node1".into()),
+        is_local: true,
+        ..endpoint(ip)
+    };
+    let mut state = ProxyState::new("node1");
+    let mut renderer = Renderer::new(Config {
+        // A prefix of no whole bytes (masked) and one of whole bytes (bridge).
+        cluster_cidr: Some("10.76.0.0/14".parse().expect("cidr")),
+        node_port_ips: Some(vec!["10.77.1.1".parse().expect("ip")]),
+        service_cidrs: vec!["172.30.0.0/16".parse().expect("cidr")],
+        node_ip: Some("10.77.1.1".parse().expect("ip")),
+        bridge_pod_cidr: Some("10.77.2.0/24".parse().expect("cidr")),
+        service_tables,
+        ..Config::default()
+    });
+    let web = port("web", "172.30.0.10");
+    state.set_service(web.name.service.clone(), vec![web.clone()]);
+    state.set_endpoints(
+        &web.name,
+        8080,
+        &[endpoint("10.77.2.2"), endpoint("10.77.3.2")],
+    );
+    state.take_changed();
+    let full = renderer.full_sync(&state);
+    for nft in [&via_netlink, &via_nft] {
+        nft.apply(&full.script)
+            .unwrap_or_else(|err| panic!("full sync: {err}"));
+    }
+
+    let mut now = Instant::now();
+    let mut step = |state: &mut ProxyState, what: &str, expect: Applied| {
+        now += Duration::from_secs(2);
+        let changed = state.take_changed();
+        let tx = renderer.sync(state, &changed, now);
+        assert!(!tx.full, "{what}");
+        let applied = via_netlink
+            .apply_partial(&tx.script)
+            .unwrap_or_else(|err| panic!("{what}: {err}\n{}", tx.script));
+        assert_eq!(applied, expect, "{what}:\n{}", tx.script);
+        via_nft
+            .apply(&tx.script)
+            .unwrap_or_else(|err| panic!("{what} through nft: {err}\n{}", tx.script));
+        let (got, want) = (normalized_table(&via_netlink), normalized_table(&via_nft));
+        assert_eq!(
+            got, want,
+            "{what} ({service_tables} Service tables): netlink vs nft -f after\n{}",
+            tx.script
+        );
+    };
+
+    // A NodePort with ClientIP affinity: sets created in the batch, lookups and updates.
+    let mut sticky = port("sticky", "172.30.0.12");
+    sticky.node_port = 30080;
+    sticky.sticky_max_age_seconds = Some(600);
+    state.set_service(sticky.name.service.clone(), vec![sticky.clone()]);
+    state.set_endpoints(
+        &sticky.name,
+        8080,
+        &[endpoint("10.77.2.2"), endpoint("10.77.3.2")],
+    );
+    step(&mut state, "affinity NodePort added", Applied::Netlink);
+    sticky.sticky_max_age_seconds = Some(900);
+    state.set_service(sticky.name.service.clone(), vec![sticky.clone()]);
+    step(&mut state, "affinity timeout changed", Applied::Netlink);
+
+    // UDP and SCTP, three endpoints (numgen cascade), one on the bridge (masquerade rule).
+    for (name, ip, protocol) in [
+        ("dns", "172.30.0.13", Protocol::Udp),
+        ("sig", "172.30.0.14", Protocol::Sctp),
+    ] {
+        let mut svc = port(name, ip);
+        svc.name.protocol = protocol;
+        state.set_service(svc.name.service.clone(), vec![svc.clone()]);
+        state.set_endpoints(
+            &svc.name,
+            53,
+            &[
+                endpoint("10.77.2.3"),
+                endpoint("10.77.3.3"),
+                endpoint("10.77.4.3"),
+            ],
+        );
+    }
+    step(&mut state, "udp and sctp Services added", Applied::Netlink);
+
+    // externalTrafficPolicy Local with a local endpoint (fib rules, comments), and an
+    // internalTrafficPolicy Local Service without local endpoints (reject elements).
+    let mut local = port("local", "172.30.0.15");
+    local.node_port = 30081;
+    local.external_ips = vec!["192.0.2.10".parse().expect("ip")];
+    local.external_policy_local = true;
+    state.set_service(local.name.service.clone(), vec![local.clone()]);
+    state.set_endpoints(
+        &local.name,
+        8080,
+        &[node_endpoint("10.77.2.4"), endpoint("10.77.3.4")],
+    );
+    let mut itp = port("itp", "172.30.0.16");
+    itp.internal_policy_local = true;
+    state.set_service(itp.name.service.clone(), vec![itp.clone()]);
+    state.set_endpoints(&itp.name, 8080, &[endpoint("10.77.3.5")]);
+    step(&mut state, "Local traffic policies", Applied::Netlink);
+
+    // Endpoints go and come back; a Service without endpoints; a Service deleted.
+    state.set_endpoints(&web.name, 8080, &[endpoint("10.77.2.2")]);
+    step(&mut state, "endpoint removed", Applied::Netlink);
+    step(&mut state, "stale chains deleted", Applied::Netlink);
+    state.set_endpoints(&web.name, 8080, &[]);
+    step(&mut state, "no endpoints left", Applied::Netlink);
+    state.set_endpoints(&web.name, 8080, &[endpoint("10.77.3.2")]);
+    step(&mut state, "endpoints back", Applied::Netlink);
+    state.delete_service("default", "sticky");
+    step(&mut state, "affinity Service deleted", Applied::Netlink);
+    step(&mut state, "its chains deleted", Applied::Netlink);
+
+    // loadBalancerSourceRanges render an anonymous set: that transaction goes through nft.
+    let mut lb = port("lb", "172.30.0.17");
+    lb.load_balancer_vips = vec!["203.0.113.5".parse().expect("ip")];
+    lb.load_balancer_source_ranges = vec!["198.51.100.0/24".parse().expect("cidr")];
+    state.set_service(lb.name.service.clone(), vec![lb.clone()]);
+    state.set_endpoints(&lb.name, 8080, &[endpoint("10.77.3.6")]);
+    step(&mut state, "LoadBalancer with source ranges", Applied::Nft);
+
+    // A refused batch names its line and leaves nothing of itself behind.
+    let before = normalized_table(&via_netlink);
+    let err = via_netlink
+        .apply_partial(
+            "add chain ip kube-proxy zz-new\nadd rule ip kube-proxy zz-missing goto zz-new\n",
+        )
+        .expect_err("a rule in a missing chain is refused");
+    assert!(
+        err.to_string()
+            .ends_with("at: add rule ip kube-proxy zz-missing goto zz-new"),
+        "{err}"
+    );
+    assert_eq!(normalized_table(&via_netlink), before, "atomic");
 }
