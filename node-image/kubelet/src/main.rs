@@ -255,6 +255,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let pleg = Arc::new(pleg::Pleg::default());
     tokio::spawn(pleg::run(pleg.clone(), cri.clone()));
     let kubelet = Arc::new(pods::Kubelet {
+        sandbox_starts: tokio::sync::Semaphore::new(spec.machine.cpus.max(1)),
         pleg,
         recorder,
         pressure: pressure.clone(),

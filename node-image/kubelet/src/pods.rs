@@ -65,6 +65,11 @@ pub struct Kubelet {
     pub pressure: Arc<Pressure>,
     /// The runtime relist that wakes workers whose pod changed in the runtime.
     pub pleg: Arc<crate::pleg::Pleg>,
+    /// RunPodSandbox calls under way at once, at most one per CPU: more only share the cores
+    /// (a sandbox is most of a pod's start: pause container, network namespace, CNI), so when
+    /// pods arrive faster than the runtime can start them, all of them finish late. Waiting in
+    /// arrival order (the semaphore is fair), each starts as soon as the node can.
+    pub sandbox_starts: tokio::sync::Semaphore,
 }
 
 /// Watches this node's pods and runs a worker per pod until the watch ends; with a static
@@ -565,6 +570,7 @@ async fn sync_pod(
             }
             let config = translate::sandbox_config(pod, next_attempt, &kubelet.log_root)?;
             std::fs::create_dir_all(&config.log_directory)?;
+            let permit = kubelet.sandbox_starts.acquire().await?;
             let id = cri
                 .runtime
                 .run_pod_sandbox(cri::RunPodSandboxRequest {
@@ -575,6 +581,7 @@ async fn sync_pod(
                 .map_err(call("RunPodSandbox"))?
                 .into_inner()
                 .pod_sandbox_id;
+            drop(permit);
             tracing::info!(pod = %name, sandbox = %id, "sandbox started");
             cri.sandboxes(Some(uid))
                 .await?
