@@ -1,7 +1,8 @@
 //! The Node object: registration from the real machine (upstream `kubelet_node_status.go`
 //! `registerWithAPIServer` / `initialNode` and the `nodestatus` setters), the Lease heartbeat
-//! in `kube-node-lease` (`pkg/kubelet/nodelease`), and the Ready condition, which follows
-//! whether the container runtime answers.
+//! in `kube-node-lease` (`pkg/kubelet/nodelease`), the Ready condition, which follows
+//! whether the container runtime answers, and the pressure conditions the eviction manager
+//! holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -767,7 +767,7 @@ async fn sync_pod(
     let init_views: Vec<ContainerView> = init_views.into_iter().map(|(v, _)| v).collect();
     let views: Vec<ContainerView> = views.into_iter().map(|(v, _)| v).collect();
 
-    let computed = status::pod_status(
+    let mut computed = status::pod_status(
         pod,
         &init_views,
         &views,
@@ -775,7 +775,6 @@ async fn sync_pod(
         &kubelet.node_ip,
         k8s_openapi::jiff::Timestamp::now(),
     );
-    let mut computed = computed;
     if let Some(eviction) = &eviction {
         status::mark_evicted(&mut computed, eviction, k8s_openapi::jiff::Timestamp::now());
     }
