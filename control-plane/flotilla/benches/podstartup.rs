@@ -45,7 +45,9 @@ impl Drop for Service {
         let _ = Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(40);
+        // Stopping a node with many pods left (a failed run) takes a while; a SIGKILL
+        // before the end would leave its fabric namespace behind.
+        let deadline = Instant::now() + Duration::from_secs(120);
         while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
