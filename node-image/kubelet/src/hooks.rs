@@ -79,7 +79,7 @@ pub fn failure_message(
             "Sleep lifecycle hook ({}) for Container {container:?} in Pod {pod:?} failed - error: {error}",
             d.as_secs()
         ),
-        Handler::Tcp { .. } => format!(
+        Handler::Tcp { .. } | Handler::Grpc { .. } => format!(
             "Lifecycle hook for Container {container:?} in Pod {pod:?} failed - error: {error}"
         ),
     }
@@ -226,6 +226,7 @@ pub async fn run_hook(
             Ok(())
         }
         Handler::Tcp { .. } => Err(fail("tcpSocket is not a lifecycle handler", "")),
+        Handler::Grpc { .. } => Err(fail("grpc is not a lifecycle handler", "")),
     }
 }
 

@@ -205,6 +205,15 @@ pub enum Handler {
         /// Port.
         port: u16,
     },
+    /// A gRPC health check (`grpc.health.v1.Health/Check`) from the node, without TLS.
+    Grpc {
+        /// The pod's IP.
+        host: String,
+        /// Port.
+        port: u16,
+        /// The service asked about (`""`: the server as a whole).
+        service: String,
+    },
     /// Sleep (lifecycle hooks only).
     Sleep(Duration),
 }
@@ -306,6 +315,13 @@ pub fn probe_handler(
             port: resolve_port(&tcp.port, container)?,
         });
     }
+    if let Some(grpc) = &probe.grpc {
+        return Ok(Handler::Grpc {
+            host: pod_ip.to_string(),
+            port: resolve_port(&IntOrString::Int(grpc.port), container)?,
+            service: grpc.service.clone().unwrap_or_default(),
+        });
+    }
     Err(ProbeError::NoHandler(container.name.clone()))
 }
 
@@ -404,11 +420,7 @@ pub enum DialError {
 
 /// `dial tcp HOST:PORT: …`, as Go's net package words it.
 pub fn dial_message(host: &str, port: u16, err: &DialError) -> String {
-    let addr = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    let addr = join_host_port(host, port);
     match err {
         DialError::Refused => format!("dial tcp {addr}: connect: connection refused"),
         DialError::Timeout => format!("dial tcp {addr}: i/o timeout"),
@@ -431,6 +443,50 @@ pub fn http_error_message(get: &HttpGet, err: &DialError, awaiting_headers: bool
 /// The failure text of an exec probe that timed out (upstream's `TimeoutError`).
 pub fn exec_timeout_message(command: &[String]) -> String {
     format!("command {:?} timed out", command.join(" "))
+}
+
+/// Go's `net.JoinHostPort`: IPv6 hosts in brackets.
+pub fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// How a gRPC health check ended, short of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrpcFailure {
+    /// The connection did not open within the timeout.
+    ConnectTimeout,
+    /// The connection failed.
+    Connect(String),
+    /// The server has no `grpc.health.v1.Health` (its status message).
+    Unimplemented(String),
+    /// The call did not finish within the timeout.
+    RpcTimeout,
+    /// The call failed otherwise.
+    Rpc(String),
+    /// The server answered with a status other than SERVING (its name).
+    Unhealthy(String),
+}
+
+/// Upstream's gRPC prober messages (`pkg/probe/grpc`) for a check of `host:port`.
+pub fn grpc_message(host: &str, port: u16, timeout: Duration, failure: &GrpcFailure) -> String {
+    let addr = join_host_port(host, port);
+    let timeout = format!("{}s", timeout.as_secs());
+    match failure {
+        GrpcFailure::ConnectTimeout => format!(
+            "timeout: failed to connect service {addr:?} within {timeout}: context deadline exceeded"
+        ),
+        GrpcFailure::Connect(err) => format!("error: failed to connect service at {addr:?}: {err}"),
+        GrpcFailure::Unimplemented(message) => format!(
+            "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {message}"
+        ),
+        GrpcFailure::RpcTimeout => format!("timeout: health rpc did not complete within {timeout}"),
+        GrpcFailure::Rpc(err) => format!("error: health rpc probe failed: {err}"),
+        GrpcFailure::Unhealthy(status) => format!("service unhealthy (responded with {status:?})"),
+    }
 }
 
 /// What the prober knows of a container at one moment (from the pod worker's last sync).
@@ -1196,5 +1252,50 @@ mod tests {
             exec_timeout_message(&["sleep".into(), "5".into()]),
             "command \"sleep 5\" timed out"
         );
+    }
+
+    #[test]
+    fn grpc_probes_target_the_pod_with_upstreams_messages() {
+        let c: Container = serde_json::from_value(serde_json::json!({"name": "app"})).expect("c");
+        let probe: Probe =
+            serde_json::from_value(serde_json::json!({"grpc": {"port": 9090, "service": "db"}}))
+                .expect("probe");
+        assert_eq!(
+            probe_handler(&probe, &c, "10.244.0.5", "kube-probe/1.33"),
+            Ok(Handler::Grpc {
+                host: "10.244.0.5".into(),
+                port: 9090,
+                service: "db".into()
+            })
+        );
+        let bad: Probe =
+            serde_json::from_value(serde_json::json!({"grpc": {"port": 0}})).expect("p");
+        assert_eq!(
+            probe_handler(&bad, &c, "10.244.0.5", "a"),
+            Err(ProbeError::InvalidPort(0))
+        );
+        let second = Duration::from_secs(1);
+        let cases = [
+            (
+                GrpcFailure::ConnectTimeout,
+                "timeout: failed to connect service \"10.244.0.5:9090\" within 1s: context deadline exceeded",
+            ),
+            (
+                GrpcFailure::RpcTimeout,
+                "timeout: health rpc did not complete within 1s",
+            ),
+            (
+                GrpcFailure::Unimplemented("unknown service grpc.health.v1.Health".into()),
+                "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): unknown service grpc.health.v1.Health",
+            ),
+            (
+                GrpcFailure::Unhealthy("NOT_SERVING".into()),
+                "service unhealthy (responded with \"NOT_SERVING\")",
+            ),
+        ];
+        for (failure, want) in cases {
+            assert_eq!(grpc_message("10.244.0.5", 9090, second, &failure), want);
+        }
+        assert_eq!(join_host_port("fd00::1", 80), "[fd00::1]:80");
     }
 }

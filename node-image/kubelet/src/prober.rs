@@ -19,7 +19,9 @@ use tokio::sync::Notify;
 
 use crate::cri::Cri;
 use crate::events::Recorder;
-use crate::probe::{self, DialError, Due, Handler, HttpGet, Observed, Outcome, ProbeKind, Prober};
+use crate::probe::{
+    self, DialError, Due, GrpcFailure, Handler, HttpGet, Observed, Outcome, ProbeKind, Prober,
+};
 
 /// Upstream reads at most this much of a probe's output or body.
 const MAX_OUTPUT: usize = 10 * 1024;
@@ -32,6 +34,11 @@ pub async fn run(cri: &mut Cri, id: &str, handler: &Handler, timeout: Duration) 
         Handler::Exec(command) => exec(cri, id, command, timeout).await,
         Handler::Http(get) => http(get, timeout).await,
         Handler::Tcp { host, port } => tcp(host, *port, timeout).await,
+        Handler::Grpc {
+            host,
+            port,
+            service,
+        } => grpc(host, *port, service, timeout).await,
         Handler::Sleep(duration) => {
             tokio::time::sleep(*duration).await;
             Outcome::Success(String::new())
@@ -86,6 +93,66 @@ pub async fn tcp(host: &str, port: u16, timeout: Duration) -> Outcome {
         Ok(_) => Outcome::Success(String::new()),
         Err(err) => Outcome::Failure(probe::dial_message(host, port, &err)),
     }
+}
+
+/// Upstream's gRPC prober: `grpc.health.v1.Health/Check` for `service` over plain HTTP/2,
+/// connecting and calling each within `timeout`; only SERVING passes.
+pub async fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let fail =
+        |failure: GrpcFailure| Outcome::Failure(probe::grpc_message(host, port, timeout, &failure));
+    let uri = format!("http://{}", probe::join_host_port(host, port));
+    let endpoint = tonic::transport::Endpoint::from_shared(uri)
+        .and_then(|endpoint| endpoint.user_agent(probe::probe_agent()));
+    let endpoint = match endpoint {
+        Ok(endpoint) => endpoint,
+        Err(err) => return fail(GrpcFailure::Connect(err.to_string())),
+    };
+    let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
+        Err(_) => return fail(GrpcFailure::ConnectTimeout),
+        Ok(Err(err)) => return fail(GrpcFailure::Connect(error_chain(&err))),
+        Ok(Ok(channel)) => channel,
+    };
+    let request = HealthCheckRequest {
+        service: service.to_string(),
+    };
+    let mut client = HealthClient::new(channel);
+    let call = client.check(request);
+    let status = match tokio::time::timeout(timeout, call).await {
+        Err(_) => return fail(GrpcFailure::RpcTimeout),
+        Ok(Err(status)) => {
+            return fail(match status.code() {
+                tonic::Code::Unimplemented => {
+                    GrpcFailure::Unimplemented(status.message().to_string())
+                }
+                tonic::Code::DeadlineExceeded => GrpcFailure::RpcTimeout,
+                _ => GrpcFailure::Rpc(format!(
+                    "rpc error: code = {:?} desc = {}",
+                    status.code(),
+                    status.message()
+                )),
+            });
+        }
+        Ok(Ok(response)) => response.into_inner().status,
+    };
+    match ServingStatus::try_from(status) {
+        Ok(ServingStatus::Serving) => Outcome::Success("service healthy".into()),
+        Ok(other) => fail(GrpcFailure::Unhealthy(other.as_str_name().to_string())),
+        Err(_) => fail(GrpcFailure::Unhealthy(status.to_string())),
+    }
+}
+
+/// An error with its causes, as Go's `%+v` would print a wrapped error.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// A TCP connection to `host:port` within `timeout`.
@@ -556,5 +623,52 @@ mod tests {
             Outcome::Success(String::new())
         );
         hold.abort();
+    }
+
+    #[tokio::test]
+    async fn grpc_probes_ask_the_health_service() {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("db", tonic_health::ServingStatus::NotServing)
+            .await;
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            grpc("127.0.0.1", port, "", second).await,
+            Outcome::Success("service healthy".into())
+        );
+        assert_eq!(
+            grpc("127.0.0.1", port, "db", second).await,
+            Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        let Outcome::Failure(unknown) = grpc("127.0.0.1", port, "nope", second).await else {
+            panic!("an unknown service passed");
+        };
+        assert!(
+            unknown.starts_with("error: health rpc probe failed: rpc error: code = NotFound"),
+            "{unknown}"
+        );
+        server.abort();
+
+        // Nothing listening: the connection fails with upstream's text.
+        let closed = {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let Outcome::Failure(refused) = grpc("127.0.0.1", closed, "", second).await else {
+            panic!("a closed port passed");
+        };
+        assert!(
+            refused.starts_with(&format!(
+                "error: failed to connect service at \"127.0.0.1:{closed}\": "
+            )),
+            "{refused}"
+        );
     }
 }
