@@ -19,6 +19,7 @@ use aws_smithy_http_client::tls;
 
 use crate::config::CloudSettings;
 use crate::provider::CloudError;
+use flotilla_api_machinery::errors::error_chain;
 
 /// Attempts of one call, with the SDK's standard jittered exponential back-off between them
 /// (throttling and 5xx are retried; the controllers' requeue covers longer outages).
@@ -129,17 +130,6 @@ where
             retryable: false,
         },
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Codes that a later retry can succeed on without any change of input.

@@ -1,13 +1,15 @@
 //! Sans-IO Kubernetes API machinery for Flotilla: label and field selectors, name validation,
 //! JSON / merge / strategic-merge patches, server-side-apply field ownership and RBAC
 //! authorization (rule evaluation, aggregation, escalation checks, bootstrap policy), and the
-//! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read.
+//! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read, and
+//! errors printed with their causes on one line (`errors`).
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
 //! so the apiserver (and anything else) can call it from any context and test it with tables.
 //! Names follow upstream `k8s.io/apimachinery` and `sigs.k8s.io/structured-merge-diff` so a
 //! reader who knows Kubernetes can find things.
 
+pub mod errors;
 pub mod field;
 pub mod managed_fields;
 pub mod names;

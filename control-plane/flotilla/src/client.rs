@@ -16,6 +16,7 @@ use rustls_pki_types::pem::PemObject;
 use serde::{Deserialize, Serialize};
 
 use crate::ClientArgs;
+use flotilla_api_machinery::errors::error_chain;
 
 /// The client configuration file (`flotilla up` writes one as `DIR/flotilla.json`).
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -204,18 +205,6 @@ fn service_error(status: StatusCode, body: &[u8]) -> anyhow::Error {
             String::from_utf8_lossy(body).trim()
         ),
     }
-}
-
-/// An error and its causes on one line (hyper's own message alone says only "client error").
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use crate::events::Recorder;
 use crate::probe::{
     self, DialError, Due, GrpcFailure, Handler, HttpGet, Observed, Outcome, ProbeKind, Prober,
 };
+use flotilla_api_machinery::errors::error_chain;
 
 /// Upstream reads at most this much of a probe's output or body.
 const MAX_OUTPUT: usize = 10 * 1024;
@@ -141,18 +142,6 @@ pub async fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> Ou
         Ok(other) => fail(GrpcFailure::Unhealthy(other.as_str_name().to_string())),
         Err(_) => fail(GrpcFailure::Unhealthy(status.to_string())),
     }
-}
-
-/// An error with its causes, as Go's `%+v` would print a wrapped error.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A TCP connection to `host:port` within `timeout`.
