@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
@@ -438,35 +438,33 @@ fn runtime_container(status: &cri::ContainerStatus) -> RuntimeContainer {
     }
 }
 
-/// The ConfigMaps and Secrets `container`'s env refers to, read from the API.
+/// The ConfigMaps and Secrets `container`'s env refers to, read afresh from the API through
+/// the volume manager's reader (as upstream reads them at each container start).
 async fn env_sources(
-    client: &kube::Client,
+    kubelet: &Kubelet,
     namespace: &str,
     container: &Container,
-) -> Result<EnvSources, kube::Error> {
+) -> Result<EnvSources, crate::volumes::VolumeError> {
     let (config_maps, secrets) = translate::env_references(container);
+    let as_text = |data: crate::volumes::plan::ObjectData| -> BTreeMap<String, String> {
+        data.into_iter()
+            .map(|(key, value)| (key, String::from_utf8_lossy(&value).into_owned()))
+            .collect()
+    };
     let mut sources = EnvSources::default();
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     for name in config_maps {
-        let data = cms.get_opt(&name).await?.map(|cm| {
-            let mut data = cm.data.unwrap_or_default();
-            for (key, value) in cm.binary_data.unwrap_or_default() {
-                data.insert(key, String::from_utf8_lossy(&value.0).into_owned());
-            }
-            data
-        });
-        sources.config_maps.insert(name, data);
+        let data = kubelet
+            .volumes
+            .object("configmap", namespace, &name, false)
+            .await?;
+        sources.config_maps.insert(name, data.map(as_text));
     }
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     for name in secrets {
-        let data = api.get_opt(&name).await?.map(|secret| {
-            let mut data: BTreeMap<String, String> = secret.string_data.unwrap_or_default();
-            for (key, value) in secret.data.unwrap_or_default() {
-                data.insert(key, String::from_utf8_lossy(&value.0).into_owned());
-            }
-            data
-        });
-        sources.secrets.insert(name, data);
+        let data = kubelet
+            .volumes
+            .object("secret", namespace, &name, false)
+            .await?;
+        sources.secrets.insert(name, data.map(as_text));
     }
     Ok(sources)
 }
@@ -1121,7 +1119,7 @@ async fn start_container(
     let image_ref = image.map(|i| i.id).unwrap_or(image_name);
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let config_error = |message: String| failed("CreateContainerConfigError", message);
-    let sources = env_sources(&kubelet.client, &namespace, container)
+    let sources = env_sources(kubelet, &namespace, container)
         .await
         .map_err(|err| config_error(err.to_string()))?;
     let env = translate::resolve_env(pod, container, facts, &sources)

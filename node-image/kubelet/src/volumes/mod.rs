@@ -206,9 +206,10 @@ impl VolumeManager {
         }
     }
 
-    /// Reads ConfigMap or Secret `namespace/name` (`kind` `configmap` or `secret`) through
+    /// Reads ConfigMap or Secret `namespace/name` (`kind` `configmap` or `secret`; `None`:
+    /// it does not exist) through
     /// the shared cache: a copy younger than [`RESYNC`] serves a re-sync (`reuse`).
-    async fn object(
+    pub async fn object(
         &self,
         kind: &'static str,
         namespace: &str,
