@@ -60,6 +60,38 @@ impl Process {
             .context("no VmRSS")?;
         Ok(kib * 1024)
     }
+
+    fn cpu(&self) -> Duration {
+        cpu_of(&self.0.id().to_string())
+    }
+}
+
+/// CPU time (user + system) a process has used so far, from Linux `/proc/PID/stat`; zero when
+/// it cannot be read.
+fn cpu_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// CPU used by each process of the run between two readings.
+struct CpuReadings(Vec<(&'static str, Duration)>);
+
+impl CpuReadings {
+    fn take(processes: &[(&'static str, &Process)]) -> Self {
+        let mut readings: Vec<_> = processes.iter().map(|(role, p)| (*role, p.cpu())).collect();
+        readings.push(("bench (watch client)", cpu_of("self")));
+        Self(readings)
+    }
 }
 
 fn flotilla_bin() -> PathBuf {
@@ -151,11 +183,11 @@ struct Milestones {
 
 async fn run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let (_service, kubeconfig) = start_service(dir.path())?;
+    let (service, kubeconfig) = start_service(dir.path())?;
     let client = client(&kubeconfig).await?;
     let controllers = spawn(&["controller-manager", "--kubeconfig", &kubeconfig])?;
-    let _scheduler = spawn(&["scheduler", "--kubeconfig", &kubeconfig])?;
-    let _nodes = spawn(&[
+    let scheduler = spawn(&["scheduler", "--kubeconfig", &kubeconfig])?;
+    let nodes = spawn(&[
         "simulate-nodes",
         "--kubeconfig",
         &kubeconfig,
@@ -177,6 +209,13 @@ async fn run() -> anyhow::Result<()> {
     }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let total = DEPLOYMENTS * REPLICAS;
+    let processes = [
+        ("API server (flotilla up)", &service),
+        ("controller-manager", &controllers),
+        ("scheduler", &scheduler),
+        ("node simulator", &nodes),
+    ];
+    let cpu_before = CpuReadings::take(&processes);
     let start = Instant::now();
     for index in 0..DEPLOYMENTS {
         deployments
@@ -225,10 +264,16 @@ async fn run() -> anyhow::Result<()> {
             milestones.running = Some(now);
         }
     }
+    let cpu_after = CpuReadings::take(&processes);
     // The controller-manager's caches have seen the last status updates by now.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let loaded = controllers.rss()?;
     report(&milestones, baseline, loaded);
+    report_cpu(
+        &cpu_before,
+        &cpu_after,
+        milestones.running.unwrap_or_default(),
+    );
     Ok(())
 }
 
@@ -257,6 +302,28 @@ fn report(milestones: &Milestones, baseline: u64, loaded: u64) {
         "  controller-manager RSS {:.1} MiB with nodes only, {:.1} MiB with {total} pods: {per_thousand:.2} MiB per 1000 pods",
         mib(baseline),
         mib(loaded)
+    );
+}
+
+/// CPU per process over the rollout, per pod and as a share of the machine's two cores.
+fn report_cpu(before: &CpuReadings, after: &CpuReadings, elapsed: Duration) {
+    let pods = (DEPLOYMENTS * REPLICAS) as f64;
+    let mut total = Duration::ZERO;
+    println!("  CPU during the rollout (ms per pod, cores busy on average):");
+    for ((role, start), (_, end)) in before.0.iter().zip(&after.0) {
+        let used = end.saturating_sub(*start);
+        total += used;
+        println!(
+            "    {role:<26} {:>6.2} ms  {:.2} cores",
+            used.as_secs_f64() * 1000.0 / pods,
+            used.as_secs_f64() / elapsed.as_secs_f64().max(f64::EPSILON)
+        );
+    }
+    println!(
+        "    {:<26} {:>6.2} ms  {:.2} cores",
+        "all",
+        total.as_secs_f64() * 1000.0 / pods,
+        total.as_secs_f64() / elapsed.as_secs_f64().max(f64::EPSILON)
     );
 }
 
