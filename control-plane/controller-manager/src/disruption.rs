@@ -16,14 +16,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PostParams};
+use kube::core::SelectorExt;
 use serde_json::json;
 
 use crate::informers::{Informer, Informers, Triggers};
-use crate::{pods, selectors};
+use crate::pods;
 
 /// How often every budget is recomputed without a change seen (it also expires
 /// `disruptedPods` entries and stale conditions).
 const RESYNC: Duration = Duration::from_secs(5);
+/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
+/// change arrives every few milliseconds; nothing this loop does is urgent to the second.
+const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
 /// Upstream's DeletionTimeout: how long a granted eviction keeps its pod out of the healthy
 /// count before the controller assumes it will not happen.
 const DELETION_TIMEOUT: SignedDuration = SignedDuration::from_secs(2 * 60);
@@ -44,6 +48,7 @@ pub async fn run(informers: Arc<Informers>) {
     };
     let client = informers.client().clone();
     let mut triggers = Triggers::new(RESYNC)
+        .at_most_every(MIN_PASS_INTERVAL)
         .on(&caches.budgets)
         .on(&caches.pods)
         .on(&caches.replica_sets)
@@ -313,6 +318,10 @@ fn same_status(a: &PodDisruptionBudgetStatus, b: &PodDisruptionBudgetStatus) -> 
 }
 
 async fn sync_all(client: &kube::Client, caches: &Caches) {
+    let budgets = caches.budgets.list();
+    if budgets.is_empty() {
+        return;
+    }
     let now = Timestamp::now();
     let all_pods = caches.pods.list();
     let mut by_namespace: HashMap<&str, Vec<&Pod>> = HashMap::new();
@@ -322,22 +331,28 @@ async fn sync_all(client: &kube::Client, caches: &Caches) {
             .or_default()
             .push(pod);
     }
-    for budget in caches.budgets.list() {
+    for budget in budgets {
         let (Some(name), Some(namespace)) = (&budget.metadata.name, &budget.metadata.namespace)
         else {
             continue;
         };
         // A missing selector selects nothing; an empty one everything (upstream's
         // LabelSelectorAsSelector as the disruption controller uses it).
-        let selector = budget.spec.as_ref().and_then(|s| s.selector.as_ref());
+        // Compiled once per budget: an invalid selector (an unknown operator) matches nothing.
+        let selector = budget
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .and_then(|s| kube::core::Selector::try_from(s).ok());
+        let no_labels = BTreeMap::new();
         let selected: Vec<&Pod> = by_namespace
             .get(namespace.as_str())
             .into_iter()
             .flatten()
             .copied()
             .filter(|p| {
-                let labels = p.metadata.labels.clone().unwrap_or_default();
-                selector.is_some_and(|s| selectors::matches(s, &labels))
+                let labels = p.metadata.labels.as_ref().unwrap_or(&no_labels);
+                selector.as_ref().is_some_and(|s| s.matches(labels))
             })
             .collect();
         let status = compute_status(

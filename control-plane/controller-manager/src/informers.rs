@@ -144,9 +144,16 @@ impl Drop for Informers {
 
 /// What a controller waits on between passes: a change in any of its caches, or its resync
 /// period elapsing. Changes made while a pass runs are coalesced into the next one.
+///
+/// A pass walks whole caches, so a busy cluster (a change every few milliseconds) would have
+/// a loop start pass after pass, each costing time in proportion to the cluster's size.
+/// [`Triggers::at_most_every`] spaces passes out: the first change after a quiet spell still
+/// starts one at once, while changes arriving sooner wait and are coalesced into one pass.
 pub struct Triggers {
     changes: Vec<watch::Receiver<u64>>,
     resync: Duration,
+    min_interval: Duration,
+    last_pass: Option<tokio::time::Instant>,
 }
 
 impl Triggers {
@@ -155,7 +162,15 @@ impl Triggers {
         Self {
             changes: Vec::new(),
             resync,
+            min_interval: Duration::ZERO,
+            last_pass: None,
         }
+    }
+
+    /// Starts passes at most once per `interval`.
+    pub fn at_most_every(mut self, interval: Duration) -> Self {
+        self.min_interval = interval;
+        self
     }
 
     /// Also wakes on changes to `informer`.
@@ -196,8 +211,47 @@ impl Triggers {
             Ok((Err(_), _, _)) => tokio::time::sleep(self.resync).await,
             Ok((Ok(()), _, _)) | Err(_) => {}
         }
+        if let Some(last) = self.last_pass {
+            tokio::time::sleep_until(last + self.min_interval).await;
+        }
         for changes in &mut self.changes {
             changes.borrow_and_update();
         }
+        self.last_pass = Some(tokio::time::Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn passes_are_spaced_out_but_a_change_after_a_quiet_spell_starts_one_at_once() {
+        let (signal, changes) = watch::channel(0u64);
+        let mut triggers = Triggers::new(Duration::from_secs(3600))
+            .on_signal(changes)
+            .at_most_every(Duration::from_secs(1));
+        let start = tokio::time::Instant::now();
+
+        signal.send_modify(|c| *c += 1);
+        triggers.next().await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "the first change waits for nothing"
+        );
+
+        // Two changes right after that pass are coalesced into one pass a second later.
+        signal.send_modify(|c| *c += 1);
+        signal.send_modify(|c| *c += 1);
+        triggers.next().await;
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+
+        // After a quiet spell longer than the interval, a change starts a pass at once.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let quiet_end = tokio::time::Instant::now();
+        signal.send_modify(|c| *c += 1);
+        triggers.next().await;
+        assert_eq!(quiet_end.elapsed(), Duration::ZERO);
     }
 }

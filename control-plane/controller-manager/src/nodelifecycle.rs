@@ -202,6 +202,10 @@ fn no_schedule_taint_keys(node: &Node) -> Vec<&'static str> {
     keys
 }
 
+/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
+/// change arrives every few milliseconds; nothing this loop does is urgent to the second.
+const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Every NoSchedule taint key the controller owns (added and removed by it).
 const MANAGED_NO_SCHEDULE: [&str; 7] = [
     TAINT_NOT_READY,
@@ -263,6 +267,7 @@ async fn monitor_nodes(informers: Arc<Informers>, config: Config) {
     let client = informers.client().clone();
     let mut health: HashMap<String, NodeHealth> = HashMap::new();
     let mut triggers = Triggers::new(config.node_monitor_period)
+        .at_most_every(MIN_PASS_INTERVAL)
         .on(&nodes)
         .on(&leases)
         .on(&pods);
@@ -477,7 +482,10 @@ async fn evict_by_taints(informers: Arc<Informers>, resync: Duration) {
     let pods = informers.get::<Pod>();
     let client = informers.client().clone();
     let mut clock = EvictionClock::new();
-    let mut triggers = Triggers::new(resync).on(&nodes).on(&pods);
+    let mut triggers = Triggers::new(resync)
+        .at_most_every(MIN_PASS_INTERVAL)
+        .on(&nodes)
+        .on(&pods);
     let mut next_due: Option<Timestamp> = None;
     loop {
         let wait = next_due
@@ -504,29 +512,43 @@ async fn eviction_pass(
     let now = Timestamp::now();
     let mut next_due: Option<Timestamp> = None;
     let mut live: HashSet<String> = HashSet::new();
+    // Only pods on nodes with a NoExecute taint can be due: the others are passed over without
+    // a look (and their clocks, if any, dropped below).
+    let all_nodes = nodes.list();
+    let no_execute: HashMap<&str, Vec<&Taint>> = all_nodes
+        .iter()
+        .filter_map(|node| {
+            let taints: Vec<&Taint> = node
+                .spec
+                .iter()
+                .flat_map(|s| s.taints.iter().flatten())
+                .filter(|t| t.effect == NO_EXECUTE)
+                .collect();
+            let name = node.metadata.name.as_deref()?;
+            (!taints.is_empty()).then_some((name, taints))
+        })
+        .collect();
+    if no_execute.is_empty() {
+        clock.retain(|_, _| false);
+        return None;
+    }
     for pod in pods.list() {
         let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             continue;
         };
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let Some(taints) = no_execute.get(node_name) else {
+            continue;
+        };
         if pod.metadata.deletion_timestamp.is_some() || pods::is_finished(&pod) {
             continue;
         }
-        let Some(node) = nodes.get("", node_name) else {
-            continue;
-        };
-        let taints: Vec<&Taint> = node
-            .spec
-            .iter()
-            .flat_map(|s| s.taints.iter().flatten())
-            .filter(|t| t.effect == NO_EXECUTE)
-            .collect();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
         let tolerations = pod
             .spec
             .as_ref()
             .and_then(|s| s.tolerations.clone())
             .unwrap_or_default();
-        let (evict, later) = due(clock, &uid, eviction_for(&taints, &tolerations), now);
+        let (evict, later) = due(clock, &uid, eviction_for(taints, &tolerations), now);
         live.insert(uid.clone());
         if let Some(at) = later {
             next_due = Some(next_due.map_or(at, |n| n.min(at)));

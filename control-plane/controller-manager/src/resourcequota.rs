@@ -31,6 +31,9 @@ use crate::quantity::Quantity;
 /// How often every quota is recounted without a change seen (upstream resyncs every 5
 /// minutes and recounts on events; the counts here come from caches, so this is cheap).
 const RESYNC: Duration = Duration::from_secs(10);
+/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
+/// change arrives every few milliseconds; nothing this loop does is urgent to the second.
+const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
 const MANAGER: &str = "resourcequota-controller";
 const STORAGE_CLASS_SUFFIX: &str = ".storageclass.storage.k8s.io/";
 
@@ -364,7 +367,12 @@ pub async fn run(informers: Arc<Informers>) {
     let quotas = informers.get::<ResourceQuota>();
     let pods = informers.get::<Pod>();
     let client = informers.client().clone();
-    let mut triggers = Some(Triggers::new(RESYNC).on(&quotas).on(&pods));
+    let mut triggers = Some(
+        Triggers::new(RESYNC)
+            .at_most_every(MIN_PASS_INTERVAL)
+            .on(&quotas)
+            .on(&pods),
+    );
     let mut watched: BTreeSet<Kind> = BTreeSet::new();
     loop {
         if let Some(t) = triggers.as_mut() {

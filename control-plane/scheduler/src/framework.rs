@@ -472,6 +472,60 @@ pub struct NodeInfo {
     pub pods_with_affinity: usize,
     /// How many of them have a required anti-affinity term.
     pub pods_with_required_anti_affinity: usize,
+    /// Counts of matching pods already taken here, forgotten whenever the pods change.
+    pub match_counts: MatchCounts,
+}
+
+/// How many of a node's pods a (namespace, selector) pair matches, remembered between
+/// scheduling cycles: pods of one ReplicaSet come one after another with the same selector,
+/// and between two of them only the node that took the previous one changed. Spreading then
+/// costs a look-up per node instead of a walk over every pod in the cluster.
+#[derive(Default)]
+pub struct MatchCounts(std::sync::Mutex<Vec<(String, Selector, i64)>>);
+
+/// Selectors remembered per node: about as many as ReplicaSets whose pods are in the queue at
+/// once.
+const MATCH_COUNTS_KEPT: usize = 16;
+
+impl MatchCounts {
+    /// The count for `namespace` and `selector`, computed by `count` when not remembered.
+    pub fn get_or_count(
+        &self,
+        namespace: &str,
+        selector: &Selector,
+        count: impl FnOnce() -> i64,
+    ) -> i64 {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, n)) = kept
+            .iter()
+            .find(|(ns, s, _)| ns == namespace && s == selector)
+        {
+            return *n;
+        }
+        let n = count();
+        if kept.len() >= MATCH_COUNTS_KEPT {
+            kept.remove(0);
+        }
+        kept.push((namespace.to_string(), selector.clone(), n));
+        n
+    }
+
+    fn forget(&mut self) {
+        self.0.get_mut().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+impl Clone for MatchCounts {
+    fn clone(&self) -> Self {
+        let kept = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        MatchCounts(std::sync::Mutex::new(kept))
+    }
+}
+
+impl std::fmt::Debug for MatchCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MatchCounts")
+    }
 }
 
 impl NodeInfo {
@@ -491,6 +545,7 @@ impl NodeInfo {
             pods: Vec::new(),
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
+            match_counts: MatchCounts::default(),
         }
     }
 
@@ -524,6 +579,7 @@ impl NodeInfo {
 
     /// Counts `pod` here.
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.match_counts.forget();
         self.requested.add(&pod.requests);
         for (name, value) in &pod.scalar_requests {
             *self.requested_scalar.entry(name.clone()).or_default() += value;
@@ -543,6 +599,7 @@ impl NodeInfo {
     pub fn remove_pod(&mut self, key: &str) -> Option<Arc<PodInfo>> {
         let at = self.pods.iter().position(|p| p.key == key)?;
         let pod = self.pods.swap_remove(at);
+        self.match_counts.forget();
         self.requested.sub(&pod.requests);
         for (name, value) in &pod.scalar_requests {
             *self.requested_scalar.entry(name.clone()).or_default() -= value;

@@ -168,10 +168,12 @@ fn has_all_keys(node: &NodeInfo, constraints: &[Constraint]) -> bool {
 
 /// Pods on `node` in `namespace`, not terminating, selected by `selector`.
 fn count_matching(node: &NodeInfo, selector: &Selector, namespace: &str) -> i64 {
-    node.pods
-        .iter()
-        .filter(|p| !p.terminating && p.namespace == namespace && selector.matches(p.labels()))
-        .count() as i64
+    node.match_counts.get_or_count(namespace, selector, || {
+        node.pods
+            .iter()
+            .filter(|p| !p.terminating && p.namespace == namespace && selector.matches(p.labels()))
+            .count() as i64
+    })
 }
 
 /// PreFilter's counts.

@@ -1443,3 +1443,36 @@ fn nominated_pods_hold_their_room() {
         Ok("n1".into())
     );
 }
+
+#[test]
+fn match_counts_are_remembered_until_the_node_pods_change() {
+    let mut info = NodeInfo::new(node("a", json!({})));
+    let selector = Selector::from_set(
+        &[("app".to_string(), "web".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    assert_eq!(
+        info.match_counts.get_or_count("default", &selector, || 3),
+        3
+    );
+    // Remembered: the count is not taken again.
+    assert_eq!(
+        info.match_counts
+            .get_or_count("default", &selector, || panic!("counted twice")),
+        3
+    );
+    // Another namespace is another count.
+    assert_eq!(info.match_counts.get_or_count("other", &selector, || 1), 1);
+    // A pod arriving (or leaving) makes every remembered count stale.
+    info.add_pod(pod("p", json!({"app": "web"}), json!({})));
+    assert_eq!(
+        info.match_counts.get_or_count("default", &selector, || 4),
+        4
+    );
+    info.remove_pod("default/p");
+    assert_eq!(
+        info.match_counts.get_or_count("default", &selector, || 3),
+        3
+    );
+}
