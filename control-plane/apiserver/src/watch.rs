@@ -227,6 +227,16 @@ fn translate(
     selection: &Selection,
     resource: &ResourceInfo,
 ) -> Result<Option<(&'static str, Value)>, ApiError> {
+    // With no selector an update is MODIFIED whatever it was before: the previous state is
+    // only decoded when a selector must judge it, or for a DELETED event's object.
+    if selection.is_everything() && event.kind == EventKind::Put {
+        let kind = if event.prev.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        return Ok(Some((kind, decode(&event.kv)?)));
+    }
     let previous = match &event.prev {
         Some(prev) => Some(decode(prev)?),
         None => None,

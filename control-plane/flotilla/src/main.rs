@@ -2,6 +2,12 @@
 
 use clap::Parser;
 
+/// jemalloc rather than glibc's malloc: the API server allocates and frees many short-lived
+/// JSON trees, and glibc spent over a third of its CPU in malloc, free and chunk consolidation
+/// (measured by `bench workloads` under perf).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = flotilla::Cli::parse();
     tracing_subscriber::fmt()
