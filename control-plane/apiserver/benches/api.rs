@@ -43,6 +43,11 @@ use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+/// The allocator the `flotilla` binary serves with, so the in-process server is measured as
+/// shipped.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Bytes of data in every ConfigMap (one key).
 const DATA_BYTES: usize = 1024;
 /// Concurrency levels of the create, get and raw-put cases.
