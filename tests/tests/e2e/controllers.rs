@@ -132,15 +132,22 @@ fn a_rollout_survives_its_controller_manager_and_scheduler_being_killed() -> any
     kubectl.ok(&["rollout", "status", "deploy/web", "--timeout=60s"])?;
 
     kubectl.ok(&["set", "image", "deploy/web", "c=nginx:1.26"])?;
+    // The status must be of the new template (observedGeneration caught up): until then
+    // updatedReplicas still counts the first rollout's pods.
     until("the rollout has started", || {
-        let updated = kubectl.ok(&[
+        let status = kubectl.ok(&[
             "get",
             "deploy",
             "web",
             "-o",
-            "jsonpath={.status.updatedReplicas}",
+            "jsonpath={.metadata.generation} {.status.observedGeneration} {.status.updatedReplicas}",
         ])?;
-        Ok(updated.trim().parse::<u32>().unwrap_or(0) >= 1)
+        let fields: Vec<u32> = status
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        Ok(matches!(fields.as_slice(), [generation, observed, updated]
+            if observed == generation && *updated >= 1))
     })?;
     controllers.kill();
     placer.kill();
