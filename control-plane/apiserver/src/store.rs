@@ -248,12 +248,16 @@ pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
 }
 
 fn encode(obj: &Value) -> Result<Bytes, ApiError> {
-    let mut obj = obj.clone();
-    // The resourceVersion is the key's revision, never stored bytes (as upstream).
-    meta::remove_at(&mut obj, &["metadata", "resourceVersion"]);
-    serde_json::to_vec(&obj)
-        .map(Bytes::from)
-        .map_err(ApiError::internal)
+    // The resourceVersion is the key's revision, never stored bytes (as upstream); the object
+    // is copied only when it carries one to drop.
+    let bytes = if obj.pointer("/metadata/resourceVersion").is_none() {
+        serde_json::to_vec(obj)
+    } else {
+        let mut obj = obj.clone();
+        meta::remove_at(&mut obj, &["metadata", "resourceVersion"]);
+        serde_json::to_vec(&obj)
+    };
+    bytes.map(Bytes::from).map_err(ApiError::internal)
 }
 
 /// Paths of fields in `input` that are not in `canonical` (the typed round trip): the
