@@ -35,9 +35,6 @@ use crate::pods;
 /// How often every Deployment is looked at again without a change seen (also how late a
 /// progress deadline may be noticed).
 const RESYNC: Duration = Duration::from_secs(5);
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds (upstream's work queues batch the same way).
-const MIN_PASS_INTERVAL: Duration = Duration::from_millis(100);
 const MANAGER: &str = "deployment-controller";
 /// How long the controller waits for its caches to show its own writes before syncing a
 /// Deployment anyway (a conflict then tells it the cache is still behind).
@@ -82,11 +79,7 @@ pub async fn run(informers: Arc<Informers>) {
     let client = informers.client().clone();
     let expectations = Expectations::default();
     let mut unseen = UnseenWrites::default();
-    let mut triggers = Triggers::new(RESYNC)
-        .at_most_every(MIN_PASS_INTERVAL)
-        .on(&deployments)
-        .on(&sets)
-        .on(&pods);
+    let mut triggers = Triggers::new(RESYNC).on(&deployments).on(&sets).on(&pods);
     loop {
         triggers.next().await;
         // With all caches filled only: an empty ReplicaSet cache would mean "create one".

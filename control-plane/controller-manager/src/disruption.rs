@@ -19,15 +19,12 @@ use kube::api::{Api, Patch, PostParams};
 use kube::core::SelectorExt;
 use serde_json::json;
 
-use crate::informers::{Informer, Informers, Triggers};
-use crate::pods;
+use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
+use crate::{pods, selectors};
 
 /// How often every budget is recomputed without a change seen (it also expires
 /// `disruptedPods` entries and stale conditions).
 const RESYNC: Duration = Duration::from_secs(5);
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds; nothing this loop does is urgent to the second.
-const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
 /// Upstream's DeletionTimeout: how long a granted eviction keeps its pod out of the healthy
 /// count before the controller assumes it will not happen.
 const DELETION_TIMEOUT: SignedDuration = SignedDuration::from_secs(2 * 60);
@@ -48,7 +45,7 @@ pub async fn run(informers: Arc<Informers>) {
     };
     let client = informers.client().clone();
     let mut triggers = Triggers::new(RESYNC)
-        .at_most_every(MIN_PASS_INTERVAL)
+        .at_most_every(RELAXED_PASS_INTERVAL)
         .on(&caches.budgets)
         .on(&caches.pods)
         .on(&caches.replica_sets)
@@ -338,12 +335,11 @@ async fn sync_all(client: &kube::Client, caches: &Caches) {
         };
         // A missing selector selects nothing; an empty one everything (upstream's
         // LabelSelectorAsSelector as the disruption controller uses it).
-        // Compiled once per budget: an invalid selector (an unknown operator) matches nothing.
         let selector = budget
             .spec
             .as_ref()
-            .and_then(|s| s.selector.clone())
-            .and_then(|s| kube::core::Selector::try_from(s).ok());
+            .and_then(|s| s.selector.as_ref())
+            .and_then(selectors::compile);
         let no_labels = BTreeMap::new();
         let selected: Vec<&Pod> = by_namespace
             .get(namespace.as_str())

@@ -16,9 +16,6 @@ use crate::informers::{Informer, Informers, Triggers};
 
 /// How often every Service is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(5);
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds (upstream's work queues batch the same way).
-const MIN_PASS_INTERVAL: Duration = Duration::from_millis(200);
 /// The label upstream puts on the slices its controller manages.
 const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
 
@@ -28,11 +25,7 @@ pub async fn run(informers: Arc<Informers>) {
     let pods = informers.get::<Pod>();
     let endpoints = informers.get::<Endpoints>();
     let client = informers.client().clone();
-    let mut triggers = Triggers::new(RESYNC)
-        .at_most_every(MIN_PASS_INTERVAL)
-        .on(&services)
-        .on(&pods)
-        .on(&endpoints);
+    let mut triggers = Triggers::new(RESYNC).on(&services).on(&pods).on(&endpoints);
     loop {
         triggers.next().await;
         if services.is_ready() && pods.is_ready() && endpoints.is_ready() {

@@ -21,14 +21,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch};
 use serde_json::json;
 
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
 use crate::pods;
 
 /// How often everything is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(30);
-/// Passes start at most this often: each walks the cache of every watched kind, and on a busy
-/// cluster a change arrives every few milliseconds; nothing here is urgent to the second.
-const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a delete this collector asked for is not asked for again while the cache catches up.
 const DELETE_PATIENCE: Duration = Duration::from_secs(10);
 /// Writes in flight at once.
@@ -115,7 +112,7 @@ fn sources(informers: &Informers) -> Vec<Box<dyn Source>> {
 pub async fn run(informers: Arc<Informers>) {
     let sources = sources(&informers);
     let client = informers.client().clone();
-    let mut triggers = Triggers::new(RESYNC).at_most_every(MIN_PASS_INTERVAL);
+    let mut triggers = Triggers::new(RESYNC).at_most_every(RELAXED_PASS_INTERVAL);
     for source in &sources {
         triggers = triggers.on_signal(source.signal());
     }

@@ -142,13 +142,20 @@ impl Drop for Informers {
     }
 }
 
+/// How often, at most, a loop starts a pass while changes keep coming.
+pub const PASS_INTERVAL: Duration = Duration::from_millis(100);
+/// The same for loops whose work is not urgent to the second (garbage collection, disruption
+/// budgets, quota usage, node lifecycle).
+pub const RELAXED_PASS_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What a controller waits on between passes: a change in any of its caches, or its resync
 /// period elapsing. Changes made while a pass runs are coalesced into the next one.
 ///
-/// A pass walks whole caches, so a busy cluster (a change every few milliseconds) would have
-/// a loop start pass after pass, each costing time in proportion to the cluster's size.
-/// [`Triggers::at_most_every`] spaces passes out: the first change after a quiet spell still
-/// starts one at once, while changes arriving sooner wait and are coalesced into one pass.
+/// A pass walks whole caches, so on a busy cluster (a change every few milliseconds) a loop
+/// would start pass after pass, each costing time in proportion to the cluster's size. Passes
+/// are therefore spaced by at least [`PASS_INTERVAL`] (or what [`Triggers::at_most_every`]
+/// sets): the first change after a quiet spell still starts one at once, while changes
+/// arriving sooner wait and are coalesced into one pass.
 pub struct Triggers {
     changes: Vec<watch::Receiver<u64>>,
     resync: Duration,
@@ -162,7 +169,7 @@ impl Triggers {
         Self {
             changes: Vec::new(),
             resync,
-            min_interval: Duration::ZERO,
+            min_interval: PASS_INTERVAL,
             last_pass: None,
         }
     }

@@ -26,9 +26,6 @@ use crate::pods;
 
 /// How often every Job is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(10);
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds (upstream's work queues batch the same way).
-const MIN_PASS_INTERVAL: Duration = Duration::from_millis(100);
 const MANAGER: &str = "job-controller";
 /// The `spec.managedBy` value naming this controller (the default when unset).
 const JOB_CONTROLLER: &str = "kubernetes.io/job-controller";
@@ -53,10 +50,7 @@ pub async fn run(informers: Arc<Informers>) {
         expectations: Expectations::default(),
         finalizer_removals: Mutex::default(),
     };
-    let mut triggers = Triggers::new(RESYNC)
-        .at_most_every(MIN_PASS_INTERVAL)
-        .on(&jobs)
-        .on(&pods);
+    let mut triggers = Triggers::new(RESYNC).on(&jobs).on(&pods);
     let mut wake: Option<Duration> = None;
     loop {
         // A Job's deadline, pod backoff or TTL may fall before the next change or resync.

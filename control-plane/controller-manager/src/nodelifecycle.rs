@@ -22,7 +22,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch};
 use serde_json::json;
 
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
 use crate::pods;
 
 /// Upstream's `--node-monitor-grace-period`: how long a node may go without a heartbeat.
@@ -202,10 +202,6 @@ fn no_schedule_taint_keys(node: &Node) -> Vec<&'static str> {
     keys
 }
 
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds; nothing this loop does is urgent to the second.
-const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
-
 /// Every NoSchedule taint key the controller owns (added and removed by it).
 const MANAGED_NO_SCHEDULE: [&str; 7] = [
     TAINT_NOT_READY,
@@ -267,7 +263,7 @@ async fn monitor_nodes(informers: Arc<Informers>, config: Config) {
     let client = informers.client().clone();
     let mut health: HashMap<String, NodeHealth> = HashMap::new();
     let mut triggers = Triggers::new(config.node_monitor_period)
-        .at_most_every(MIN_PASS_INTERVAL)
+        .at_most_every(RELAXED_PASS_INTERVAL)
         .on(&nodes)
         .on(&leases)
         .on(&pods);
@@ -483,7 +479,7 @@ async fn evict_by_taints(informers: Arc<Informers>, resync: Duration) {
     let client = informers.client().clone();
     let mut clock = EvictionClock::new();
     let mut triggers = Triggers::new(resync)
-        .at_most_every(MIN_PASS_INTERVAL)
+        .at_most_every(RELAXED_PASS_INTERVAL)
         .on(&nodes)
         .on(&pods);
     let mut next_due: Option<Timestamp> = None;
@@ -529,7 +525,7 @@ async fn eviction_pass(
         })
         .collect();
     if no_execute.is_empty() {
-        clock.retain(|_, _| false);
+        clock.clear();
         return None;
     }
     for pod in pods.list() {

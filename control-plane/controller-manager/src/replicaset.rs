@@ -21,9 +21,6 @@ use crate::pods;
 
 /// How often every ReplicaSet is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(5);
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds (upstream's work queues batch the same way).
-const MIN_PASS_INTERVAL: Duration = Duration::from_millis(100);
 const MANAGER: &str = "replicaset-controller";
 /// The largest batch of pod creates in flight at once (upstream's burst).
 const MAX_BATCH: usize = 500;
@@ -36,10 +33,7 @@ pub async fn run(informers: Arc<Informers>) {
     let pods = informers.get::<Pod>();
     let client = informers.client().clone();
     let expectations = Expectations::default();
-    let mut triggers = Triggers::new(RESYNC)
-        .at_most_every(MIN_PASS_INTERVAL)
-        .on(&sets)
-        .on(&pods);
+    let mut triggers = Triggers::new(RESYNC).on(&sets).on(&pods);
     loop {
         triggers.next().await;
         // Only with both caches filled: an empty pod cache would mean "create every replica".

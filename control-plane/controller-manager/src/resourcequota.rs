@@ -24,16 +24,13 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
 use crate::pods;
 use crate::quantity::Quantity;
 
 /// How often every quota is recounted without a change seen (upstream resyncs every 5
 /// minutes and recounts on events; the counts here come from caches, so this is cheap).
 const RESYNC: Duration = Duration::from_secs(10);
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds; nothing this loop does is urgent to the second.
-const MIN_PASS_INTERVAL: Duration = Duration::from_secs(1);
 const MANAGER: &str = "resourcequota-controller";
 const STORAGE_CLASS_SUFFIX: &str = ".storageclass.storage.k8s.io/";
 
@@ -369,7 +366,7 @@ pub async fn run(informers: Arc<Informers>) {
     let client = informers.client().clone();
     let mut triggers = Some(
         Triggers::new(RESYNC)
-            .at_most_every(MIN_PASS_INTERVAL)
+            .at_most_every(RELAXED_PASS_INTERVAL)
             .on(&quotas)
             .on(&pods),
     );

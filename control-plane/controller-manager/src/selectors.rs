@@ -10,7 +10,13 @@ use kube::core::SelectorExt;
 /// too). An empty selector matches everything, as upstream's `LabelSelectorAsSelector`; an
 /// invalid one (an unknown operator) matches nothing.
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    kube::core::Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    compile(selector).is_some_and(|s| s.matches(labels))
+}
+
+/// `selector` parsed once, to match many label sets; `None` for an invalid one (which matches
+/// nothing).
+pub fn compile(selector: &LabelSelector) -> Option<kube::core::Selector> {
+    kube::core::Selector::try_from(selector.clone()).ok()
 }
 
 /// Whether `selector` has no requirements at all (`selector.Empty()` upstream).

@@ -28,9 +28,6 @@ use crate::replicaset::is_available;
 
 /// How often every StatefulSet is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(5);
-/// Passes start at most this often: each walks the whole pod cache, and on a busy cluster a
-/// change arrives every few milliseconds (upstream's work queues batch the same way).
-const MIN_PASS_INTERVAL: Duration = Duration::from_millis(100);
 const MANAGER: &str = "statefulset-controller";
 /// The pod label with the pod's own name (`apps.StatefulSetPodNameLabel`), for per-pod Services.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
@@ -102,7 +99,6 @@ pub async fn run(informers: Arc<Informers>) {
     let client = informers.client().clone();
     let expectations = Expectations::default();
     let mut triggers = Triggers::new(RESYNC)
-        .at_most_every(MIN_PASS_INTERVAL)
         .on(&caches.sets)
         .on(&caches.pods)
         .on(&caches.claims)

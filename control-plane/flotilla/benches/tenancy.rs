@@ -20,6 +20,8 @@
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 #[allow(dead_code)] // shared with the storage tests; this bench needs only start and endpoint
 mod etcd_server;
+#[path = "support/proc.rs"]
+mod proc;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -104,34 +106,14 @@ impl Service {
         self.dir.path().join("operator.json")
     }
 
-    /// CPU time the service process has used so far (Linux `/proc`, user + system).
-    fn cpu(&self) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
-        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = fields
-            .get(11)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-            + fields
-                .get(12)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0);
-        // USER_HZ is 100 on Linux.
-        Ok(Duration::from_millis(ticks * 10))
+    /// CPU time the service process has used so far.
+    fn cpu(&self) -> Duration {
+        proc::cpu(&self.child.id().to_string())
     }
 
-    /// Resident memory of the service process, in bytes (Linux `/proc`).
+    /// Resident memory of the service process, in bytes.
     fn rss(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .context("no VmRSS in /proc/PID/status")?;
-        Ok(kib * 1024)
+        proc::rss(self.child.id())
     }
 }
 
@@ -364,10 +346,10 @@ async fn run(service: &Service) -> anyhow::Result<()> {
         memory.push((size.max(fleet), service.rss()?));
     }
     // What an idle fleet costs: lease renewals and the control loops' watches.
-    let (cpu_before, idle_started) = (service.cpu()?, Instant::now());
+    let (cpu_before, idle_started) = (service.cpu(), Instant::now());
     tokio::time::sleep(IDLE_RUN).await;
     let idle_cores =
-        (service.cpu()? - cpu_before).as_secs_f64() / idle_started.elapsed().as_secs_f64();
+        (service.cpu() - cpu_before).as_secs_f64() / idle_started.elapsed().as_secs_f64();
     // The first reading above the empty service may have been taken with more clusters
     // than asked for (the create → ready samples); the table says how many.
     report(

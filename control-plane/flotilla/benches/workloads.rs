@@ -14,6 +14,9 @@
 //!
 //! It prints figures and ratios; it never asserts.
 
+#[path = "support/proc.rs"]
+mod proc;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -51,36 +54,12 @@ impl Drop for Process {
 
 impl Process {
     fn rss(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id()))?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .context("no VmRSS")?;
-        Ok(kib * 1024)
+        proc::rss(self.0.id())
     }
 
     fn cpu(&self) -> Duration {
-        cpu_of(&self.0.id().to_string())
+        proc::cpu(&self.0.id().to_string())
     }
-}
-
-/// CPU time (user + system) a process has used so far, from Linux `/proc/PID/stat`; zero when
-/// it cannot be read.
-fn cpu_of(pid: &str) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |index: usize| {
-        fields
-            .get(index)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// CPU used by each process of the run between two readings.
@@ -89,7 +68,7 @@ struct CpuReadings(Vec<(&'static str, Duration)>);
 impl CpuReadings {
     fn take(processes: &[(&'static str, &Process)]) -> Self {
         let mut readings: Vec<_> = processes.iter().map(|(role, p)| (*role, p.cpu())).collect();
-        readings.push(("bench (watch client)", cpu_of("self")));
+        readings.push(("bench (watch client)", proc::cpu("self")));
         Self(readings)
     }
 }
