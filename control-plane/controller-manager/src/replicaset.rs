@@ -57,7 +57,8 @@ async fn sync_all(
         }
     }
     let sets_now = sets.list();
-    let mut syncs: Vec<BoxFuture<'_, ()>> = Vec::new();
+    let mut shrinking: Vec<BoxFuture<'_, ()>> = Vec::new();
+    let mut others: Vec<BoxFuture<'_, ()>> = Vec::new();
     for set in &sets_now {
         let key = pods::key(&set.metadata);
         let namespace = set.metadata.namespace.as_deref().unwrap_or("");
@@ -74,7 +75,13 @@ async fn sync_all(
         }
         let uid = set.metadata.uid.as_deref().unwrap_or("");
         let mine = owned.remove(uid).unwrap_or_default();
-        syncs.push(
+        let active = mine.iter().filter(|p| pods::is_active(p)).count();
+        let queue = if active > wanted_replicas(set) {
+            &mut shrinking
+        } else {
+            &mut others
+        };
+        queue.push(
             async move {
                 if let Err(err) = sync(client, set, &mine, expectations).await {
                     tracing::info!(replicaset = %key, %err, "replicaset sync failed; retrying");
@@ -83,12 +90,26 @@ async fn sync_all(
             .boxed(),
         );
     }
-    // ReplicaSets are independent: syncing several at once keeps a large scale-up of one
-    // from holding up the others.
-    futures::stream::iter(syncs)
-        .buffer_unordered(CONCURRENT_SYNCS)
-        .collect::<Vec<()>>()
-        .await;
+    // Scale-downs go first: a Deployment rolling with maxSurge shrinks its old set before it
+    // grows the new one, and when both changes reach one pass, deleting first keeps the pods
+    // that exist within the surge (upstream's per-set queue does so only by timing).
+    // ReplicaSets are otherwise independent: syncing several at once keeps a large scale-up
+    // of one from holding up the others.
+    for syncs in [shrinking, others] {
+        futures::stream::iter(syncs)
+            .buffer_unordered(CONCURRENT_SYNCS)
+            .collect::<Vec<()>>()
+            .await;
+    }
+}
+
+/// `spec.replicas` (default 1).
+fn wanted_replicas(set: &ReplicaSet) -> usize {
+    set.spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+        .max(0) as usize
 }
 
 /// One ReplicaSet: create or delete pods toward `spec.replicas`, then report status.
@@ -106,7 +127,7 @@ async fn sync(
     }
     let key = pods::key(&set.metadata);
     let spec = set.spec.as_ref();
-    let wanted = spec.and_then(|s| s.replicas).unwrap_or(1).max(0) as usize;
+    let wanted = wanted_replicas(set);
     let mut active: Vec<&Pod> = owned
         .iter()
         .copied()
