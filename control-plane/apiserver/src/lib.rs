@@ -216,6 +216,7 @@ impl ApiServer {
             .extensions
             .get::<authn::InProcessIdentity>()
             .map(|identity| identity.0.clone());
+        let hosted_loop = in_process.is_some();
         let user = match in_process
             .or_else(|| tenant.authenticate(&peer).map(authn::user_from_certificate))
         {
@@ -248,6 +249,17 @@ impl ApiServer {
         };
         let query = handler::parse_query(parts.uri.query());
         let attributes = authz::request_attributes(&user, &parts.method, rest, &query);
+        // The tenant's own control loops, hosted here, do not queue behind its users (upstream
+        // gives system components their own priority levels); long-running requests hold no
+        // seat, as upstream's.
+        let _seat = if !hosted_loop && !is_long_running(&attributes) {
+            match tenant.seats.take(&self.limits).await {
+                Ok(seat) => Some(seat),
+                Err(refused) => return refused.into_response(),
+            }
+        } else {
+            None
+        };
         if !public && let Err(err) = authz::authorize(self, &tenant, &attributes).await {
             return err.into_response();
         }
@@ -324,6 +336,15 @@ impl ApiServer {
         }
         response
     }
+}
+
+/// Upstream's BasicLongRunningRequestCheck: watches, proxying, and the streaming subresources.
+fn is_long_running(attributes: &flotilla_api_machinery::rbac::Attributes) -> bool {
+    matches!(attributes.verb.as_str(), "watch" | "proxy")
+        || matches!(
+            attributes.subresource.as_str(),
+            "attach" | "exec" | "proxy" | "log" | "portforward"
+        )
 }
 
 /// The same request asked with the verb `create`.

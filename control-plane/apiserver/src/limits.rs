@@ -1,9 +1,13 @@
-//! Per-tenant limits: a token bucket of requests per tenant, so one noisy cluster cannot take
-//! the whole service from the others (answered 429 with `Retry-After`, as upstream's priority
-//! and fairness does), and a quota on the number of objects a cluster stores.
+//! Per-tenant limits, so one noisy cluster cannot take the whole service from the others: a
+//! token bucket of requests per tenant, seats for the requests it may have executing at once
+//! with a bounded queue for the rest (both answered 429 with `Retry-After`, as upstream's
+//! priority and fairness does), and a quota on the number of objects a cluster stores.
 
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
 
@@ -14,6 +18,12 @@ pub struct TenantLimits {
     pub requests_per_second: Option<f64>,
     /// Requests a tenant may make at once above the sustained rate.
     pub burst: u32,
+    /// Requests a tenant may have executing at once (watches and other long-running requests
+    /// aside); `None` for no limit. A tenant's burst then queues for a seat instead of landing
+    /// on the CPUs and the store all at once, in front of other tenants' requests.
+    pub max_in_flight: Option<usize>,
+    /// Requests that may wait for a seat; more are refused.
+    pub max_queued: usize,
     /// Most keys a tenant may store (objects and their allocations); `None` for no quota.
     pub max_objects: Option<usize>,
 }
@@ -23,6 +33,8 @@ impl TenantLimits {
     pub const UNLIMITED: TenantLimits = TenantLimits {
         requests_per_second: None,
         burst: 0,
+        max_in_flight: None,
+        max_queued: 0,
         max_objects: None,
     };
 }
@@ -80,12 +92,71 @@ impl RateLimiter {
             bucket.tokens -= 1.0;
             Ok(())
         } else {
-            Err(ApiError::too_many_requests(
-                "Too many requests, please try again later.",
-                1,
-            ))
+            Err(too_many_requests())
         }
     }
+}
+
+/// Longest wait in a tenant's queue for a seat before the request is refused (upstream's
+/// priority and fairness gives up on a queued request after a quarter of its timeout).
+const MAX_QUEUE_WAIT: Duration = Duration::from_secs(15);
+
+/// One tenant's seats and queue.
+#[derive(Debug, Default)]
+pub struct Seats {
+    seats: OnceLock<Arc<Semaphore>>,
+    queued: AtomicUsize,
+}
+
+/// A request's hold on a seat (none under no limit), given back when dropped.
+#[derive(Debug)]
+pub struct Seat {
+    _held: Option<OwnedSemaphorePermit>,
+}
+
+/// Counts a request in the queue for as long as it waits, also when it is dropped (its client
+/// hung up) while waiting.
+struct InQueue<'a>(&'a AtomicUsize);
+
+impl Drop for InQueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Seats {
+    /// A seat for one request: at once if one is free, else after the requests queued before
+    /// it (first come, first served); refused with upstream's 429 when the queue is full or the
+    /// wait too long.
+    pub async fn take(&self, limits: &TenantLimits) -> Result<Seat, ApiError> {
+        self.take_within(limits, MAX_QUEUE_WAIT).await
+    }
+
+    async fn take_within(&self, limits: &TenantLimits, wait: Duration) -> Result<Seat, ApiError> {
+        let Some(count) = limits.max_in_flight else {
+            return Ok(Seat { _held: None });
+        };
+        let seats = self
+            .seats
+            .get_or_init(|| Arc::new(Semaphore::new(count.max(1))));
+        if let Ok(seat) = seats.clone().try_acquire_owned() {
+            return Ok(Seat { _held: Some(seat) });
+        }
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= limits.max_queued {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(too_many_requests());
+        }
+        let _waiting = InQueue(&self.queued);
+        match tokio::time::timeout(wait, seats.clone().acquire_owned()).await {
+            Ok(Ok(seat)) => Ok(Seat { _held: Some(seat) }),
+            // Timed out, or the semaphore closed (it never is).
+            _ => Err(too_many_requests()),
+        }
+    }
+}
+
+fn too_many_requests() -> ApiError {
+    ApiError::too_many_requests("Too many requests, please try again later.", 1)
 }
 
 /// How long a counted number of objects is trusted (plus the creates made here since): creates
@@ -164,7 +235,7 @@ mod tests {
         let limits = TenantLimits {
             requests_per_second: Some(10.0),
             burst: 5,
-            max_objects: None,
+            ..TenantLimits::UNLIMITED
         };
         let limiter = RateLimiter::default();
         let start = Instant::now();
@@ -201,5 +272,56 @@ mod tests {
         for _ in 0..10_000 {
             assert!(limiter.admit(&TenantLimits::UNLIMITED).is_ok());
         }
+    }
+
+    #[tokio::test]
+    async fn seats_are_held_then_queued_in_order_then_refused() {
+        let limits = TenantLimits {
+            max_in_flight: Some(2),
+            max_queued: 1,
+            ..TenantLimits::UNLIMITED
+        };
+        let seats = Arc::new(Seats::default());
+        let first = seats.take(&limits).await.expect("a free seat");
+        let second = seats.take(&limits).await.expect("a free seat");
+        // The third waits in the queue; a fourth finds the queue full.
+        let waiting = tokio::spawn({
+            let seats = seats.clone();
+            async move { seats.take(&limits).await.map(|_| ()) }
+        });
+        while seats.queued.load(Ordering::Relaxed) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let refused = seats.take(&limits).await.expect_err("the queue is full");
+        assert_eq!((refused.code, refused.reason), (429, "TooManyRequests"));
+        assert!(!waiting.is_finished());
+        drop(first);
+        waiting
+            .await
+            .expect("joined")
+            .expect("seated once one was free");
+        assert_eq!(seats.queued.load(Ordering::Relaxed), 0);
+        // A wait longer than allowed is refused, and leaves the queue.
+        let _third = seats
+            .take(&limits)
+            .await
+            .expect("the queued one gave its seat back");
+        let late = seats
+            .take_within(&limits, Duration::from_millis(10))
+            .await
+            .expect_err("no seat came free");
+        assert_eq!(late.code, 429);
+        assert_eq!(seats.queued.load(Ordering::Relaxed), 0);
+        drop(second);
+    }
+
+    #[tokio::test]
+    async fn no_seat_limit_means_no_wait() {
+        let seats = Seats::default();
+        let held: Vec<Seat> =
+            futures::future::try_join_all((0..1000).map(|_| seats.take(&TenantLimits::UNLIMITED)))
+                .await
+                .expect("never refused");
+        assert_eq!(held.len(), 1000);
     }
 }

@@ -73,6 +73,8 @@ pub struct TenantState {
     pub object_count: crate::limits::ObjectCount,
     /// Its request budget (kept while the record is unchanged).
     pub limiter: crate::limits::RateLimiter,
+    /// Its requests executing and queued.
+    pub seats: crate::limits::Seats,
 }
 
 impl TenantState {
@@ -107,6 +109,7 @@ impl TenantState {
             policy: Default::default(),
             object_count: Default::default(),
             limiter: Default::default(),
+            seats: Default::default(),
         })
     }
 

@@ -10,9 +10,10 @@
 //!   100 and 1000 idle clusters, and the increment per cluster;
 //! - **idle cost**: the CPU the service uses with the 1000 clusters idle;
 //! - **noisy neighbour**: the latency of cluster B's single reader (100 GETs/s of one
-//!   ConfigMap) alone, then while cluster A is flooded with ConfigMap creates by many clients, which wait
-//!   out a 429's Retry-After as client-go does. The service runs with its default per-cluster
-//!   request limit.
+//!   ConfigMap) alone, and while cluster A is flooded with ConfigMap creates by many clients,
+//!   which wait out a 429's Retry-After as client-go does, in alternating rounds (so a drift
+//!   of the machine or of etcd over the run weighs on both sides alike). The service runs with
+//!   its default per-cluster request limit and seats.
 //!
 //! The references, in the same run: memory against the empty service; B's latency under the
 //! flood against B alone. It prints figures, ratios and the targets; it never asserts.
@@ -46,9 +47,11 @@ const FLEET_SIZES: [usize; 3] = [1, 100, 1000];
 const IDLE_RUN: Duration = Duration::from_secs(6);
 /// Clusters created concurrently while growing the fleet.
 const CREATE_CONCURRENCY: usize = 16;
-/// How long B's reader runs, alone and under the flood: 2000 GETs each, so a p99 rests on 20
+/// How long B's reader runs in each round, alone and under the flood.
+const PROBE_RUN: Duration = Duration::from_secs(5);
+/// Rounds of (B alone, B under A's flood): 2000 GETs on each side in all, so a p99 rests on 20
 /// samples rather than on the 5 worst of a few hundred.
-const PROBE_RUN: Duration = Duration::from_secs(20);
+const PROBE_ROUNDS: usize = 4;
 /// B's GETs per second.
 const PROBE_RATE: u32 = 100;
 /// Clients flooding cluster A.
@@ -170,11 +173,14 @@ async fn create_ready(
 
 /// A kube client from a kubeconfig, on the current runtime.
 async fn kube_client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
-    let config = kube::Config::from_custom_kubeconfig(
+    let mut config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::from_yaml(kubeconfig)?,
         &kube::config::KubeConfigOptions::default(),
     )
     .await?;
+    // kube's own retry of 429s would hide them; the flooders wait out Retry-After themselves
+    // and count each refusal.
+    config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -241,8 +247,10 @@ fn config_map(name: String) -> ConfigMap {
     }
 }
 
-/// Runs `FLOOD_CLIENTS` ConfigMap creators against `client` until `stop`; counts outcomes.
+/// Runs `FLOOD_CLIENTS` ConfigMap creators against `client` until `stop`, naming their objects
+/// apart from earlier rounds'; counts outcomes.
 fn flood(
+    round: usize,
     client: &kube::Client,
     stop: &Arc<AtomicBool>,
     done: &Arc<AtomicU64>,
@@ -257,7 +265,10 @@ fn flood(
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
                     match api
-                        .create(&PostParams::default(), &config_map(format!("f-{task}-{i}")))
+                        .create(
+                            &PostParams::default(),
+                            &config_map(format!("f-{round}-{task}-{i}")),
+                        )
                         .await
                     {
                         Ok(_) => {
@@ -307,22 +318,28 @@ async fn run(service: &Service) -> anyhow::Result<()> {
         let kubeconfig = b_kubeconfig.clone();
         tokio::task::spawn_blocking(move || probe_apart(kubeconfig))
     };
-    let alone = probe_b().await??;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (done, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let flooders = flood(a, &stop, &done, &refused);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let flood_started = Instant::now();
-    let done_before = done.load(Ordering::Relaxed);
-    let refused_before = refused.load(Ordering::Relaxed);
-    let flooded = probe_b().await??;
-    let flood_secs = flood_started.elapsed().as_secs_f64();
-    let flood_done = done.load(Ordering::Relaxed) - done_before;
-    let flood_refused = refused.load(Ordering::Relaxed) - refused_before;
-    stop.store(true, Ordering::Relaxed);
-    for flooder in flooders {
-        let _ = flooder.await;
+    let (mut alone, mut flooded) = (Vec::new(), Vec::new());
+    let (mut flood_done, mut flood_refused, mut flood_secs) = (0, 0, 0.0);
+    for round in 0..PROBE_ROUNDS {
+        alone.extend(probe_b().await??);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (done, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let flooders = flood(round, a, &stop, &done, &refused);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let flood_started = Instant::now();
+        let done_before = done.load(Ordering::Relaxed);
+        let refused_before = refused.load(Ordering::Relaxed);
+        flooded.extend(probe_b().await??);
+        flood_secs += flood_started.elapsed().as_secs_f64();
+        flood_done += done.load(Ordering::Relaxed) - done_before;
+        flood_refused += refused.load(Ordering::Relaxed) - refused_before;
+        stop.store(true, Ordering::Relaxed);
+        for flooder in flooders {
+            let _ = flooder.await;
+        }
     }
+    alone.sort();
+    flooded.sort();
 
     // Memory with a growing fleet of idle clusters.
     let mut memory = vec![(0usize, empty)];

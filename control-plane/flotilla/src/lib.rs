@@ -232,6 +232,15 @@ pub struct ServeArgs {
     /// Requests above the sustained rate each cluster may make at once.
     #[arg(long, default_value_t = 400)]
     pub tenant_burst: u32,
+    /// Requests each cluster may have executing at once, watches aside (0: no limit); the
+    /// rest wait in the cluster's own queue.
+    #[arg(long, default_value_t = 8)]
+    pub tenant_max_in_flight: usize,
+    /// Requests each cluster may have waiting for one of its seats before more are answered
+    /// 429 with Retry-After (by default as many as its burst: the request budget decides how
+    /// many requests a cluster makes, its seats how many run at once).
+    #[arg(long, default_value_t = 400)]
+    pub tenant_max_queued: usize,
     /// Most objects each cluster may store before creates are refused (403, exceeded quota;
     /// 0: no quota).
     #[arg(long, default_value_t = 100_000)]

@@ -461,6 +461,8 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let limits = TenantLimits {
         requests_per_second: (args.tenant_qps > 0.0).then_some(args.tenant_qps),
         burst: args.tenant_burst,
+        max_in_flight: (args.tenant_max_in_flight > 0).then_some(args.tenant_max_in_flight),
+        max_queued: args.tenant_max_queued,
         max_objects: (args.tenant_max_objects > 0).then_some(args.tenant_max_objects),
     };
     let placement_options = PlacementOptions {

@@ -3,6 +3,7 @@
 //! tenant or account could reach another's data refused.
 
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use base64::Engine;
@@ -452,6 +453,70 @@ fn a_cluster_over_its_request_limit_gets_429_and_others_do_not() -> anyhow::Resu
     ensure!(
         status == 200,
         "the quiet cluster was limited too: {status} {body}"
+    );
+    Ok(())
+}
+
+/// A cluster's requests hold one of its seats while they execute: a watch holds none, a
+/// request that finds every seat taken and the queue full gets 429, and another cluster is
+/// served meanwhile.
+#[test]
+fn a_cluster_with_every_seat_taken_gets_429_and_watches_take_no_seat() -> anyhow::Result<()> {
+    let etcd = Etcd::start()?;
+    let service = Serve::start_with(
+        &etcd.endpoint,
+        &["--tenant-max-in-flight", "1", "--tenant-max-queued", "0"],
+    )?;
+    let x = service.account("x")?;
+    let a = create_cluster(&service, &x, "busy")?;
+    let b = create_cluster(&service, &x, "other")?;
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        // A watch open for 3 s leaves the only seat free.
+        let watch = scope.spawn(|| {
+            a.kubectl
+                .raw_get("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=3")
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let (status, body) = a.kubectl.raw_get("/api/v1/namespaces")?;
+        ensure!(status == 200, "a watch took the seat: {status} {body}");
+        let (status, _) = watch
+            .join()
+            .map_err(|_| anyhow::anyhow!("watch thread"))??;
+        ensure!(status == 200, "the watch: {status}");
+
+        // A list waiting for a resourceVersion the store has not reached holds the seat for
+        // its 3 s (then 504): meanwhile a second request finds no seat and no queue room.
+        let waiting = scope.spawn(|| {
+            a.kubectl.raw_get(
+                "/api/v1/namespaces/default/configmaps?resourceVersion=999999999&resourceVersionMatch=NotOlderThan",
+            )
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let (status, body) = a.kubectl.raw_get("/api/v1/namespaces")?;
+        ensure!(
+            status == 429,
+            "a second request while the seat is held: {status} {body}"
+        );
+        let refusal: Value = serde_json::from_str(&body)?;
+        ensure!(
+            refusal["reason"] == "TooManyRequests" && refusal["details"]["retryAfterSeconds"] == 1,
+            "{refusal}"
+        );
+        let (status, body) = b.kubectl.raw_get("/api/v1/namespaces")?;
+        ensure!(
+            status == 200,
+            "the other cluster waited too: {status} {body}"
+        );
+        let (status, body) = waiting
+            .join()
+            .map_err(|_| anyhow::anyhow!("list thread"))??;
+        ensure!(status == 504, "the waiting list: {status} {body}");
+        Ok(())
+    })?;
+    let (status, body) = a.kubectl.raw_get("/api/v1/namespaces")?;
+    ensure!(
+        status == 200,
+        "the seat was not given back: {status} {body}"
     );
     Ok(())
 }
