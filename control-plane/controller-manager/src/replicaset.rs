@@ -74,16 +74,20 @@ async fn sync_all(
             continue;
         }
         let uid = set.metadata.uid.as_deref().unwrap_or("");
-        let mine = owned.remove(uid).unwrap_or_default();
-        let active = mine.iter().filter(|p| pods::is_active(p)).count();
-        let queue = if active > wanted_replicas(set) {
+        let active: Vec<&Pod> = owned
+            .remove(uid)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| pods::is_active(p))
+            .collect();
+        let queue = if active.len() > wanted_replicas(set) {
             &mut shrinking
         } else {
             &mut others
         };
         queue.push(
             async move {
-                if let Err(err) = sync(client, set, &mine, expectations).await {
+                if let Err(err) = sync(client, set, active, expectations).await {
                     tracing::info!(replicaset = %key, %err, "replicaset sync failed; retrying");
                 }
             }
@@ -112,11 +116,12 @@ fn wanted_replicas(set: &ReplicaSet) -> usize {
         .max(0) as usize
 }
 
-/// One ReplicaSet: create or delete pods toward `spec.replicas`, then report status.
+/// One ReplicaSet, given its active pods: create or delete pods toward `spec.replicas`, then
+/// report status.
 async fn sync(
     client: &kube::Client,
     set: &ReplicaSet,
-    owned: &[&Pod],
+    mut active: Vec<&Pod>,
     expectations: &Expectations,
 ) -> Result<(), kube::Error> {
     let (Some(name), Some(namespace)) = (&set.metadata.name, &set.metadata.namespace) else {
@@ -128,11 +133,6 @@ async fn sync(
     let key = pods::key(&set.metadata);
     let spec = set.spec.as_ref();
     let wanted = wanted_replicas(set);
-    let mut active: Vec<&Pod> = owned
-        .iter()
-        .copied()
-        .filter(|p| pods::is_active(p))
-        .collect();
     // Status reports the pods seen at the start of this sync, as upstream's calculateStatus;
     // the next sync sees what this one created or deleted.
     let replicas = active.len();
