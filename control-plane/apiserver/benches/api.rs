@@ -14,9 +14,11 @@
 //!   event often beats the response, also from the create being sent).
 //!
 //! The reference, in the same run against the same etcd: raw etcd puts through etcd-client,
-//! at the same concurrency, with values as large as the stored ConfigMap. The bench prints a
-//! table, the API/raw-etcd create throughput ratios, and whether the targets are met. It never
-//! asserts: it reports.
+//! at the same concurrency, with values as large as the stored ConfigMap. A second reference is
+//! the create the server itself sends, raw: a transaction that puts the key only if it does not
+//! exist (upstream's create), which shows how much of a create's cost is etcd's own. The bench
+//! prints a table, the API/raw-etcd create throughput ratios, and whether the targets are met.
+//! It never asserts: it reports.
 //!
 //! Server, client and etcd share the machine. The server runs on its own tokio runtime (threads
 //! `api-server`), the client on another, and a second table shows where CPU went in each case
@@ -33,6 +35,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use flotilla_apiserver::ApiServer;
 use flotilla_apiserver::local::LocalServer;
 use flotilla_storage::{EmbeddedStorage, Storage};
@@ -631,26 +634,73 @@ async fn watch_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<Watch
 // ---------------------------------------------------------------------------------------------
 // The raw etcd reference
 
-async fn bench_raw_etcd(endpoint: &str, value_bytes: usize) -> anyhow::Result<Vec<(usize, Stats)>> {
-    let client = etcd_client::Client::connect([endpoint], None)
+/// What one raw etcd operation is.
+#[derive(Debug, Clone, Copy)]
+enum RawOp {
+    /// A plain put: the target's reference.
+    Put,
+    /// Put only if the key does not exist: the transaction an API create sends to etcd.
+    CreateTxn,
+}
+
+impl RawOp {
+    fn label(self) -> &'static str {
+        match self {
+            RawOp::Put => "put",
+            RawOp::CreateTxn => "create txn",
+        }
+    }
+}
+
+/// Raw etcd figures per concurrency, for each [`RawOp`].
+struct RawFigures {
+    put: Vec<(usize, Stats)>,
+    create_txn: Vec<(usize, Stats)>,
+}
+
+async fn bench_raw_etcd(endpoint: &str, value_bytes: usize) -> anyhow::Result<RawFigures> {
+    let client = Client::connect([endpoint], None)
         .await
         .context("connect etcd-client")?;
     let value: Arc<Vec<u8>> = Arc::new(vec![b'x'; value_bytes]);
-    let mut figures = Vec::new();
-    for concurrency in CONCURRENCY {
-        let (kv, value) = (client.kv_client(), value.clone());
-        let stats = warm_and_drive(concurrency, WRITE_RUN, move |phase, task, i| {
-            let mut kv = kv.clone();
-            let key = format!("/raw-bench/{phase}/c{concurrency}/{task:03}/{i:08}");
-            let value = value.as_ref().clone();
-            async move {
-                kv.put(key, value, None).await?;
-                Ok(())
+    let mut figures = RawFigures {
+        put: Vec::new(),
+        create_txn: Vec::new(),
+    };
+    for op in [RawOp::Put, RawOp::CreateTxn] {
+        for concurrency in CONCURRENCY {
+            let (kv, value) = (client.kv_client(), value.clone());
+            let stats = warm_and_drive(concurrency, WRITE_RUN, move |phase, task, i| {
+                let mut kv = kv.clone();
+                let key = format!(
+                    "/raw-bench/{}/{phase}/c{concurrency}/{task:03}/{i:08}",
+                    op.label().replace(' ', "-")
+                );
+                let value = value.as_ref().clone();
+                async move {
+                    match op {
+                        RawOp::Put => {
+                            kv.put(key, value, None).await?;
+                        }
+                        RawOp::CreateTxn => {
+                            let txn = Txn::new()
+                                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                                .and_then([TxnOp::put(key.clone(), value, None)])
+                                .or_else([TxnOp::get(key, None)]);
+                            let response = kv.txn(txn).await?;
+                            anyhow::ensure!(response.succeeded(), "the key already existed");
+                        }
+                    }
+                    Ok(())
+                }
+            })
+            .await
+            .with_context(|| format!("raw {} at concurrency {concurrency}", op.label()))?;
+            match op {
+                RawOp::Put => figures.put.push((concurrency, stats)),
+                RawOp::CreateTxn => figures.create_txn.push((concurrency, stats)),
             }
-        })
-        .await
-        .with_context(|| format!("raw put at concurrency {concurrency}"))?;
-        figures.push((concurrency, stats));
+        }
     }
     Ok(figures)
 }
@@ -661,7 +711,7 @@ async fn bench_raw_etcd(endpoint: &str, value_bytes: usize) -> anyhow::Result<Ve
 /// Every measured case as (backend, case, concurrency, stats), in report order.
 fn rows<'a>(
     api: &'a [(&'a str, ApiFigures)],
-    raw: &'a [(usize, Stats)],
+    raw: &'a RawFigures,
 ) -> Vec<(&'a str, &'static str, usize, &'a Stats)> {
     let mut rows = Vec::new();
     for (backend, figures) in api {
@@ -675,8 +725,11 @@ fn rows<'a>(
         rows.push((*backend, "watch ack→evt", 1, &figures.watch));
         rows.push((*backend, "watch send→evt", 1, &figures.watch_from_send));
     }
-    for (concurrency, stats) in raw {
+    for (concurrency, stats) in &raw.put {
         rows.push(("raw etcd", "put", *concurrency, stats));
+    }
+    for (concurrency, stats) in &raw.create_txn {
+        rows.push(("raw etcd", "create txn", *concurrency, stats));
     }
     rows
 }
@@ -692,7 +745,7 @@ fn at(figures: &[(usize, Stats)], concurrency: usize) -> Option<&Stats> {
         .map(|(_, s)| s)
 }
 
-fn report(api: &[(&str, ApiFigures)], raw: &[(usize, Stats)], raw_value_bytes: usize) {
+fn report(api: &[(&str, ApiFigures)], raw: &RawFigures, raw_value_bytes: usize) {
     let rows = rows(api, raw);
     println!();
     println!(
@@ -747,19 +800,27 @@ fn report(api: &[(&str, ApiFigures)], raw: &[(usize, Stats)], raw_value_bytes: u
     }
 
     println!();
-    println!("create throughput, API / raw etcd put:");
-    for concurrency in CONCURRENCY {
-        let Some(reference) = at(raw, concurrency) else {
-            continue;
-        };
-        for (backend, figures) in api {
-            if let Some(stats) = at(&figures.create, concurrency) {
-                println!(
-                    "  concurrency {concurrency:>3}  {backend:<9} {:>7.0} / {:>7.0} = {:.2}",
-                    stats.per_sec,
-                    reference.per_sec,
-                    stats.per_sec / reference.per_sec.max(f64::EPSILON),
-                );
+    for (reference_name, references) in [
+        ("raw etcd put", &raw.put),
+        (
+            "raw etcd create txn (the etcd half of an API create)",
+            &raw.create_txn,
+        ),
+    ] {
+        println!("create throughput, API / {reference_name}:");
+        for concurrency in CONCURRENCY {
+            let Some(reference) = at(references, concurrency) else {
+                continue;
+            };
+            for (backend, figures) in api {
+                if let Some(stats) = at(&figures.create, concurrency) {
+                    println!(
+                        "  concurrency {concurrency:>3}  {backend:<9} {:>7.0} / {:>7.0} = {:.2}",
+                        stats.per_sec,
+                        reference.per_sec,
+                        stats.per_sec / reference.per_sec.max(f64::EPSILON),
+                    );
+                }
             }
         }
     }
@@ -769,7 +830,7 @@ fn report(api: &[(&str, ApiFigures)], raw: &[(usize, Stats)], raw_value_bytes: u
     if let Some((_, etcd)) = api.iter().find(|(b, _)| *b == "etcd") {
         for concurrency in CONCURRENCY {
             if let (Some(ours), Some(reference)) =
-                (at(&etcd.create, concurrency), at(raw, concurrency))
+                (at(&etcd.create, concurrency), at(&raw.put, concurrency))
             {
                 let ratio = ours.per_sec / reference.per_sec.max(f64::EPSILON);
                 println!(
@@ -842,11 +903,11 @@ fn run() -> anyhow::Result<()> {
             .await
             .context("API on etcd")?;
 
-        eprintln!("etcd: measuring raw puts…");
+        eprintln!("etcd: measuring raw puts and create transactions…");
         let raw_value_bytes = on_etcd.stored_bytes;
         let raw = bench_raw_etcd(&etcd.endpoint(), raw_value_bytes)
             .await
-            .context("raw etcd puts")?;
+            .context("raw etcd")?;
 
         report(
             &[("embedded", on_embedded), ("etcd", on_etcd)],
