@@ -643,64 +643,46 @@ enum RawOp {
     CreateTxn,
 }
 
-impl RawOp {
-    fn label(self) -> &'static str {
-        match self {
-            RawOp::Put => "put",
-            RawOp::CreateTxn => "create txn",
-        }
-    }
-}
-
 /// Raw etcd figures per concurrency, for each [`RawOp`].
 struct RawFigures {
     put: Vec<(usize, Stats)>,
     create_txn: Vec<(usize, Stats)>,
 }
 
-async fn bench_raw_etcd(endpoint: &str, value_bytes: usize) -> anyhow::Result<RawFigures> {
-    let client = Client::connect([endpoint], None)
-        .await
-        .context("connect etcd-client")?;
+/// `op` on fresh keys at each concurrency.
+async fn bench_raw_etcd(
+    client: &Client,
+    op: RawOp,
+    value_bytes: usize,
+) -> anyhow::Result<Vec<(usize, Stats)>> {
     let value: Arc<Vec<u8>> = Arc::new(vec![b'x'; value_bytes]);
-    let mut figures = RawFigures {
-        put: Vec::new(),
-        create_txn: Vec::new(),
-    };
-    for op in [RawOp::Put, RawOp::CreateTxn] {
-        for concurrency in CONCURRENCY {
-            let (kv, value) = (client.kv_client(), value.clone());
-            let stats = warm_and_drive(concurrency, WRITE_RUN, move |phase, task, i| {
-                let mut kv = kv.clone();
-                let key = format!(
-                    "/raw-bench/{}/{phase}/c{concurrency}/{task:03}/{i:08}",
-                    op.label().replace(' ', "-")
-                );
-                let value = value.as_ref().clone();
-                async move {
-                    match op {
-                        RawOp::Put => {
-                            kv.put(key, value, None).await?;
-                        }
-                        RawOp::CreateTxn => {
-                            let txn = Txn::new()
-                                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                                .and_then([TxnOp::put(key.clone(), value, None)])
-                                .or_else([TxnOp::get(key, None)]);
-                            let response = kv.txn(txn).await?;
-                            anyhow::ensure!(response.succeeded(), "the key already existed");
-                        }
+    let mut figures = Vec::new();
+    for concurrency in CONCURRENCY {
+        let (kv, value) = (client.kv_client(), value.clone());
+        let stats = warm_and_drive(concurrency, WRITE_RUN, move |phase, task, i| {
+            let mut kv = kv.clone();
+            let key = format!("/raw-bench/{op:?}/{phase}/c{concurrency}/{task:03}/{i:08}");
+            let value = value.as_ref().clone();
+            async move {
+                match op {
+                    RawOp::Put => {
+                        kv.put(key, value, None).await?;
                     }
-                    Ok(())
+                    RawOp::CreateTxn => {
+                        let txn = Txn::new()
+                            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                            .and_then([TxnOp::put(key.clone(), value, None)])
+                            .or_else([TxnOp::get(key, None)]);
+                        let response = kv.txn(txn).await?;
+                        anyhow::ensure!(response.succeeded(), "the key already existed");
+                    }
                 }
-            })
-            .await
-            .with_context(|| format!("raw {} at concurrency {concurrency}", op.label()))?;
-            match op {
-                RawOp::Put => figures.put.push((concurrency, stats)),
-                RawOp::CreateTxn => figures.create_txn.push((concurrency, stats)),
+                Ok(())
             }
-        }
+        })
+        .await
+        .with_context(|| format!("raw {op:?} at concurrency {concurrency}"))?;
+        figures.push((concurrency, stats));
     }
     Ok(figures)
 }
@@ -905,9 +887,13 @@ fn run() -> anyhow::Result<()> {
 
         eprintln!("etcd: measuring raw puts and create transactions…");
         let raw_value_bytes = on_etcd.stored_bytes;
-        let raw = bench_raw_etcd(&etcd.endpoint(), raw_value_bytes)
+        let client = Client::connect([etcd.endpoint()], None)
             .await
-            .context("raw etcd")?;
+            .context("connect etcd-client")?;
+        let raw = RawFigures {
+            put: bench_raw_etcd(&client, RawOp::Put, raw_value_bytes).await?,
+            create_txn: bench_raw_etcd(&client, RawOp::CreateTxn, raw_value_bytes).await?,
+        };
 
         report(
             &[("embedded", on_embedded), ("etcd", on_etcd)],

@@ -341,10 +341,8 @@ impl ApiServer {
 /// Upstream's BasicLongRunningRequestCheck: watches, proxying, and the streaming subresources.
 fn is_long_running(attributes: &flotilla_api_machinery::rbac::Attributes) -> bool {
     matches!(attributes.verb.as_str(), "watch" | "proxy")
-        || matches!(
-            attributes.subresource.as_str(),
-            "attach" | "exec" | "proxy" | "log" | "portforward"
-        )
+        || kubelet::is_connect(&attributes.subresource)
+        || matches!(attributes.subresource.as_str(), "proxy" | "log")
 }
 
 /// The same request asked with the verb `create`.
@@ -386,4 +384,43 @@ fn implied_cluster(parts: &http::request::Parts) -> Option<String> {
     let issuer = claims["iss"].as_str()?;
     let (_, after) = issuer.split_once("/clusters/")?;
     Some(after.split('/').next()?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_api_machinery::rbac::Attributes;
+
+    use super::is_long_running;
+
+    fn asking(verb: &str, subresource: &str) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            subresource: subresource.into(),
+            ..Attributes::default()
+        }
+    }
+
+    #[test]
+    fn watches_proxies_and_streams_are_long_running() {
+        for (verb, subresource) in [
+            ("watch", ""),
+            ("proxy", ""),
+            ("get", "log"),
+            ("get", "proxy"),
+            ("create", "exec"),
+            ("get", "attach"),
+            ("create", "portforward"),
+        ] {
+            assert!(
+                is_long_running(&asking(verb, subresource)),
+                "{verb} {subresource}"
+            );
+        }
+        for (verb, subresource) in [("list", ""), ("get", "status"), ("update", "scale")] {
+            assert!(
+                !is_long_running(&asking(verb, subresource)),
+                "{verb} {subresource}"
+            );
+        }
+    }
 }

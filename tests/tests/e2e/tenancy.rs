@@ -416,6 +416,18 @@ fn clusters_are_isolated_from_each_other_and_from_other_accounts() -> anyhow::Re
     Ok(())
 }
 
+/// `body` is upstream's 429 Status: reason TooManyRequests with a one-second retry hint.
+fn ensure_too_many_requests(body: &str) -> anyhow::Result<()> {
+    let status: Value = serde_json::from_str(body)?;
+    ensure!(
+        status["reason"] == "TooManyRequests"
+            && status["code"] == 429
+            && status["details"]["retryAfterSeconds"] == 1,
+        "{status}"
+    );
+    Ok(())
+}
+
 /// One cluster over its request budget gets 429 TooManyRequests with a retry hint; another
 /// cluster of the same service is unaffected.
 #[test]
@@ -442,13 +454,7 @@ fn a_cluster_over_its_request_limit_gets_429_and_others_do_not() -> anyhow::Resu
         statuses.contains(&429) && statuses[0] == 200,
         "statuses of 6 quick requests: {statuses:?}"
     );
-    let status: Value = serde_json::from_str(&refusal)?;
-    ensure!(
-        status["reason"] == "TooManyRequests"
-            && status["code"] == 429
-            && status["details"]["retryAfterSeconds"] == 1,
-        "{status}"
-    );
+    ensure_too_many_requests(&refusal)?;
     let (status, body) = b.kubectl.raw_get("/api/v1/namespaces")?;
     ensure!(
         status == 200,
@@ -497,11 +503,7 @@ fn a_cluster_with_every_seat_taken_gets_429_and_watches_take_no_seat() -> anyhow
             status == 429,
             "a second request while the seat is held: {status} {body}"
         );
-        let refusal: Value = serde_json::from_str(&body)?;
-        ensure!(
-            refusal["reason"] == "TooManyRequests" && refusal["details"]["retryAfterSeconds"] == 1,
-            "{refusal}"
-        );
+        ensure_too_many_requests(&body)?;
         let (status, body) = b.kubectl.raw_get("/api/v1/namespaces")?;
         ensure!(
             status == 200,
