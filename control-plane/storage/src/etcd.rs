@@ -1,7 +1,11 @@
 //! The etcd backend: [`Storage`] on an etcd v3 cluster through `etcd-client`.
 //!
 //! Every conditional write is one etcd transaction (compare, then put or delete, else get the
-//! current state), so preconditions hold across any number of apiserver replicas. An optional
+//! current state), so preconditions hold across any number of apiserver replicas. Creates that
+//! wait at the same time share one transaction ([`batch`]), so one etcd revision can hold
+//! several writes: the revisions this store hands out are `etcd revision × SLOTS + slot`, where
+//! a batched create's slot is stored in front of its value ([`slotted_value`]) and every other
+//! write has slot 0. Reads, lists, watches and errors speak only these revisions. An optional
 //! key prefix namespaces everything this store writes, for sharing one etcd with others.
 //!
 //! Watches are strict about etcd's known watch bugs (etcd-io/etcd#15220, #15271, #17529,
@@ -9,6 +13,7 @@
 //! backwards or omits a previous value it was asked for, the [`WatchStream`] ends with an error
 //! and the caller relists. Progress notifications are neither requested nor forwarded.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -19,6 +24,10 @@ use etcd_client::{
     TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
 };
 use futures::StreamExt;
+
+mod batch;
+
+use batch::CreateBatcher;
 
 use crate::types::{
     EventKind, KeyValue, Outcome, RangeRequest, RangeResponse, Revision, Storage, StorageError,
@@ -32,20 +41,131 @@ const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 /// A key this store never writes, read only for the response header or a revision check.
 const PROBE_KEY: &str = "\0flotilla-probe";
 
+/// Revisions this store hands out per etcd revision: a batch of creates commits at one etcd
+/// revision, and each of its creates gets its own slot in it. A thousand keeps the numbers
+/// readable (`4711003` is etcd revision 4711, slot 3) and is far above a batch's size.
+const SLOTS: i64 = 1000;
+/// Marks a stored value that carries a slot: `SLOT_MARK ‖ slot (u16, big-endian) ‖ 0x00 ‖ value`.
+/// The zero byte makes every marked value sort strictly above `SLOT_MARK ‖ slot`, which
+/// [`last_written_at`] relies on. JSON never starts with 0xff; any other value that does is
+/// stored marked, with slot 0, so unmarked values sort below every marked one and reading is
+/// never ambiguous.
+const SLOT_MARK: &[u8] = b"\xffslot";
+
+/// The revision of slot `slot` of etcd revision `etcd`.
+fn revision_of(etcd: i64, slot: i64) -> Revision {
+    etcd.saturating_mul(SLOTS).saturating_add(slot)
+}
+
+/// The highest revision within etcd revision `etcd`: what a read at `etcd` has seen all of.
+fn revision_through(etcd: i64) -> Revision {
+    revision_of(etcd, SLOTS - 1)
+}
+
+/// The etcd revision holding `revision`, and its slot there. etcd reads revision 0 as "latest",
+/// so revisions before the first etcd revision map to 1 (an empty store's revision).
+fn etcd_revision(revision: Revision) -> (i64, i64) {
+    let revision = revision.max(0);
+    ((revision / SLOTS).max(1), revision % SLOTS)
+}
+
+/// `value` as stored with slot `slot`: marked when it has a slot or starts with 0xff.
+fn slotted_value(slot: u16, value: &[u8]) -> Vec<u8> {
+    if slot == 0 && value.first() != Some(&0xff) {
+        return value.to_vec();
+    }
+    let mut stored = Vec::with_capacity(SLOT_MARK.len() + 3 + value.len());
+    stored.extend_from_slice(SLOT_MARK);
+    stored.extend_from_slice(&slot.to_be_bytes());
+    stored.push(0);
+    stored.extend_from_slice(value);
+    stored
+}
+
+/// The slot a stored value was written with, and the caller's bytes.
+fn split_slot(stored: &[u8]) -> (i64, &[u8]) {
+    match stored.strip_prefix(SLOT_MARK) {
+        Some([high, low, 0, value @ ..]) => (i64::from(u16::from_be_bytes([*high, *low])), value),
+        _ => (0, stored),
+    }
+}
+
+/// Turns etcd's key-values into this store's, and back: the key prefix and the slots.
+struct Codec {
+    /// Prepended to every key on the way in and stripped on the way out.
+    namespace: String,
+}
+
+impl Codec {
+    fn full_key(&self, key: &str) -> Vec<u8> {
+        let mut full = Vec::with_capacity(self.namespace.len() + key.len());
+        full.extend_from_slice(self.namespace.as_bytes());
+        full.extend_from_slice(key.as_bytes());
+        full
+    }
+
+    /// One etcd key-value as this store's. `create_revision` is slot 0 of the etcd revision that
+    /// created the key: the slot is stored with a value only until the key is next written, and
+    /// a key's creation revision must not change.
+    fn key_value(&self, kv: &etcd_client::KeyValue) -> Result<KeyValue, StorageError> {
+        let (slot, value) = split_slot(kv.value());
+        Ok(KeyValue {
+            key: user_key(&self.namespace, kv.key())?,
+            value: Bytes::copy_from_slice(value),
+            create_revision: revision_of(kv.create_revision(), 0),
+            mod_revision: revision_of(kv.mod_revision(), slot),
+        })
+    }
+
+    /// The state of `key` as the failure branch of a transaction read it.
+    fn failed_branch_state(
+        &self,
+        response: &TxnResponse,
+    ) -> Result<Option<KeyValue>, StorageError> {
+        for op in response.op_responses() {
+            if let TxnOpResponse::Get(get) = op {
+                return get.kvs().first().map(|kv| self.key_value(kv)).transpose();
+            }
+        }
+        Err(unexpected("transaction failure branch carries no read"))
+    }
+
+    /// What a create transaction committed at etcd revision `etcd` in slot `slot` means.
+    fn create_outcome(
+        &self,
+        response: &TxnResponse,
+        etcd: i64,
+        key: &str,
+        value: Bytes,
+        slot: u16,
+    ) -> Result<Outcome<KeyValue>, StorageError> {
+        if !response.succeeded() {
+            return Ok(Outcome::Conflict(self.failed_branch_state(response)?));
+        }
+        Ok(Outcome::Done(KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: revision_of(etcd, 0),
+            mod_revision: revision_of(etcd, i64::from(slot)),
+        }))
+    }
+}
+
 /// [`Storage`] on an etcd v3 cluster (tested against etcd 3.4).
 pub struct EtcdStorage {
     client: Client,
-    /// Prepended to every key on the way in and stripped on the way out.
-    namespace: String,
-    /// The last compaction point seen; it only moves forward, so it is a lower bound for
-    /// [`EtcdStorage::compacted_revision`]'s search.
+    codec: Arc<Codec>,
+    /// Where creates queue to share a transaction.
+    creates: CreateBatcher,
+    /// The last compaction point seen, in etcd revisions; it only moves forward, so it is a
+    /// lower bound for [`EtcdStorage::compacted_revision`]'s search.
     compacted_hint: AtomicI64,
 }
 
 impl std::fmt::Debug for EtcdStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStorage")
-            .field("namespace", &self.namespace)
+            .field("namespace", &self.codec.namespace)
             .finish_non_exhaustive()
     }
 }
@@ -72,9 +192,19 @@ impl EtcdStorage {
                 "connect to etcd at {}",
                 endpoints.join(",")
             )))?;
+        let codec = Arc::new(Codec {
+            namespace: prefix.unwrap_or_default(),
+        });
+        let creates = CreateBatcher::new(
+            client
+                .kv_client()
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+            codec.clone(),
+        );
         let storage = Self {
             client,
-            namespace: prefix.unwrap_or_default(),
+            codec,
+            creates,
             compacted_hint: AtomicI64::new(0),
         };
         // The client connects lazily; one round trip here turns a wrong endpoint into an error
@@ -98,19 +228,7 @@ impl EtcdStorage {
     }
 
     fn full_key(&self, key: &str) -> Vec<u8> {
-        let mut full = Vec::with_capacity(self.namespace.len() + key.len());
-        full.extend_from_slice(self.namespace.as_bytes());
-        full.extend_from_slice(key.as_bytes());
-        full
-    }
-
-    fn key_value(&self, kv: &etcd_client::KeyValue) -> Result<KeyValue, StorageError> {
-        Ok(KeyValue {
-            key: user_key(&self.namespace, kv.key())?,
-            value: Bytes::copy_from_slice(kv.value()),
-            create_revision: kv.create_revision(),
-            mod_revision: kv.mod_revision(),
-        })
+        self.codec.full_key(key)
     }
 
     /// Turns etcd's refusal of a revision into the matching [`StorageError`].
@@ -138,27 +256,14 @@ impl EtcdStorage {
         }
     }
 
-    /// Whether etcd can still serve a read at `revision`.
-    async fn readable(&self, revision: Revision) -> Result<bool, StorageError> {
+    /// Whether etcd can still serve a read at etcd revision `revision`.
+    async fn readable(&self, revision: i64) -> Result<bool, StorageError> {
         let options = GetOptions::new().with_revision(revision).with_count_only();
         match self.kv().get(self.full_key(PROBE_KEY), Some(options)).await {
             Ok(_) => Ok(true),
             Err(error) if refusal(&error) == Some(Refusal::Compacted) => Ok(false),
             Err(error) => Err(etcd_error("probe a past revision")(error)),
         }
-    }
-
-    /// The state of `key` as the failure branch of a transaction read it.
-    fn failed_branch_state(
-        &self,
-        response: &TxnResponse,
-    ) -> Result<Option<KeyValue>, StorageError> {
-        for op in response.op_responses() {
-            if let TxnOpResponse::Get(get) = op {
-                return get.kvs().first().map(|kv| self.key_value(kv)).transpose();
-            }
-        }
-        Err(unexpected("transaction failure branch carries no read"))
     }
 }
 
@@ -173,7 +278,7 @@ impl Storage for EtcdStorage {
         response
             .kvs()
             .first()
-            .map(|kv| self.key_value(kv))
+            .map(|kv| self.codec.key_value(kv))
             .transpose()
     }
 
@@ -187,9 +292,16 @@ impl Storage for EtcdStorage {
             // etcd has no empty key; "\0" is the smallest one.
             start.push(0);
         }
+        // A read inside an etcd revision reads all of it, then drops the creates of slots after
+        // the one asked for: only batched creates have slots, so they did not exist yet.
+        let (at, last_slot) = if request.revision > 0 {
+            etcd_revision(request.revision)
+        } else {
+            (0, SLOTS - 1)
+        };
         let mut options = GetOptions::new()
             .with_range(prefix_end(&prefix))
-            .with_revision(request.revision.max(0));
+            .with_revision(at);
         if request.limit > 0 {
             options = options.with_limit(i64::try_from(request.limit).unwrap_or(i64::MAX));
         }
@@ -200,38 +312,32 @@ impl Storage for EtcdStorage {
         let revision = if request.revision > 0 {
             request.revision
         } else {
-            header_revision(response.header())?
+            revision_through(header_revision(response.header())?)
         };
+        let mut kvs = Vec::with_capacity(response.kvs().len());
+        let mut later = 0;
+        for kv in response.kvs() {
+            let kv = self.codec.key_value(kv)?;
+            if kv.mod_revision > revision_of(at, last_slot) && at > 0 {
+                later += 1;
+            } else {
+                kvs.push(kv);
+            }
+        }
+        let count =
+            usize::try_from(response.count()).map_err(|_| unexpected("negative range count"))?;
         Ok(RangeResponse {
-            kvs: response
-                .kvs()
-                .iter()
-                .map(|kv| self.key_value(kv))
-                .collect::<Result<_, _>>()?,
+            kvs,
             more: response.more(),
-            count: usize::try_from(response.count())
-                .map_err(|_| unexpected("negative range count"))?,
+            // Exact unless a page of a read inside an etcd revision leaves out later creates
+            // beyond the page, which it cannot see.
+            count: count.saturating_sub(later),
             revision,
         })
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<Outcome<KeyValue>, StorageError> {
-        let full = self.full_key(key);
-        let txn = Txn::new()
-            .when([Compare::create_revision(full.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(full.clone(), value.to_vec(), None)])
-            .or_else([TxnOp::get(full, None)]);
-        let response = self.kv().txn(txn).await.map_err(etcd_error("create"))?;
-        if !response.succeeded() {
-            return Ok(Outcome::Conflict(self.failed_branch_state(&response)?));
-        }
-        let revision = header_revision(response.header())?;
-        Ok(Outcome::Done(KeyValue {
-            key: key.to_owned(),
-            value,
-            create_revision: revision,
-            mod_revision: revision,
-        }))
+        self.creates.create(self.full_key(key), key, value).await
     }
 
     async fn update(
@@ -243,33 +349,37 @@ impl Storage for EtcdStorage {
         let full = self.full_key(key);
         // etcd compares an absent key's mod_revision as 0; requiring it to exist keeps an
         // update from ever creating a key.
+        let mut compares = vec![Compare::create_revision(
+            full.clone(),
+            CompareOp::Greater,
+            0,
+        )];
+        compares.extend(last_written_at(&full, expected_revision));
         let txn = Txn::new()
-            .when([
-                Compare::create_revision(full.clone(), CompareOp::Greater, 0),
-                Compare::mod_revision(full.clone(), CompareOp::Equal, expected_revision),
-            ])
+            .when(compares)
             .and_then([TxnOp::put(
                 full.clone(),
-                value.to_vec(),
+                slotted_value(0, &value),
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(full, None)]);
         let response = self.kv().txn(txn).await.map_err(etcd_error("update"))?;
         if !response.succeeded() {
-            return Ok(Outcome::Conflict(self.failed_branch_state(&response)?));
+            return Ok(Outcome::Conflict(
+                self.codec.failed_branch_state(&response)?,
+            ));
         }
         let revision = header_revision(response.header())?;
         let prev = response.op_responses().into_iter().find_map(|op| match op {
             TxnOpResponse::Put(put) => put.prev_key().map(etcd_client::KeyValue::create_revision),
             _ => None,
         });
-        let create_revision =
-            prev.ok_or_else(|| unexpected("update response lacks the previous value"))?;
+        let created = prev.ok_or_else(|| unexpected("update response lacks the previous value"))?;
         Ok(Outcome::Done(KeyValue {
             key: key.to_owned(),
             value,
-            create_revision,
-            mod_revision: revision,
+            create_revision: revision_of(created, 0),
+            mod_revision: revision_of(revision, 0),
         }))
     }
 
@@ -285,11 +395,7 @@ impl Storage for EtcdStorage {
             0,
         )];
         if let Some(expected) = expected_revision {
-            compares.push(Compare::mod_revision(
-                full.clone(),
-                CompareOp::Equal,
-                expected,
-            ));
+            compares.extend(last_written_at(&full, expected));
         }
         let txn = Txn::new()
             .when(compares)
@@ -300,7 +406,9 @@ impl Storage for EtcdStorage {
             .or_else([TxnOp::get(full, None)]);
         let response = self.kv().txn(txn).await.map_err(etcd_error("delete"))?;
         if !response.succeeded() {
-            return Ok(Outcome::Conflict(self.failed_branch_state(&response)?));
+            return Ok(Outcome::Conflict(
+                self.codec.failed_branch_state(&response)?,
+            ));
         }
         let revision = header_revision(response.header())?;
         let prev = response
@@ -311,8 +419,8 @@ impl Storage for EtcdStorage {
                 _ => None,
             })
             .ok_or_else(|| unexpected("delete response lacks the previous value"))?;
-        let mut deleted = self.key_value(&prev)?;
-        deleted.mod_revision = revision;
+        let mut deleted = self.codec.key_value(&prev)?;
+        deleted.mod_revision = revision_of(revision, 0);
         Ok(Outcome::Done(deleted))
     }
 
@@ -323,7 +431,9 @@ impl Storage for EtcdStorage {
     ) -> Result<WatchStream, StorageError> {
         let mut options = WatchOptions::new().with_prefix().with_prev_key();
         if from_revision > 0 {
-            options = options.with_start_revision(from_revision);
+            // From inside an etcd revision: etcd sends all of it, the watch drops what precedes
+            // `from_revision`.
+            options = options.with_start_revision(etcd_revision(from_revision).0);
         }
         let mut stream = self
             .client
@@ -351,7 +461,7 @@ impl Storage for EtcdStorage {
         }
         let watch = EtcdWatch {
             stream,
-            namespace: self.namespace.clone(),
+            codec: self.codec.clone(),
             next: from_revision.max(0),
             finished: false,
         };
@@ -363,13 +473,15 @@ impl Storage for EtcdStorage {
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
-        match self.kv().compact(revision, None).await {
+        // History from the start of `revision`'s etcd revision is kept: a little more than asked.
+        let (etcd, _) = etcd_revision(revision);
+        match self.kv().compact(etcd, None).await {
             Ok(_) => {}
             // Already compacted to or past `revision`: the goal holds; another replica got there.
             Err(error) if refusal(&error) == Some(Refusal::Compacted) => {}
             Err(error) => return Err(self.revision_error(error, revision, "compact").await),
         }
-        self.compacted_hint.fetch_max(revision, Ordering::Relaxed);
+        self.compacted_hint.fetch_max(etcd, Ordering::Relaxed);
         Ok(())
     }
 
@@ -382,14 +494,15 @@ impl Storage for EtcdStorage {
             )
             .await
             .map_err(etcd_error("read the current revision"))?;
-        header_revision(response.header())
+        // Later writes go to later etcd revisions, so all of this one is current.
+        Ok(revision_through(header_revision(response.header())?))
     }
 
     async fn compacted_revision(&self) -> Result<Revision, StorageError> {
         // etcd exposes its compaction point only through refusals, so find the oldest readable
         // revision by bisection, starting from the last point seen (usually still exact: two
         // probes).
-        let current = self.current_revision().await?;
+        let (current, _) = etcd_revision(self.current_revision().await?);
         let hint = self
             .compacted_hint
             .load(Ordering::Relaxed)
@@ -411,14 +524,14 @@ impl Storage for EtcdStorage {
         };
         self.compacted_hint.fetch_max(found, Ordering::Relaxed);
         // Revision 1 readable means nothing was compacted, which the trait reports as 0.
-        Ok(if found <= 1 { 0 } else { found })
+        Ok(if found <= 1 { 0 } else { revision_of(found, 0) })
     }
 }
 
 /// One etcd watch, translated and checked response by response.
 struct EtcdWatch {
     stream: etcd_client::WatchStream,
-    namespace: String,
+    codec: Arc<Codec>,
     /// Events below this revision were delivered already (or precede the watch's start).
     next: Revision,
     finished: bool,
@@ -447,7 +560,7 @@ impl EtcdWatch {
             if response.compact_revision() > 0 {
                 return Err(StorageError::Compacted {
                     requested: self.next,
-                    compacted: response.compact_revision(),
+                    compacted: revision_of(response.compact_revision(), 0),
                 });
             }
             if response.canceled() {
@@ -456,15 +569,20 @@ impl EtcdWatch {
                     source: None,
                 });
             }
-            if response.events().is_empty() {
-                // A progress notification or a duplicate creation notice: nothing to deliver.
+            let mut events = Vec::with_capacity(response.events().len());
+            for event in response.events() {
+                let event = self.event(event)?;
+                // A watch from inside an etcd revision starts with all of it; the slots before
+                // the start are not this watch's.
+                if event.kv.mod_revision >= self.next {
+                    events.push(event);
+                }
+            }
+            if events.is_empty() {
+                // A progress notification, a duplicate creation notice, or only events before
+                // the start: nothing to deliver.
                 continue;
             }
-            let events = response
-                .events()
-                .iter()
-                .map(|event| self.event(event))
-                .collect::<Result<Vec<_>, _>>()?;
             let mut previous = self.next;
             for event in &events {
                 if event.kv.mod_revision < previous {
@@ -488,22 +606,10 @@ impl EtcdWatch {
         let raw = event
             .kv()
             .ok_or_else(|| unexpected("watch event without a key"))?;
-        let kv = KeyValue {
-            key: user_key(&self.namespace, raw.key())?,
-            value: Bytes::copy_from_slice(raw.value()),
-            create_revision: raw.create_revision(),
-            mod_revision: raw.mod_revision(),
-        };
+        let kv = self.codec.key_value(raw)?;
         let prev = event
             .prev_kv()
-            .map(|prev| {
-                Ok::<_, StorageError>(KeyValue {
-                    key: user_key(&self.namespace, prev.key())?,
-                    value: Bytes::copy_from_slice(prev.value()),
-                    create_revision: prev.create_revision(),
-                    mod_revision: prev.mod_revision(),
-                })
-            })
+            .map(|prev| self.codec.key_value(prev))
             .transpose()?;
         let kind = match event.event_type() {
             EventType::Put => EventKind::Put,
@@ -511,7 +617,7 @@ impl EtcdWatch {
         };
         // etcd drops the previous value when it was compacted away before the event was sent;
         // an event that should carry one and does not cannot be trusted to be complete.
-        let expects_prev = kind == EventKind::Delete || kv.create_revision != kv.mod_revision;
+        let expects_prev = kind == EventKind::Delete || raw.create_revision() != raw.mod_revision();
         if expects_prev && prev.is_none() {
             return Err(unexpected(&format!(
                 "watch event for {} at revision {} lacks its previous value",
@@ -526,6 +632,32 @@ impl EtcdWatch {
 enum Refusal {
     Compacted,
     Future,
+}
+
+/// The compares that hold only if `key` was last written at `revision`: its etcd revision, and
+/// the slot stored with its value. A key is written at most once per etcd revision, so a slot
+/// that does not match means the key never had `revision`. The slot is checked by comparing
+/// bytes: a value written with slot `s` sorts strictly between `SLOT_MARK ‖ s` and
+/// `SLOT_MARK ‖ s+1`, and a value without a mark (slot 0) sorts below every marked one.
+fn last_written_at(full_key: &[u8], revision: Revision) -> Vec<Compare> {
+    let (etcd, slot) = etcd_revision(revision);
+    let bound = |slot: i64| {
+        let mut bound = SLOT_MARK.to_vec();
+        bound.extend_from_slice(&u16::try_from(slot).unwrap_or(u16::MAX).to_be_bytes());
+        bound
+    };
+    let mut compares = vec![
+        Compare::mod_revision(full_key.to_vec(), CompareOp::Equal, etcd),
+        Compare::value(full_key.to_vec(), CompareOp::Less, bound(slot + 1)),
+    ];
+    if slot > 0 {
+        compares.push(Compare::value(
+            full_key.to_vec(),
+            CompareOp::Greater,
+            bound(slot),
+        ));
+    }
+    compares
 }
 
 /// etcd reports both as gRPC `OutOfRange` and tells them apart only by message.
@@ -609,6 +741,38 @@ mod tests {
         for (prefix, end) in cases {
             assert_eq!(prefix_end(prefix), *end, "prefix {prefix:?}");
         }
+    }
+
+    #[test]
+    fn slots_are_framed_unambiguously_and_sort_between_their_bounds() {
+        let values: [&[u8]; 5] = [b"", b"{}", b"\xff", b"\xffslot", b"\xffslot\x00\x01\x00x"];
+        for value in values {
+            for slot in [0, 1, 7, 999] {
+                let stored = slotted_value(slot, value);
+                assert_eq!(split_slot(&stored), (i64::from(slot), value), "{value:?}");
+                // What `last_written_at` compares: strictly between slot and slot + 1, and
+                // unmarked values below every marked one.
+                let bound = |slot: u16| [SLOT_MARK, &slot.to_be_bytes()].concat();
+                assert!(stored.as_slice() < bound(slot + 1).as_slice());
+                if stored.starts_with(SLOT_MARK) {
+                    assert!(stored.as_slice() > bound(slot).as_slice());
+                } else {
+                    assert_eq!(slot, 0);
+                    assert!(stored.as_slice() < bound(0).as_slice());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn revisions_map_to_etcd_revisions_and_slots() {
+        assert_eq!(revision_of(4711, 3), 4_711_003);
+        assert_eq!(etcd_revision(4_711_003), (4711, 3));
+        assert_eq!(etcd_revision(revision_through(4711)), (4711, SLOTS - 1));
+        assert!(revision_through(4711) < revision_of(4712, 0));
+        // Before etcd's first revision: its empty first revision, never 0 ("latest" to etcd).
+        assert_eq!(etcd_revision(5), (1, 5));
+        assert_eq!(etcd_revision(-1), (1, 0));
     }
 
     #[test]

@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
-/// A storage revision: strictly increasing across the whole store, one per committed write.
+/// A storage revision: strictly increasing across the whole store, each committed write its own.
+/// Revisions need not be consecutive (the etcd backend's are `etcd revision × 1000 + slot`), and
+/// a read's revision may lie between writes' ones: it covers every write at or below it.
 /// Revision 0 means "unset" / "latest" wherever it is accepted as input.
 pub type Revision = i64;
 
@@ -17,7 +19,9 @@ pub struct KeyValue {
     pub key: String,
     /// The stored bytes (empty for the tombstone carried by a delete event).
     pub value: Bytes,
-    /// Revision at which the key was created (since it last did not exist).
+    /// Revision at which the key was created (since it last did not exist). It never changes
+    /// while the key exists; creates committed together may share it (etcd batches), so it can
+    /// be below the create's own `mod_revision`.
     pub create_revision: Revision,
     /// Revision of the last write to the key; for a delete event, the delete's revision.
     pub mod_revision: Revision,
@@ -188,7 +192,7 @@ pub trait Storage: Send + Sync + 'static {
     /// Discards history older than `revision`; reads and watches below it then fail `Compacted`.
     async fn compact(&self, revision: Revision) -> Result<(), StorageError>;
 
-    /// The revision of the last committed write.
+    /// A revision at or after the last committed write, and before any later one.
     async fn current_revision(&self) -> Result<Revision, StorageError>;
 
     /// The oldest revision still readable (the compaction point); 0 if nothing was ever compacted.

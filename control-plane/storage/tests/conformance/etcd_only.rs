@@ -1,5 +1,5 @@
-//! etcd-backend behaviour beyond the conformance suite: key namespacing, and a watch whose etcd
-//! goes away ending with an error rather than quietly.
+//! etcd-backend behaviour beyond the conformance suite: key namespacing, creates sharing etcd
+//! transactions, and a watch whose etcd goes away ending with an error rather than quietly.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +10,75 @@ use futures::StreamExt;
 
 use crate::etcd_server::EtcdServer;
 use crate::suite::{done, value};
+
+/// The conformance case `simultaneous_creates_each_get_their_own_revision` proves batched
+/// creates behave; this proves they are batched, so that case is not passing trivially. The
+/// store's revisions are `etcd revision × 1000 + slot`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_creates_share_etcd_transactions() -> anyhow::Result<()> {
+    const CREATES: usize = 40;
+    let server = Arc::new(tokio::task::spawn_blocking(EtcdServer::start).await??);
+    let store = Arc::new(server.connect(None).await?);
+    let start = Arc::new(tokio::sync::Barrier::new(CREATES));
+    let mut tasks = Vec::new();
+    for i in 0..CREATES {
+        let (store, start) = (store.clone(), start.clone());
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            done(store.create(&format!("/k{i:02}"), value("v")).await?)
+        }));
+    }
+    let mut etcd_revisions = std::collections::BTreeSet::new();
+    for task in tasks {
+        etcd_revisions.insert(task.await??.mod_revision / 1000);
+    }
+    ensure!(
+        etcd_revisions.len() < CREATES,
+        "{CREATES} simultaneous creates took {} etcd transactions",
+        etcd_revisions.len()
+    );
+    Ok(())
+}
+
+/// A caller that goes away mid-create (an HTTP client disconnecting) takes only its own create
+/// with it: every other create, batched with it or queued behind it, is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_creates_leave_the_others_answered() -> anyhow::Result<()> {
+    const CREATES: usize = 60;
+    let server = Arc::new(tokio::task::spawn_blocking(EtcdServer::start).await??);
+    let store = Arc::new(server.connect(None).await?);
+    for round in 0..5 {
+        let start = Arc::new(tokio::sync::Barrier::new(CREATES));
+        let mut kept = Vec::new();
+        for i in 0..CREATES {
+            let (store, start) = (store.clone(), start.clone());
+            let task = tokio::spawn(async move {
+                start.wait().await;
+                done(
+                    store
+                        .create(&format!("/r{round}/k{i:02}"), value("v"))
+                        .await?,
+                )
+            });
+            if i % 3 == 0 {
+                // Abandoned at whatever point it reached: queued, sending, or waiting.
+                let abort = task.abort_handle();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_micros(200 * (i as u64 % 7))).await;
+                    abort.abort();
+                });
+            } else {
+                kept.push(task);
+            }
+        }
+        for task in kept {
+            tokio::time::timeout(Duration::from_secs(20), task)
+                .await
+                .map_err(|_| anyhow::anyhow!("a create was never answered (round {round})"))???;
+        }
+    }
+    Ok(())
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefixes_namespace_stores_sharing_one_etcd() -> anyhow::Result<()> {

@@ -144,6 +144,7 @@ conformance! {
         concurrent_compare_and_swap_loses_no_update,
         revisions_strictly_increase,
         every_past_revision_reads_back_as_it_was,
+        simultaneous_creates_each_get_their_own_revision,
     ],
     private: [
         compaction_fails_older_reads_and_watches,
