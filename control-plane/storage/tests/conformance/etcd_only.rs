@@ -40,6 +40,42 @@ async fn simultaneous_creates_share_etcd_transactions() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An etcd whose limits are below a batch's refuses it whole; the batch then goes in parts and
+/// every create is answered as if it had been sent alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_over_etcds_limits_is_sent_in_parts() -> anyhow::Result<()> {
+    const CREATES: usize = 40;
+    let server = Arc::new(
+        tokio::task::spawn_blocking(|| {
+            EtcdServer::start_with(&["--max-txn-ops=8", "--max-request-bytes=20000"])
+        })
+        .await??,
+    );
+    let store = Arc::new(server.connect(None).await?);
+    let start = Arc::new(tokio::sync::Barrier::new(CREATES));
+    let mut tasks = Vec::new();
+    for i in 0..CREATES {
+        let (store, start) = (store.clone(), start.clone());
+        // 1 KiB each: 20 of them exceed the request limit, 8 the operation limit.
+        let bytes = bytes::Bytes::from(vec![b'x'; 1024]);
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            done(store.create(&format!("/k{i:02}"), bytes).await?)
+        }));
+    }
+    let mut revisions = std::collections::BTreeSet::new();
+    for task in tasks {
+        revisions.insert(task.await??.mod_revision);
+    }
+    ensure!(
+        revisions.len() == CREATES,
+        "every create has its own revision"
+    );
+    let all = store.range(RangeRequest::default()).await?;
+    ensure!(all.kvs.len() == CREATES);
+    Ok(())
+}
+
 /// A caller that goes away mid-create (an HTTP client disconnecting) takes only its own create
 /// with it: every other create, batched with it or queued behind it, is still answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,6 +24,11 @@ pub struct EtcdServer {
 impl EtcdServer {
     /// Starts etcd and waits until its client port accepts connections.
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// [`EtcdServer::start`] with extra command-line flags.
+    pub fn start_with(flags: &[&str]) -> anyhow::Result<Self> {
         let Some(binary) = find_on_path("etcd") else {
             bail!("etcd not found on PATH: install etcd-server");
         };
@@ -31,7 +36,7 @@ impl EtcdServer {
         // Free ports are found by binding and releasing them, which another process can race;
         // a retry with fresh ports covers that.
         for _ in 0..3 {
-            match Self::try_start(&binary) {
+            match Self::try_start(&binary, flags) {
                 Ok(server) => return Ok(server),
                 Err(error) => last_error = Some(error),
             }
@@ -39,7 +44,7 @@ impl EtcdServer {
         Err(last_error.unwrap_or_else(|| anyhow::anyhow!("etcd did not start")))
     }
 
-    fn try_start(binary: &PathBuf) -> anyhow::Result<Self> {
+    fn try_start(binary: &PathBuf, flags: &[&str]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir().context("create etcd data dir")?;
         let (client_port, peer_port) = (free_port()?, free_port()?);
         let log = File::create(dir.path().join("etcd.log")).context("create etcd log")?;
@@ -56,6 +61,7 @@ impl EtcdServer {
             .arg("--initial-cluster-state=new")
             .arg("--logger=zap")
             .arg("--log-level=warn")
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("clone etcd log handle")?)
             .stderr(log)
