@@ -15,8 +15,9 @@
 //!
 //! The reference, in the same run against the same etcd: raw etcd puts through etcd-client,
 //! at the same concurrency, with values as large as the stored ConfigMap. A second reference is
-//! the create the server itself sends, raw: a transaction that puts the key only if it does not
-//! exist (upstream's create), which shows how much of a create's cost is etcd's own. The bench
+//! one create as upstream kube-apiserver sends it, raw: its own transaction that puts the key
+//! only if it does not exist. (The server sends a create waiting alone that way; creates waiting
+//! together share one transaction, see `flotilla-storage`'s etcd backend.) The bench
 //! prints a table, the API/raw-etcd create throughput ratios, and whether the targets are met.
 //! It never asserts: it reports.
 //!
@@ -639,7 +640,7 @@ async fn watch_case(served: &Served, payload: &Arc<str>) -> anyhow::Result<Watch
 enum RawOp {
     /// A plain put: the target's reference.
     Put,
-    /// Put only if the key does not exist: the transaction an API create sends to etcd.
+    /// Put only if the key does not exist, one transaction per key: upstream's create.
     CreateTxn,
 }
 
@@ -785,7 +786,7 @@ fn report(api: &[(&str, ApiFigures)], raw: &RawFigures, raw_value_bytes: usize) 
     for (reference_name, references) in [
         ("raw etcd put", &raw.put),
         (
-            "raw etcd create txn (the etcd half of an API create)",
+            "raw etcd create txn (one create per transaction, as upstream sends it)",
             &raw.create_txn,
         ),
     ] {
