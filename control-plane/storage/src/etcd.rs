@@ -299,11 +299,16 @@ impl Storage for EtcdStorage {
         } else {
             (0, SLOTS - 1)
         };
+        // Those dropped are one batch's creates at most, so reading that many more keys keeps
+        // every page full.
+        let inside_revision = at > 0 && last_slot < SLOTS - 1;
         let mut options = GetOptions::new()
             .with_range(prefix_end(&prefix))
             .with_revision(at);
         if request.limit > 0 {
-            options = options.with_limit(i64::try_from(request.limit).unwrap_or(i64::MAX));
+            let extra = if inside_revision { batch::MAX_BATCH } else { 0 };
+            let limit = request.limit.saturating_add(extra);
+            options = options.with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
         }
         let response = match self.kv().get(start, Some(options)).await {
             Ok(response) => response,
@@ -318,19 +323,24 @@ impl Storage for EtcdStorage {
         let mut later = 0;
         for kv in response.kvs() {
             let kv = self.codec.key_value(kv)?;
-            if kv.mod_revision > revision_of(at, last_slot) && at > 0 {
+            if inside_revision && kv.mod_revision > revision_of(at, last_slot) {
                 later += 1;
             } else {
                 kvs.push(kv);
             }
         }
+        let mut more = response.more();
+        if request.limit > 0 && kvs.len() > request.limit {
+            kvs.truncate(request.limit);
+            more = true;
+        }
         let count =
             usize::try_from(response.count()).map_err(|_| unexpected("negative range count"))?;
         Ok(RangeResponse {
             kvs,
-            more: response.more(),
+            more,
             // Exact unless a page of a read inside an etcd revision leaves out later creates
-            // beyond the page, which it cannot see.
+            // beyond what it read, which it cannot see.
             count: count.saturating_sub(later),
             revision,
         })

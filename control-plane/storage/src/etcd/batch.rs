@@ -23,7 +23,7 @@ use crate::types::{KeyValue, Outcome, StorageError};
 /// At most this many creates share one transaction, inside etcd's default `--max-txn-ops` (128,
 /// which nested transactions count against). An etcd configured lower refuses the batch, which
 /// is then sent in halves ([`commit`]).
-const MAX_BATCH: usize = 120;
+pub(super) const MAX_BATCH: usize = 120;
 /// A batch stops growing past this many value bytes, well inside etcd's default 1.5 MiB
 /// `--max-request-bytes`; a larger value goes alone, and etcd judges it as before.
 const MAX_BATCH_BYTES: usize = 512 * 1024;

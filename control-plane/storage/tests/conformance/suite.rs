@@ -788,6 +788,21 @@ pub async fn simultaneous_creates_each_get_their_own_revision(
         expected.sort_by(|a, b| a.key.cmp(&b.key));
         ensure!(at.kvs == expected, "range at {}", kv.mod_revision);
         ensure!(at.count == i + 1 && at.revision == kv.mod_revision);
+        // The same read in pages of 3: every page but the last is full.
+        let mut paged = Vec::new();
+        let mut start_key = None;
+        loop {
+            let mut request = range(p, 3, kv.mod_revision);
+            request.start_key = start_key;
+            let page = store.range(request).await?;
+            paged.extend(page.kvs.iter().cloned());
+            if !page.more {
+                break;
+            }
+            ensure!(page.kvs.len() == 3, "a short page at {}", kv.mod_revision);
+            start_key = paged.last().map(|kv: &KeyValue| format!("{}\0", kv.key));
+        }
+        ensure!(paged == expected, "paged range at {}", kv.mod_revision);
         // A watch from a create's revision starts with exactly that create.
         let mut watch = Watcher::new(store.watch(p, kv.mod_revision).await?);
         let first = watch.take(1).await?;
