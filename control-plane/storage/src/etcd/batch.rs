@@ -2,7 +2,7 @@
 //! transaction of nested create-if-absent transactions, each succeeding or failing on its own.
 //!
 //! Why: an etcd transaction costs etcd the same consensus round, WAL entry and apply whether it
-//! carries one create or fifty, and a conditional create alone costs etcd two to three times a
+//! carries one create or fifty, and a conditional create alone costs etcd two to five times a
 //! plain put. Batched, a create costs etcd less than a plain put (see the API benchmark).
 //!
 //! Every create in a batch commits at the same etcd revision, so each gets a slot within it,
@@ -273,7 +273,7 @@ fn too_big(error: &etcd_client::Error) -> bool {
 }
 
 /// Put `key` only if it does not exist, else read it: the transaction of one create.
-pub(super) fn create_txn(full_key: &[u8], stored_value: Vec<u8>) -> Txn {
+fn create_txn(full_key: &[u8], stored_value: Vec<u8>) -> Txn {
     Txn::new()
         .when([Compare::create_revision(
             full_key.to_vec(),
