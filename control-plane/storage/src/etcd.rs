@@ -252,7 +252,7 @@ impl EtcdStorage {
                 Ok(current) => StorageError::FutureRevision { requested, current },
                 Err(error) => error,
             },
-            None => etcd_error(context)(error),
+            Some(Refusal::TooBig) | None => etcd_error(context)(error),
         }
     }
 
@@ -638,10 +638,13 @@ impl EtcdWatch {
     }
 }
 
+/// What etcd refused a request for, where its answer says so only in words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
     Compacted,
     Future,
+    /// Over `--max-txn-ops` or `--max-request-bytes`; none of the request applied.
+    TooBig,
 }
 
 /// The compares that hold only if `key` was last written at `revision`: its etcd revision, and
@@ -670,7 +673,8 @@ fn last_written_at(full_key: &[u8], revision: Revision) -> Vec<Compare> {
     compares
 }
 
-/// etcd reports both as gRPC `OutOfRange` and tells them apart only by message.
+/// etcd reports these as gRPC `OutOfRange` or `InvalidArgument` and tells them apart only by
+/// message.
 fn refusal(error: &etcd_client::Error) -> Option<Refusal> {
     let etcd_client::Error::GRpcStatus(status) = error else {
         return None;
@@ -680,6 +684,10 @@ fn refusal(error: &etcd_client::Error) -> Option<Refusal> {
         Some(Refusal::Compacted)
     } else if message.contains("required revision is a future revision") {
         Some(Refusal::Future)
+    } else if message.contains("too many operations in txn request")
+        || message.contains("request is too large")
+    {
+        Some(Refusal::TooBig)
     } else {
         None
     }

@@ -10,14 +10,13 @@
 //! `etcd.rs`). A create that waits alone goes out as the same single transaction as before.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use etcd_client::{Compare, CompareOp, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use super::{Codec, etcd_error, header_revision, slotted_value, unexpected};
+use super::{Codec, Refusal, etcd_error, header_revision, refusal, slotted_value, unexpected};
 use crate::types::{KeyValue, Outcome, StorageError};
 
 /// At most this many creates share one transaction, inside etcd's default `--max-txn-ops` (128,
@@ -40,8 +39,6 @@ type Reply = oneshot::Sender<Result<Outcome<KeyValue>, StorageError>>;
 
 /// One create waiting for its batch.
 struct Pending {
-    /// Tells a create's own entry from the others in a batch.
-    ticket: u64,
     /// The key as etcd stores it (with the store's prefix).
     full_key: Vec<u8>,
     /// The key as the caller named it.
@@ -52,11 +49,11 @@ struct Pending {
 
 /// Where creates queue to share a transaction.
 ///
-/// There is no batching task. A create that finds a send slot free takes the queue's oldest
-/// creates; when that is only itself it sends its transaction in its own task, so a create that
-/// waits alone pays no hand-off, and otherwise a task of their own sends the batch, so no
-/// caller's disconnect can drop other callers' creates. While every slot is taken creates
-/// queue, and a slot given back with creates queued starts the next batch ([`SendSlot`]).
+/// There is no batching task. A create that finds the queue empty and a send slot free sends
+/// itself, as one plain transaction, so a create that waits alone pays no hand-off. Otherwise
+/// it queues; if it then gets a slot, a task of their own sends the queue's oldest creates, so
+/// no caller's disconnect can drop other callers' creates. A slot given back with creates
+/// queued starts the next batch ([`SendSlot`]).
 pub(super) struct CreateBatcher {
     shared: Arc<Shared>,
 }
@@ -66,7 +63,6 @@ struct Shared {
     codec: Arc<Codec>,
     queue: Mutex<VecDeque<Pending>>,
     in_flight: Arc<Semaphore>,
-    tickets: AtomicU64,
 }
 
 impl CreateBatcher {
@@ -77,7 +73,6 @@ impl CreateBatcher {
                 codec,
                 queue: Mutex::new(VecDeque::new()),
                 in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-                tickets: AtomicU64::new(0),
             }),
         }
     }
@@ -89,23 +84,39 @@ impl CreateBatcher {
         key: &str,
         value: Bytes,
     ) -> Result<Outcome<KeyValue>, StorageError> {
-        let ticket = self.shared.tickets.fetch_add(1, Ordering::Relaxed);
-        let (reply, answer) = oneshot::channel();
-        self.shared.lock_queue().push_back(Pending {
-            ticket,
-            full_key,
-            key: key.to_owned(),
-            value,
-            reply,
-        });
-        if let Some(slot) = SendSlot::try_take(&self.shared) {
-            let batch = take_batch(&mut self.shared.lock_queue());
-            match batch.as_slice() {
-                [only] if only.ticket == ticket => slot.send(batch).await,
-                _ => {
-                    tokio::spawn(slot.send(batch));
-                }
+        let alone = {
+            let queue = self.shared.lock_queue();
+            if queue.is_empty() {
+                SendSlot::try_take(&self.shared, 0)
+            } else {
+                None
             }
+        };
+        if let Some(slot) = alone {
+            let answer = create_one(
+                self.shared.kv.clone(),
+                &self.shared.codec,
+                &full_key,
+                key,
+                value,
+            )
+            .await;
+            drop(slot);
+            return answer;
+        }
+        let (reply, answer) = oneshot::channel();
+        let queued = {
+            let mut queue = self.shared.lock_queue();
+            queue.push_back(Pending {
+                full_key,
+                key: key.to_owned(),
+                value,
+                reply,
+            });
+            queue.len()
+        };
+        if let Some(slot) = SendSlot::try_take(&self.shared, queued) {
+            slot.send_next_batch();
         }
         answer
             .await
@@ -131,10 +142,9 @@ struct SendSlot {
 }
 
 impl SendSlot {
-    fn try_take(shared: &Arc<Shared>) -> Option<Self> {
-        if shared.in_flight.available_permits() < MAX_IN_FLIGHT
-            && shared.lock_queue().len() < OVERLAP_MIN
-        {
+    /// A slot, if one is free and worth taking with `queued` creates waiting.
+    fn try_take(shared: &Arc<Shared>, queued: usize) -> Option<Self> {
+        if shared.in_flight.available_permits() < MAX_IN_FLIGHT && queued < OVERLAP_MIN {
             return None;
         }
         let permit = shared.in_flight.clone().try_acquire_owned().ok()?;
@@ -144,9 +154,17 @@ impl SendSlot {
         })
     }
 
-    /// Sends `batch`, then gives the slot back.
-    async fn send(self, batch: Vec<Pending>) {
-        commit(self.shared.kv.clone(), &self.shared.codec, batch).await;
+    /// Sends the queue's oldest creates in a task of their own, then gives the slot back.
+    fn send_next_batch(self) {
+        let batch = take_batch(&mut self.shared.lock_queue());
+        if batch.is_empty() {
+            // Another sender took them first.
+            return;
+        }
+        tokio::spawn(async move {
+            commit(self.shared.kv.clone(), &self.shared.codec, batch).await;
+            drop(self);
+        });
     }
 }
 
@@ -155,15 +173,12 @@ impl Drop for SendSlot {
         drop(self.permit.take());
         // Checked after the release: a create queued before it is seen here, one queued after
         // it finds the slot free (or another holder, which will look here when it is done).
-        if self.shared.lock_queue().is_empty() {
+        let queued = self.shared.lock_queue().len();
+        if queued == 0 || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if let Some(slot) = Self::try_take(&self.shared) {
-            let batch = take_batch(&mut self.shared.lock_queue());
-            runtime.spawn(slot.send(batch));
+        if let Some(slot) = Self::try_take(&self.shared, queued) {
+            slot.send_next_batch();
         }
     }
 }
@@ -198,22 +213,12 @@ fn take_batch(queued: &mut VecDeque<Pending>) -> Vec<Pending> {
 
 /// Sends one batch and answers each of its creates.
 async fn commit(mut kv: KvClient, codec: &Codec, mut batch: Vec<Pending>) {
-    if batch.is_empty() {
-        // Another sender took the queue first.
-        return;
-    }
-    if batch.len() == 1 {
-        let Some(pending) = batch.pop() else {
-            return;
-        };
-        let txn = create_txn(&pending.full_key, slotted_value(0, &pending.value));
-        let answer = match kv.txn(txn).await {
-            Ok(response) => header_revision(response.header()).and_then(|revision| {
-                codec.create_outcome(&response, revision, &pending.key, pending.value, 0)
-            }),
-            Err(error) => Err(etcd_error("create")(error)),
-        };
-        let _ = pending.reply.send(answer);
+    if batch.len() <= 1 {
+        if let Some(pending) = batch.pop() {
+            let answer =
+                create_one(kv, codec, &pending.full_key, &pending.key, pending.value).await;
+            let _ = pending.reply.send(answer);
+        }
         return;
     }
     let creates: Vec<TxnOp> = batch
@@ -228,7 +233,7 @@ async fn commit(mut kv: KvClient, codec: &Codec, mut batch: Vec<Pending>) {
         .collect();
     let answers = match kv.txn(Txn::new().and_then(creates)).await {
         Ok(response) => nested_responses(&response, batch.len()),
-        Err(error) if too_big(&error) => {
+        Err(error) if refusal(&error) == Some(Refusal::TooBig) => {
             // Refused whole, so nothing of it applied: send it again in halves, in order.
             let second = batch.split_off(batch.len() / 2);
             Box::pin(commit(kv.clone(), codec, batch)).await;
@@ -261,15 +266,20 @@ async fn commit(mut kv: KvClient, codec: &Codec, mut batch: Vec<Pending>) {
     }
 }
 
-/// Whether etcd refused a transaction for its number of operations or its size (its limits
-/// `--max-txn-ops` and `--max-request-bytes`); it then applied none of it.
-fn too_big(error: &etcd_client::Error) -> bool {
-    let etcd_client::Error::GRpcStatus(status) = error else {
-        return false;
-    };
-    let message = status.message();
-    message.contains("too many operations in txn request")
-        || message.contains("request is too large")
+/// One create as its own plain transaction (slot 0).
+async fn create_one(
+    mut kv: KvClient,
+    codec: &Codec,
+    full_key: &[u8],
+    key: &str,
+    value: Bytes,
+) -> Result<Outcome<KeyValue>, StorageError> {
+    let response = kv
+        .txn(create_txn(full_key, slotted_value(0, &value)))
+        .await
+        .map_err(etcd_error("create"))?;
+    let revision = header_revision(response.header())?;
+    codec.create_outcome(&response, revision, key, value, 0)
 }
 
 /// Put `key` only if it does not exist, else read it: the transaction of one create.

@@ -1,6 +1,7 @@
 //! etcd-backend behaviour beyond the conformance suite: key namespacing, creates sharing etcd
 //! transactions, and a watch whose etcd goes away ending with an error rather than quietly.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use flotilla_storage::{RangeRequest, Storage};
 use futures::StreamExt;
 
 use crate::etcd_server::EtcdServer;
-use crate::suite::{done, value};
+use crate::suite::{Store, create_all_at_once, done, value};
 
 /// The conformance case `simultaneous_creates_each_get_their_own_revision` proves batched
 /// creates behave; this proves they are batched, so that case is not passing trivially. The
@@ -18,20 +19,13 @@ use crate::suite::{done, value};
 async fn simultaneous_creates_share_etcd_transactions() -> anyhow::Result<()> {
     const CREATES: usize = 40;
     let server = Arc::new(tokio::task::spawn_blocking(EtcdServer::start).await??);
-    let store = Arc::new(server.connect(None).await?);
-    let start = Arc::new(tokio::sync::Barrier::new(CREATES));
-    let mut tasks = Vec::new();
-    for i in 0..CREATES {
-        let (store, start) = (store.clone(), start.clone());
-        tasks.push(tokio::spawn(async move {
-            start.wait().await;
-            done(store.create(&format!("/k{i:02}"), value("v")).await?)
-        }));
-    }
-    let mut etcd_revisions = std::collections::BTreeSet::new();
-    for task in tasks {
-        etcd_revisions.insert(task.await??.mod_revision / 1000);
-    }
+    let store: Store = Arc::new(server.connect(None).await?);
+    let created = create_all_at_once(
+        &store,
+        (0..CREATES).map(|i| (format!("/k{i:02}"), value("v"))),
+    )
+    .await?;
+    let etcd_revisions: BTreeSet<_> = created.iter().map(|kv| kv.mod_revision / 1000).collect();
     ensure!(
         etcd_revisions.len() < CREATES,
         "{CREATES} simultaneous creates took {} etcd transactions",
@@ -51,22 +45,15 @@ async fn a_batch_over_etcds_limits_is_sent_in_parts() -> anyhow::Result<()> {
         })
         .await??,
     );
-    let store = Arc::new(server.connect(None).await?);
-    let start = Arc::new(tokio::sync::Barrier::new(CREATES));
-    let mut tasks = Vec::new();
-    for i in 0..CREATES {
-        let (store, start) = (store.clone(), start.clone());
-        // 1 KiB each: 20 of them exceed the request limit, 8 the operation limit.
-        let bytes = bytes::Bytes::from(vec![b'x'; 1024]);
-        tasks.push(tokio::spawn(async move {
-            start.wait().await;
-            done(store.create(&format!("/k{i:02}"), bytes).await?)
-        }));
-    }
-    let mut revisions = std::collections::BTreeSet::new();
-    for task in tasks {
-        revisions.insert(task.await??.mod_revision);
-    }
+    let store: Store = Arc::new(server.connect(None).await?);
+    // 1 KiB each: 20 of them exceed the request limit, 8 the operation limit.
+    let kib = bytes::Bytes::from(vec![b'x'; 1024]);
+    let created = create_all_at_once(
+        &store,
+        (0..CREATES).map(|i| (format!("/k{i:02}"), kib.clone())),
+    )
+    .await?;
+    let revisions: BTreeSet<_> = created.iter().map(|kv| kv.mod_revision).collect();
     ensure!(
         revisions.len() == CREATES,
         "every create has its own revision"

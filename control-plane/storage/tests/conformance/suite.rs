@@ -15,7 +15,7 @@ use flotilla_storage::{
 };
 use futures::StreamExt;
 
-type Store = Arc<dyn Storage>;
+pub type Store = Arc<dyn Storage>;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -730,26 +730,17 @@ pub async fn every_past_revision_reads_back_as_it_was(store: Store, p: &str) -> 
     Ok(())
 }
 
-/// Creates issued all at once (which the etcd backend commits together, in one transaction)
-/// each get their own revision, and every one of those revisions reads, watches and
-/// compare-and-swaps exactly like the revision of a write committed alone.
-pub async fn simultaneous_creates_each_get_their_own_revision(
-    store: Store,
-    p: &str,
-) -> anyhow::Result<()> {
-    const CREATES: usize = 40;
-    let before = store.current_revision().await?;
-    let start = Arc::new(tokio::sync::Barrier::new(CREATES));
+/// Creates every `(key, value)` from a task of its own, all released at once, and returns what
+/// each create reported, in the order given.
+pub async fn create_all_at_once(
+    store: &Store,
+    entries: impl IntoIterator<Item = (String, Bytes)>,
+) -> anyhow::Result<Vec<KeyValue>> {
+    let entries: Vec<(String, Bytes)> = entries.into_iter().collect();
+    let start = Arc::new(tokio::sync::Barrier::new(entries.len()));
     let mut tasks = Vec::new();
-    for i in 0..CREATES {
+    for (key, bytes) in entries {
         let (store, start) = (store.clone(), start.clone());
-        let key = format!("{p}{i:02}");
-        // Values that look like a backend's own framing must come back byte for byte.
-        let bytes: Bytes = match i % 4 {
-            0 => Bytes::new(),
-            1 => Bytes::from_static(b"\xff\xffslot\x00\x01\x00x"),
-            _ => value(&format!("v{i}")),
-        };
         tasks.push(tokio::spawn(async move {
             start.wait().await;
             done(store.create(&key, bytes).await?)
@@ -759,6 +750,28 @@ pub async fn simultaneous_creates_each_get_their_own_revision(
     for task in tasks {
         created.push(task.await??);
     }
+    Ok(created)
+}
+
+/// Creates issued all at once (which the etcd backend commits together, in one transaction)
+/// each get their own revision, and every one of those revisions reads, watches and
+/// compare-and-swaps exactly like the revision of a write committed alone.
+pub async fn simultaneous_creates_each_get_their_own_revision(
+    store: Store,
+    p: &str,
+) -> anyhow::Result<()> {
+    const CREATES: usize = 40;
+    let before = store.current_revision().await?;
+    // Values that look like a backend's own framing must come back byte for byte.
+    let entries = (0..CREATES).map(|i| {
+        let bytes = match i % 4 {
+            0 => Bytes::new(),
+            1 => Bytes::from_static(b"\xff\xffslot\x00\x01\x00x"),
+            _ => value(&format!("v{i}")),
+        };
+        (format!("{p}{i:02}"), bytes)
+    });
+    let mut created = create_all_at_once(&store, entries).await?;
     // Twice at once: one wins, the other sees the winner.
     let twice = format!("{p}twice");
     let (first, second) = tokio::join!(
