@@ -319,11 +319,12 @@ impl Storage for EtcdStorage {
         } else {
             revision_through(header_revision(response.header())?)
         };
+        let newest = revision_of(at, last_slot);
         let mut kvs = Vec::with_capacity(response.kvs().len());
         let mut later = 0;
         for kv in response.kvs() {
             let kv = self.codec.key_value(kv)?;
-            if inside_revision && kv.mod_revision > revision_of(at, last_slot) {
+            if inside_revision && kv.mod_revision > newest {
                 later += 1;
             } else {
                 kvs.push(kv);
