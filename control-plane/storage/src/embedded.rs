@@ -1,9 +1,16 @@
 //! The embedded backend: a durable, crash-safe revisioned store in one redb file.
 //!
 //! Layout (see `codec` for the bytes):
-//! - `kv`: key → `(create_revision, mod_revision, value)`, the current state, for fast reads;
-//! - `log`: revision → the change committed at that revision, with the key's previous state;
+//! - `changes`: revision → the change committed at that revision (key, value, and the revisions of
+//!   the key's previous state). Every value is stored here, once.
+//! - `keys`: key → `(create_revision, mod_revision)` of its current state; the value is that of
+//!   the change at `mod_revision`.
 //! - `meta`: the format version, the current revision and the compaction point.
+//!
+//! Values are not kept in `keys` because the writer pays for every page it commits: a 4 KiB B-tree
+//! leaf holds dozens of keys with their 16 bytes of revisions but only two or three 1 KiB
+//! objects, so concurrent writes spread over many keys would each dirty, split and rewrite a
+//! leaf of their own, and every value would be written twice.
 //!
 //! Writes go through one writer thread that commits whatever is queued as a single redb write
 //! transaction with immediate durability (group commit: one fsync acknowledges a whole batch), so
@@ -12,7 +19,9 @@
 //! state left by the writes before it, exactly as if they had been committed one by one.
 //!
 //! A read at a past revision `R` is the current state overlaid, for every key changed after `R`,
-//! with the previous state recorded by its first change after `R`. Watches replay the log and then
+//! with the previous state named by its first change after `R`. Compaction to `R` drops the
+//! changes superseded before `R` and the deletes before `R`, so every state a read or watch at
+//! `R` or later can name is still there. Watches replay the changes and then
 //! follow an in-memory broadcast of committed batches (see `watch`).
 
 mod codec;
@@ -35,11 +44,14 @@ use crate::types::{
     EventKind, KeyValue, Outcome, RangeRequest, RangeResponse, Revision, Storage, StorageError,
     WatchEvent, WatchStream,
 };
-use codec::{LogRecord, Stored};
+use codec::{Change, Revisions, Stored};
 
-const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
-const LOG: TableDefinition<i64, &[u8]> = TableDefinition::new("log");
+const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
+const CHANGES: TableDefinition<i64, &[u8]> = TableDefinition::new("changes");
 const META: TableDefinition<&str, i64> = TableDefinition::new("meta");
+/// Format version 1's tables, read only to convert a file an earlier build wrote.
+const V1_KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
+const V1_LOG: TableDefinition<i64, &[u8]> = TableDefinition::new("log");
 
 const META_FORMAT: &str = "format";
 const META_REVISION: &str = "revision";
@@ -59,7 +71,7 @@ pub struct EmbeddedConfig {
     /// Writes queued for the writer thread before callers wait for room. Default: 4096.
     pub queue_depth: usize,
     /// Committed batches buffered for live watchers. A watcher that falls further behind re-reads
-    /// the log instead of losing events, so this trades memory for fewer re-reads. Default: 1024.
+    /// the `changes` table instead of losing events, so this trades memory for fewer re-reads. Default: 1024.
     pub watch_buffer: usize,
     /// redb's quick repair: every commit also saves the allocator state (a second fsync), so that
     /// reopening after a crash is instant instead of a walk over the whole file. Default: false,
@@ -189,10 +201,20 @@ impl Storage for EmbeddedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let key = key.to_owned();
         self.read(move |txn| {
-            let kv = txn.open_table(KV).map_err(unavailable("open kv table"))?;
-            let found = kv.get(key.as_str()).map_err(unavailable("read kv table"))?;
+            let keys = txn
+                .open_table(KEYS)
+                .map_err(unavailable("open keys table"))?;
+            let changes = txn
+                .open_table(CHANGES)
+                .map_err(unavailable("open changes table"))?;
+            let found = keys
+                .get(key.as_str())
+                .map_err(unavailable("read keys table"))?;
             found
-                .map(|stored| Ok(codec::decode_stored(&key, stored.value())?.into_key_value(&key)))
+                .map(|revisions| {
+                    let revisions = codec::decode_revisions(&key, revisions.value())?;
+                    Ok(load(&changes, &key, revisions)?.into_key_value(&key))
+                })
                 .transpose()
         })
         .await
@@ -245,7 +267,7 @@ impl Storage for EmbeddedStorage {
         from_revision: Revision,
     ) -> Result<WatchStream, StorageError> {
         // Subscribe before reading the head revision: every batch committed after that read is
-        // then in the channel, every batch before it is in the log, and the overlap is skipped
+        // then in the channel, every batch before it is in the `changes` table, and the overlap is skipped
         // by revision. Subscribing after the read would leave a window where a commit is in
         // neither.
         let live = self.events.subscribe();
@@ -295,9 +317,10 @@ fn initialize(db: &Database) -> Result<(), StorageError> {
     txn.set_durability(Durability::Immediate)
         .map_err(unavailable("set durability"))?;
     {
-        txn.open_table(KV).map_err(unavailable("create kv table"))?;
-        txn.open_table(LOG)
-            .map_err(unavailable("create log table"))?;
+        txn.open_table(KEYS)
+            .map_err(unavailable("create keys table"))?;
+        txn.open_table(CHANGES)
+            .map_err(unavailable("create changes table"))?;
         let mut meta = txn
             .open_table(META)
             .map_err(unavailable("create meta table"))?;
@@ -307,6 +330,15 @@ fn initialize(db: &Database) -> Result<(), StorageError> {
             .map(|v| v.value());
         match format {
             Some(codec::FORMAT_VERSION) => {}
+            Some(codec::v1::FORMAT_VERSION) => {
+                upgrade_from_v1(&txn)?;
+                meta.insert(META_FORMAT, codec::FORMAT_VERSION)
+                    .map_err(unavailable("write meta table"))?;
+                tracing::info!(
+                    "converted the embedded store to format {}",
+                    codec::FORMAT_VERSION
+                );
+            }
             Some(other) => {
                 return Err(StorageError::Corrupt {
                     key: format!("meta/{META_FORMAT}"),
@@ -329,6 +361,108 @@ fn initialize(db: &Database) -> Result<(), StorageError> {
         }
     }
     txn.commit().map_err(unavailable("commit initialization"))
+}
+
+/// Rewrites a format-1 file's `kv` and `log` tables as `keys` and `changes`, inside the opening
+/// transaction, and drops the old tables.
+///
+/// Version 1 compaction dropped every record before the compaction point, including the ones
+/// that wrote a state still current or named as a later record's previous state (version 1 kept
+/// a copy of both elsewhere). Each such state becomes a change of its own at the revision that
+/// wrote it, so every pointer of the new layout resolves.
+fn upgrade_from_v1(txn: &redb::WriteTransaction) -> Result<(), StorageError> {
+    {
+        let old_kv = txn
+            .open_table(V1_KV)
+            .map_err(unavailable("open kv table"))?;
+        let old_log = txn
+            .open_table(V1_LOG)
+            .map_err(unavailable("open log table"))?;
+        let mut keys = txn
+            .open_table(KEYS)
+            .map_err(unavailable("open keys table"))?;
+        let mut changes = txn
+            .open_table(CHANGES)
+            .map_err(unavailable("open changes table"))?;
+        let restore = |changes: &mut ChangesTable<'_>, key: &str, state: Stored| {
+            let present = changes
+                .get(state.mod_revision)
+                .map_err(unavailable("read changes table"))?
+                .is_some()
+                || old_log
+                    .get(state.mod_revision)
+                    .map_err(unavailable("read log table"))?
+                    .is_some();
+            if !present {
+                let revision = state.mod_revision;
+                let change = Change {
+                    kind: EventKind::Put,
+                    key: key.to_owned(),
+                    create_revision: state.create_revision,
+                    value: state.value,
+                    prev: None,
+                };
+                changes
+                    .insert(revision, codec::encode_change(&change).as_slice())
+                    .map_err(unavailable("write changes table"))?;
+            }
+            Ok::<_, StorageError>(())
+        };
+        for entry in old_log.iter().map_err(unavailable("read log table"))? {
+            let (revision, record) = entry.map_err(unavailable("read log table"))?;
+            let revision = revision.value();
+            let (change, prev) = codec::v1::decode_log(&change_name(revision), record.value())?;
+            if let Some(prev) = prev {
+                restore(&mut changes, &change.key, prev)?;
+            }
+            changes
+                .insert(revision, codec::encode_change(&change).as_slice())
+                .map_err(unavailable("write changes table"))?;
+        }
+        for entry in old_kv.iter().map_err(unavailable("read kv table"))? {
+            let (key, stored) = entry.map_err(unavailable("read kv table"))?;
+            let key = key.value();
+            let state = codec::v1::decode_kv(key, stored.value())?;
+            keys.insert(key, codec::encode_revisions(state.revisions()).as_slice())
+                .map_err(unavailable("write keys table"))?;
+            restore(&mut changes, key, state)?;
+        }
+    }
+    txn.delete_table(V1_KV)
+        .map_err(unavailable("drop kv table"))?;
+    txn.delete_table(V1_LOG)
+        .map_err(unavailable("drop log table"))?;
+    Ok(())
+}
+
+/// The state of `key` that `revisions` names: its value is that of the change at
+/// `mod_revision`.
+fn load(
+    changes: &impl ReadableTable<i64, &'static [u8]>,
+    key: &str,
+    revisions: Revisions,
+) -> Result<Stored, StorageError> {
+    let what = change_name(revisions.mod_revision);
+    let corrupt = |message: String| StorageError::Corrupt {
+        key: key.to_owned(),
+        message,
+    };
+    let found = changes
+        .get(revisions.mod_revision)
+        .map_err(unavailable("read changes table"))?
+        .ok_or_else(|| corrupt(format!("the change holding its value, {what}, is missing")))?;
+    let change = codec::decode_change(&what, found.value())?;
+    if change.key != key {
+        return Err(corrupt(format!(
+            "{what} changed {}, not this key",
+            change.key
+        )));
+    }
+    let mut stored = change
+        .into_stored(revisions.mod_revision)
+        .ok_or_else(|| corrupt(format!("{what} deleted it")))?;
+    stored.create_revision = revisions.create_revision;
+    Ok(stored)
 }
 
 /// The store's current revision and compaction point, as one read transaction sees them.
@@ -407,10 +541,15 @@ fn range_at(txn: &ReadTransaction, request: &RangeRequest) -> Result<RangeRespon
         BTreeMap::new()
     };
 
-    let kv = txn.open_table(KV).map_err(unavailable("open kv table"))?;
-    let mut current = kv
+    let keys = txn
+        .open_table(KEYS)
+        .map_err(unavailable("open keys table"))?;
+    let changes = txn
+        .open_table(CHANGES)
+        .map_err(unavailable("open changes table"))?;
+    let mut current = keys
         .range::<&str>(start..)
-        .map_err(unavailable("read kv table"))?;
+        .map_err(unavailable("read keys table"))?;
     let mut overlay = overlay.into_iter().peekable();
     let mut response = RangeResponse {
         revision: at,
@@ -438,10 +577,11 @@ fn range_at(txn: &ReadTransaction, request: &RangeRequest) -> Result<RangeRespon
                     Ok(state.into_key_value(&key))
                 })?;
             }
-        } else if let Some((key, stored)) = next_current.take() {
+        } else if let Some((key, revisions)) = next_current.take() {
             accept(&mut response, request.limit, || {
                 let key = key.value();
-                Ok(codec::decode_stored(key, stored.value())?.into_key_value(key))
+                let revisions = codec::decode_revisions(key, revisions.value())?;
+                Ok(load(&changes, key, revisions)?.into_key_value(key))
             })?;
             next_current = next_in_prefix(&mut current, prefix)?;
         }
@@ -477,39 +617,58 @@ fn next_in_prefix<'a>(
     match range.next() {
         None => Ok(None),
         Some(entry) => {
-            let entry = entry.map_err(unavailable("read kv table"))?;
+            let entry = entry.map_err(unavailable("read keys table"))?;
             Ok(entry.0.value().starts_with(prefix).then_some(entry))
         }
     }
 }
 
 /// For every key under `prefix` (from `start` on) changed after revision `at`: its state at `at`
-/// (`None`: it did not exist then), taken from the first change after `at`.
+/// (`None`: it did not exist then), named by the first change after `at`.
 fn past_states(
     txn: &ReadTransaction,
     at: Revision,
     prefix: &str,
     start: &str,
 ) -> Result<BTreeMap<String, Option<Stored>>, StorageError> {
-    let log = txn.open_table(LOG).map_err(unavailable("open log table"))?;
+    let changes = txn
+        .open_table(CHANGES)
+        .map_err(unavailable("open changes table"))?;
     let mut states = BTreeMap::new();
-    for entry in log
+    for entry in changes
         .range((at + 1)..)
-        .map_err(unavailable("read log table"))?
+        .map_err(unavailable("read changes table"))?
     {
-        let (revision, record) = entry.map_err(unavailable("read log table"))?;
-        let what = log_name(revision.value());
-        let key = codec::decode_log_key(&what, record.value())?;
+        let (revision, record) = entry.map_err(unavailable("read changes table"))?;
+        let what = change_name(revision.value());
+        let key = codec::decode_change_key(&what, record.value())?;
         if key.starts_with(prefix) && key >= start && !states.contains_key(key) {
-            let record = codec::decode_log(&what, record.value())?;
-            states.insert(record.key, record.prev);
+            let change = codec::decode_change(&what, record.value())?;
+            let state = change
+                .prev
+                .map(|prev| load(&changes, &change.key, prev))
+                .transpose()?;
+            states.insert(change.key, state);
         }
     }
     Ok(states)
 }
 
-fn log_name(revision: Revision) -> String {
-    format!("log/{revision}")
+/// The watch event for `change`, committed at `revision`, with the key's previous state.
+fn change_event(
+    changes: &impl ReadableTable<i64, &'static [u8]>,
+    revision: Revision,
+    change: Change,
+) -> Result<WatchEvent, StorageError> {
+    let prev = change
+        .prev
+        .map(|prev| load(changes, &change.key, prev))
+        .transpose()?;
+    Ok(change.into_event(revision, prev))
+}
+
+fn change_name(revision: Revision) -> String {
+    format!("changes/{revision}")
 }
 
 fn check_entry(key: &str, value: &[u8]) -> Result<(), StorageError> {
@@ -686,8 +845,12 @@ impl Writer {
         let mut events = Vec::new();
         let revision;
         {
-            let mut kv = txn.open_table(KV).map_err(unavailable("open kv table"))?;
-            let mut log = txn.open_table(LOG).map_err(unavailable("open log table"))?;
+            let mut keys = txn
+                .open_table(KEYS)
+                .map_err(unavailable("open keys table"))?;
+            let mut changes = txn
+                .open_table(CHANGES)
+                .map_err(unavailable("open changes table"))?;
             let mut meta = txn
                 .open_table(META)
                 .map_err(unavailable("open meta table"))?;
@@ -696,17 +859,19 @@ impl Writer {
             for op in ops {
                 let applied = match op {
                     Op::Create { key, value } => {
-                        create(&mut kv, &mut log, key, value, current + 1)?
+                        create(&mut keys, &mut changes, key, value, current + 1)?
                     }
                     Op::Update {
                         key,
                         value,
                         expected,
-                    } => update(&mut kv, &mut log, key, value, *expected, current + 1)?,
+                    } => update(&mut keys, &mut changes, key, value, *expected, current + 1)?,
                     Op::Delete { key, expected } => {
-                        delete(&mut kv, &mut log, key, *expected, current + 1)?
+                        delete(&mut keys, &mut changes, key, *expected, current + 1)?
                     }
-                    Op::Compact { revision } => compact(&mut log, &mut meta, *revision, current)?,
+                    Op::Compact { revision } => {
+                        compact(&mut changes, &mut meta, *revision, current)?
+                    }
                 };
                 if let Some(event) = applied.event {
                     current += 1;
@@ -730,45 +895,56 @@ impl Writer {
     }
 }
 
-type KvTable<'t> = Table<'t, &'static str, &'static [u8]>;
-type LogTable<'t> = Table<'t, i64, &'static [u8]>;
+type KeysTable<'t> = Table<'t, &'static str, &'static [u8]>;
+type ChangesTable<'t> = Table<'t, i64, &'static [u8]>;
 
-/// The current state of `key` inside the write transaction. The outer `Err` is a redb failure
-/// (fatal for the batch); the inner one a record that does not decode (fatal for this op only).
-fn current_state(
-    kv: &KvTable<'_>,
+/// The revisions of `key` inside the write transaction. The outer `Err` is a redb failure (fatal
+/// for the batch); the inner one a record that does not decode (fatal for this op only).
+fn current_revisions(
+    keys: &KeysTable<'_>,
     key: &str,
-) -> Result<Result<Option<Stored>, StorageError>, StorageError> {
-    let found = kv.get(key).map_err(unavailable("read kv table"))?;
+) -> Result<Result<Option<Revisions>, StorageError>, StorageError> {
+    let found = keys.get(key).map_err(unavailable("read keys table"))?;
     Ok(found
-        .map(|stored| codec::decode_stored(key, stored.value()))
+        .map(|revisions| codec::decode_revisions(key, revisions.value()))
         .transpose())
 }
 
+/// What a write that found `key` at `revisions` answers when its precondition fails: the key's
+/// current state, or the failure to read it.
+fn conflict_with(changes: &ChangesTable<'_>, key: &str, revisions: Revisions) -> Applied {
+    match load(changes, key, revisions) {
+        Ok(existing) => Applied::answer(Outcome::Conflict(Some(existing.into_key_value(key)))),
+        Err(error) => Applied::failed(error),
+    }
+}
+
 fn put(
-    kv: &mut KvTable<'_>,
-    log: &mut LogTable<'_>,
+    keys: &mut KeysTable<'_>,
+    changes: &mut ChangesTable<'_>,
     key: &str,
     value: &Bytes,
     prev: Option<Stored>,
     revision: Revision,
 ) -> Result<Applied, StorageError> {
     let create_revision = prev.as_ref().map_or(revision, |p| p.create_revision);
-    kv.insert(
-        key,
-        codec::encode_stored(create_revision, revision, value).as_slice(),
-    )
-    .map_err(unavailable("write kv table"))?;
-    let record = LogRecord {
+    let revisions = Revisions {
+        create_revision,
+        mod_revision: revision,
+    };
+    keys.insert(key, codec::encode_revisions(revisions).as_slice())
+        .map_err(unavailable("write keys table"))?;
+    let change = Change {
         kind: EventKind::Put,
         key: key.to_owned(),
         create_revision,
         value: value.clone(),
-        prev,
+        prev: prev.as_ref().map(Stored::revisions),
     };
-    log.insert(revision, codec::encode_log(&record).as_slice())
-        .map_err(unavailable("write log table"))?;
-    let event = record.into_event(revision);
+    changes
+        .insert(revision, codec::encode_change(&change).as_slice())
+        .map_err(unavailable("write changes table"))?;
+    let event = change.into_event(revision, prev);
     Ok(Applied {
         result: Ok(Done::Write(Outcome::Done(event.kv.clone()))),
         event: Some(event),
@@ -776,80 +952,85 @@ fn put(
 }
 
 fn create(
-    kv: &mut KvTable<'_>,
-    log: &mut LogTable<'_>,
+    keys: &mut KeysTable<'_>,
+    changes: &mut ChangesTable<'_>,
     key: &str,
     value: &Bytes,
     revision: Revision,
 ) -> Result<Applied, StorageError> {
-    match current_state(kv, key)? {
+    match current_revisions(keys, key)? {
         Err(error) => Ok(Applied::failed(error)),
-        Ok(Some(existing)) => Ok(Applied::answer(Outcome::Conflict(Some(
-            existing.into_key_value(key),
-        )))),
-        Ok(None) => put(kv, log, key, value, None, revision),
+        Ok(Some(existing)) => Ok(conflict_with(changes, key, existing)),
+        Ok(None) => put(keys, changes, key, value, None, revision),
     }
 }
 
 fn update(
-    kv: &mut KvTable<'_>,
-    log: &mut LogTable<'_>,
+    keys: &mut KeysTable<'_>,
+    changes: &mut ChangesTable<'_>,
     key: &str,
     value: &Bytes,
     expected: Revision,
     revision: Revision,
 ) -> Result<Applied, StorageError> {
-    match current_state(kv, key)? {
+    match current_revisions(keys, key)? {
         Err(error) => Ok(Applied::failed(error)),
         Ok(None) => Ok(Applied::answer(Outcome::Conflict(None))),
-        Ok(Some(existing)) if existing.mod_revision != expected => Ok(Applied::answer(
-            Outcome::Conflict(Some(existing.into_key_value(key))),
-        )),
-        Ok(Some(existing)) => put(kv, log, key, value, Some(existing), revision),
+        Ok(Some(existing)) if existing.mod_revision != expected => {
+            Ok(conflict_with(changes, key, existing))
+        }
+        // The previous value goes into the watch event, as etcd's `prev_kv` does.
+        Ok(Some(existing)) => match load(changes, key, existing) {
+            Err(error) => Ok(Applied::failed(error)),
+            Ok(existing) => put(keys, changes, key, value, Some(existing), revision),
+        },
     }
 }
 
 fn delete(
-    kv: &mut KvTable<'_>,
-    log: &mut LogTable<'_>,
+    keys: &mut KeysTable<'_>,
+    changes: &mut ChangesTable<'_>,
     key: &str,
     expected: Option<Revision>,
     revision: Revision,
 ) -> Result<Applied, StorageError> {
-    let existing = match current_state(kv, key)? {
+    let existing = match current_revisions(keys, key)? {
         Err(error) => return Ok(Applied::failed(error)),
         Ok(None) => return Ok(Applied::answer(Outcome::Conflict(None))),
         Ok(Some(existing)) => existing,
     };
     if expected.is_some_and(|expected| expected != existing.mod_revision) {
-        return Ok(Applied::answer(Outcome::Conflict(Some(
-            existing.into_key_value(key),
-        ))));
+        return Ok(conflict_with(changes, key, existing));
     }
-    kv.remove(key).map_err(unavailable("write kv table"))?;
+    let existing = match load(changes, key, existing) {
+        Err(error) => return Ok(Applied::failed(error)),
+        Ok(existing) => existing,
+    };
+    keys.remove(key).map_err(unavailable("write keys table"))?;
     let deleted = KeyValue {
         key: key.to_owned(),
         value: existing.value.clone(),
         create_revision: existing.create_revision,
         mod_revision: revision,
     };
-    let record = LogRecord {
+    let change = Change {
         kind: EventKind::Delete,
         key: key.to_owned(),
         create_revision: 0,
         value: Bytes::new(),
-        prev: Some(existing),
+        prev: Some(existing.revisions()),
     };
-    log.insert(revision, codec::encode_log(&record).as_slice())
-        .map_err(unavailable("write log table"))?;
+    changes
+        .insert(revision, codec::encode_change(&change).as_slice())
+        .map_err(unavailable("write changes table"))?;
     Ok(Applied {
         result: Ok(Done::Write(Outcome::Done(deleted))),
-        event: Some(record.into_event(revision)),
+        event: Some(change.into_event(revision, Some(existing))),
     })
 }
 
 fn compact(
-    log: &mut LogTable<'_>,
+    changes: &mut ChangesTable<'_>,
     meta: &mut Table<'_, &'static str, i64>,
     revision: Revision,
     current: Revision,
@@ -863,15 +1044,262 @@ fn compact(
     let compacted = meta_value(meta, META_COMPACTED)?;
     // Compacting to a point already passed is a no-op, not an error: several apiservers (or a
     // restarted one) may race to compact to the same revision.
-    if revision > compacted {
-        meta.insert(META_COMPACTED, revision)
-            .map_err(unavailable("write meta table"))?;
-        log.retain_in(..revision, |_, _| false)
-            .map_err(unavailable("compact log table"))?;
-        tracing::debug!(revision, "compacted embedded store");
+    if revision <= compacted {
+        return Ok(Applied {
+            result: Ok(Done::Compacted),
+            event: None,
+        });
     }
+    // Reads at `revision` or later need, of each key, its latest change at or before the read,
+    // and watches from `revision` on need every change from there and the previous state of
+    // each (the change it superseded). So a change goes once a change before `revision`
+    // supersedes it, and a delete goes once it is before `revision` (no state is its value).
+    // Changes before the previous compaction point were settled by the previous pass, except
+    // those still needed then: each of those is named as `prev` by the change that supersedes it,
+    // which is at or after that point, so in this pass's range.
+    let mut superseded = Vec::new();
+    for entry in changes
+        .range(compacted..revision)
+        .map_err(unavailable("read changes table"))?
+    {
+        let (at, record) = entry.map_err(unavailable("read changes table"))?;
+        let at = at.value();
+        let change = match codec::decode_change(&change_name(at), record.value()) {
+            Ok(change) => change,
+            Err(error) => return Ok(Applied::failed(error)),
+        };
+        superseded.extend(change.prev.map(|prev| prev.mod_revision));
+        if change.kind == EventKind::Delete {
+            superseded.push(at);
+        }
+    }
+    meta.insert(META_COMPACTED, revision)
+        .map_err(unavailable("write meta table"))?;
+    for at in superseded {
+        changes
+            .remove(at)
+            .map_err(unavailable("compact changes table"))?;
+    }
+    tracing::debug!(revision, "compacted embedded store");
     Ok(Applied {
         result: Ok(Done::Compacted),
         event: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::codec::tests::{v1_kv, v1_log};
+    use super::*;
+
+    fn state(create_revision: Revision, mod_revision: Revision, value: &'static str) -> Stored {
+        Stored {
+            create_revision,
+            mod_revision,
+            value: Bytes::from_static(value.as_bytes()),
+        }
+    }
+
+    fn put_change(key: &str, create_revision: Revision, value: &'static str) -> Change {
+        Change {
+            kind: EventKind::Put,
+            key: key.to_owned(),
+            create_revision,
+            value: Bytes::from_static(value.as_bytes()),
+            prev: None,
+        }
+    }
+
+    /// The revisions the `changes` table holds.
+    fn kept_changes(store: &EmbeddedStorage) -> Vec<Revision> {
+        let txn = store.db.begin_read().expect("read transaction");
+        let changes = txn.open_table(CHANGES).expect("changes table");
+        changes
+            .iter()
+            .expect("iterate changes")
+            .map(|entry| entry.expect("change").0.value())
+            .collect()
+    }
+
+    async fn at(store: &EmbeddedStorage, revision: Revision) -> Vec<(String, String, Revision)> {
+        let response = store
+            .range(RangeRequest {
+                prefix: "/k/".to_owned(),
+                revision,
+                ..RangeRequest::default()
+            })
+            .await
+            .expect("range");
+        response
+            .kvs
+            .into_iter()
+            .map(|kv| {
+                let value = String::from_utf8(kv.value.to_vec()).expect("utf-8 value");
+                (kv.key, value, kv.mod_revision)
+            })
+            .collect()
+    }
+
+    /// (revision, key, previous value) of the first `n` events of a watch from `from`.
+    async fn replay(
+        store: &EmbeddedStorage,
+        from: Revision,
+        n: usize,
+    ) -> Vec<(Revision, String, Option<String>)> {
+        let mut stream = store.watch("/k/", from).await.expect("watch");
+        let mut events = Vec::new();
+        while events.len() < n {
+            let response = stream.next().await.expect("watch ended").expect("watch");
+            events.extend(response.events.into_iter().map(|event| {
+                let prev = event
+                    .prev
+                    .map(|p| String::from_utf8(p.value.to_vec()).expect("utf-8 value"));
+                (event.kv.mod_revision, event.kv.key, prev)
+            }));
+        }
+        events
+    }
+
+    fn row(key: &str, value: &str, revision: Revision) -> (String, String, Revision) {
+        (key.to_owned(), value.to_owned(), revision)
+    }
+
+    #[tokio::test]
+    async fn compaction_keeps_exactly_what_later_reads_and_watches_name() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = EmbeddedStorage::open(dir.path().join("store.redb")).expect("open");
+        let value = |v: &'static str| Bytes::from_static(v.as_bytes());
+        // 2: a=a1, 3: a=a2, 4: b=b1, 5: a=a3, 6: b deleted, 7: c=c1, 8: a=a4
+        let writes = [
+            store.create("/k/a", value("a1")).await,
+            store.update("/k/a", value("a2"), 2).await,
+            store.create("/k/b", value("b1")).await,
+            store.update("/k/a", value("a3"), 3).await,
+            store.delete("/k/b", Some(4)).await,
+            store.create("/k/c", value("c1")).await,
+            store.update("/k/a", value("a4"), 5).await,
+        ];
+        for (revision, write) in (2..).zip(writes) {
+            assert!(
+                matches!(write, Ok(Outcome::Done(ref kv)) if kv.mod_revision == revision),
+                "write at {revision}: {write:?}"
+            );
+        }
+        assert_eq!(kept_changes(&store), (2..=8).collect::<Vec<_>>());
+
+        store.compact(6).await.expect("compact");
+        // 2 and 3 were superseded before 6; 5 holds a's state at 6 and 7; 4 is b's state that
+        // the delete at 6 names; the delete itself is needed by a watch from 6.
+        assert_eq!(kept_changes(&store), vec![4, 5, 6, 7, 8]);
+        assert_eq!(at(&store, 6).await, vec![row("/k/a", "a3", 5)]);
+        assert_eq!(
+            at(&store, 7).await,
+            vec![row("/k/a", "a3", 5), row("/k/c", "c1", 7)]
+        );
+        assert_eq!(
+            replay(&store, 6, 3).await,
+            vec![
+                (6, "/k/b".to_owned(), Some("b1".to_owned())),
+                (7, "/k/c".to_owned(), None),
+                (8, "/k/a".to_owned(), Some("a3".to_owned())),
+            ]
+        );
+
+        store.compact(8).await.expect("compact");
+        // Now b's delete and its state are gone, and a's state at 5 only as long as the
+        // change at 8 can be watched.
+        assert_eq!(kept_changes(&store), vec![5, 7, 8]);
+        assert_eq!(
+            at(&store, 8).await,
+            vec![row("/k/a", "a4", 8), row("/k/c", "c1", 7)]
+        );
+        assert_eq!(
+            replay(&store, 8, 1).await,
+            vec![(8, "/k/a".to_owned(), Some("a3".to_owned()))]
+        );
+        assert!(matches!(store.get("/k/b").await, Ok(None)));
+    }
+
+    /// A file as format 1 left it after: 2: a=a1, 3: a=a2, 4: b=b1, 5: a=a3, 6: b deleted,
+    /// 7: c=c1, compacted at 4 (records before 4 dropped, values kept in `kv`).
+    fn write_version_1(path: &Path) {
+        let db = Database::create(path).expect("create file");
+        let txn = db.begin_write().expect("write transaction");
+        {
+            let mut meta = txn.open_table(META).expect("meta");
+            for (name, value) in [(META_FORMAT, 1), (META_REVISION, 7), (META_COMPACTED, 4)] {
+                meta.insert(name, value).expect("meta entry");
+            }
+            let mut log = txn.open_table(V1_LOG).expect("log");
+            let mut delete_b = put_change("/k/b", 0, "");
+            delete_b.kind = EventKind::Delete;
+            let records = [
+                (4, v1_log(&put_change("/k/b", 4, "b1"), None)),
+                (
+                    5,
+                    v1_log(&put_change("/k/a", 2, "a3"), Some(&state(2, 3, "a2"))),
+                ),
+                (6, v1_log(&delete_b, Some(&state(4, 4, "b1")))),
+                (7, v1_log(&put_change("/k/c", 7, "c1"), None)),
+            ];
+            for (revision, record) in records {
+                log.insert(revision, record.as_slice()).expect("log entry");
+            }
+            let mut kv = txn.open_table(V1_KV).expect("kv");
+            for (key, stored) in [("/k/a", state(2, 5, "a3")), ("/k/c", state(7, 7, "c1"))] {
+                kv.insert(key, v1_kv(&stored).as_slice()).expect("kv entry");
+            }
+        }
+        txn.commit().expect("commit");
+    }
+
+    #[tokio::test]
+    async fn a_version_1_file_is_converted_on_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("store.redb");
+        write_version_1(&path);
+        for _reopen in 0..2 {
+            let store = EmbeddedStorage::open(&path).expect("open");
+            assert_eq!(store.current_revision().await.expect("revision"), 7);
+            assert_eq!(store.compacted_revision().await.expect("compacted"), 4);
+            let a = store.get("/k/a").await.expect("get").expect("a exists");
+            assert_eq!(
+                (a.create_revision, a.mod_revision, &a.value[..]),
+                (2, 5, &b"a3"[..])
+            );
+            // a's state at 4 was only in the record at 5; it is a change of its own now.
+            assert_eq!(
+                at(&store, 4).await,
+                vec![row("/k/a", "a2", 3), row("/k/b", "b1", 4)]
+            );
+            assert_eq!(
+                replay(&store, 4, 4).await,
+                vec![
+                    (4, "/k/b".to_owned(), None),
+                    (5, "/k/a".to_owned(), Some("a2".to_owned())),
+                    (6, "/k/b".to_owned(), Some("b1".to_owned())),
+                    (7, "/k/c".to_owned(), None),
+                ]
+            );
+            let txn = store.db.begin_read().expect("read transaction");
+            assert!(
+                txn.open_table(V1_KV).is_err(),
+                "the old kv table is dropped"
+            );
+            assert!(
+                txn.open_table(V1_LOG).is_err(),
+                "the old log table is dropped"
+            );
+        }
+        let store = EmbeddedStorage::open(&path).expect("open");
+        store.compact(6).await.expect("compact");
+        assert_eq!(kept_changes(&store), vec![4, 5, 6, 7]);
+        let c = store
+            .update("/k/c", Bytes::from_static(b"c2"), 7)
+            .await
+            .expect("update");
+        assert!(matches!(c, Outcome::Done(ref kv) if kv.mod_revision == 8));
+    }
 }

@@ -1,4 +1,5 @@
-//! The on-disk byte layout of the embedded store's `kv` and `log` tables, and its decoding checks.
+//! The on-disk byte layout of the embedded store's `keys` and `changes` tables (and of the
+//! version-1 tables it converts), and its decoding checks.
 //!
 //! Integers are little-endian and fixed width. Every decoder validates lengths and tags and reports
 //! [`StorageError::Corrupt`] instead of panicking: the bytes come from disk.
@@ -8,7 +9,9 @@ use bytes::Bytes;
 use crate::types::{EventKind, KeyValue, Revision, StorageError, WatchEvent};
 
 /// The version of this layout, stored in the `meta` table; bump it on any incompatible change.
-pub(crate) const FORMAT_VERSION: i64 = 1;
+/// Version 1 kept each value in `kv` and again in every `log` record that mentioned it; files
+/// still in it are converted on open (see [`v1`]).
+pub(crate) const FORMAT_VERSION: i64 = 2;
 
 /// Upper bound on a key plus its value, far below what the `u32` length fields can hold.
 pub(crate) const MAX_ENTRY_BYTES: usize = 1 << 30;
@@ -18,7 +21,33 @@ const TAG_DELETE: u8 = 2;
 const NO_PREV: u8 = 0;
 const HAS_PREV: u8 = 1;
 
-/// A key's state as the `kv` table holds it (the key itself is the table key).
+/// A key's revisions, as the `keys` table holds them: its value is in the `changes` record at
+/// `mod_revision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Revisions {
+    pub(crate) create_revision: Revision,
+    pub(crate) mod_revision: Revision,
+}
+
+/// `keys` table value: `create_revision | mod_revision`.
+pub(crate) fn encode_revisions(revisions: Revisions) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&revisions.create_revision.to_le_bytes());
+    out[8..].copy_from_slice(&revisions.mod_revision.to_le_bytes());
+    out
+}
+
+pub(crate) fn decode_revisions(key: &str, bytes: &[u8]) -> Result<Revisions, StorageError> {
+    let mut reader = Reader::new(key, bytes);
+    let revisions = Revisions {
+        create_revision: reader.i64()?,
+        mod_revision: reader.i64()?,
+    };
+    reader.finish()?;
+    Ok(revisions)
+}
+
+/// A key's whole state: its revisions and the value its latest change wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
     pub(crate) create_revision: Revision,
@@ -27,6 +56,13 @@ pub(crate) struct Stored {
 }
 
 impl Stored {
+    pub(crate) fn revisions(&self) -> Revisions {
+        Revisions {
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+        }
+    }
+
     pub(crate) fn into_key_value(self, key: &str) -> KeyValue {
         KeyValue {
             key: key.to_owned(),
@@ -37,50 +73,37 @@ impl Stored {
     }
 }
 
-/// `kv` table value: `create_revision | mod_revision | value`.
-pub(crate) fn encode_stored(
-    create_revision: Revision,
-    mod_revision: Revision,
-    value: &[u8],
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + value.len());
-    out.extend_from_slice(&create_revision.to_le_bytes());
-    out.extend_from_slice(&mod_revision.to_le_bytes());
-    out.extend_from_slice(value);
-    out
-}
-
-pub(crate) fn decode_stored(key: &str, bytes: &[u8]) -> Result<Stored, StorageError> {
-    let mut reader = Reader::new(key, bytes);
-    let create_revision = reader.i64()?;
-    let mod_revision = reader.i64()?;
-    let value = Bytes::copy_from_slice(reader.rest());
-    Ok(Stored {
-        create_revision,
-        mod_revision,
-        value,
-    })
-}
-
-/// One committed change, as the `log` table holds it under its revision.
+/// One committed change, as the `changes` table holds it under its revision. A value is stored
+/// only here, once: the `keys` table and later changes point at the change that wrote it.
 ///
 /// `prev` is what makes reads at a past revision possible: the state of `key` just before this
-/// change is the state at every revision between the key's previous change and this one.
+/// change (the value of the change at `prev.mod_revision`) is its state at every revision between
+/// that change and this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LogRecord {
+pub(crate) struct Change {
     pub(crate) kind: EventKind,
     pub(crate) key: String,
     /// Zero for a delete, like etcd's delete events.
     pub(crate) create_revision: Revision,
     /// Empty for a delete.
     pub(crate) value: Bytes,
-    pub(crate) prev: Option<Stored>,
+    pub(crate) prev: Option<Revisions>,
 }
 
-impl LogRecord {
-    /// The watch event this record describes, committed at `revision`.
-    pub(crate) fn into_event(self, revision: Revision) -> WatchEvent {
-        let prev = self.prev.map(|prev| prev.into_key_value(&self.key));
+impl Change {
+    /// The state this change left its key in, committed at `revision`; `None` for a delete.
+    pub(crate) fn into_stored(self, revision: Revision) -> Option<Stored> {
+        (self.kind == EventKind::Put).then_some(Stored {
+            create_revision: self.create_revision,
+            mod_revision: revision,
+            value: self.value,
+        })
+    }
+
+    /// The watch event this change describes, committed at `revision`, given the key's previous
+    /// state (the caller reads it from the change `self.prev` points at).
+    pub(crate) fn into_event(self, revision: Revision, prev: Option<Stored>) -> WatchEvent {
+        let prev = prev.map(|prev| prev.into_key_value(&self.key));
         WatchEvent {
             kind: self.kind,
             kv: KeyValue {
@@ -94,69 +117,105 @@ impl LogRecord {
     }
 }
 
-/// `log` table value:
-/// `tag | key_len u32 | key | create_revision | value_len u32 | value | prev_tag [| prev_create | prev_mod | prev_value]`.
+/// `changes` table value:
+/// `tag | key_len u32 | key | create_revision | value_len u32 | value | prev_tag [| prev_create | prev_mod]`.
 ///
 /// The key comes first so that scans can filter by prefix without decoding values.
-pub(crate) fn encode_log(record: &LogRecord) -> Vec<u8> {
-    let prev_len = record.prev.as_ref().map_or(0, |p| 16 + p.value.len());
-    let mut out =
-        Vec::with_capacity(1 + 4 + record.key.len() + 8 + 4 + record.value.len() + 1 + prev_len);
-    out.push(match record.kind {
+pub(crate) fn encode_change(change: &Change) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + 4 + change.key.len() + 8 + 4 + change.value.len() + 17);
+    out.push(match change.kind {
         EventKind::Put => TAG_PUT,
         EventKind::Delete => TAG_DELETE,
     });
-    put_len_prefixed(&mut out, record.key.as_bytes());
-    out.extend_from_slice(&record.create_revision.to_le_bytes());
-    put_len_prefixed(&mut out, &record.value);
-    match &record.prev {
+    put_len_prefixed(&mut out, change.key.as_bytes());
+    out.extend_from_slice(&change.create_revision.to_le_bytes());
+    put_len_prefixed(&mut out, &change.value);
+    match change.prev {
         None => out.push(NO_PREV),
         Some(prev) => {
             out.push(HAS_PREV);
-            out.extend_from_slice(&prev.create_revision.to_le_bytes());
-            out.extend_from_slice(&prev.mod_revision.to_le_bytes());
-            out.extend_from_slice(&prev.value);
+            out.extend_from_slice(&encode_revisions(prev));
         }
     }
     out
 }
 
-/// Only the key of a log record; `what` names the record in errors (its revision).
-pub(crate) fn decode_log_key<'a>(what: &str, bytes: &'a [u8]) -> Result<&'a str, StorageError> {
+/// Only the key of a change; `what` names the record in errors (its revision).
+pub(crate) fn decode_change_key<'a>(what: &str, bytes: &'a [u8]) -> Result<&'a str, StorageError> {
     let mut reader = Reader::new(what, bytes);
     reader.tag()?;
     reader.str()
 }
 
-pub(crate) fn decode_log(what: &str, bytes: &[u8]) -> Result<LogRecord, StorageError> {
+pub(crate) fn decode_change(what: &str, bytes: &[u8]) -> Result<Change, StorageError> {
     let mut reader = Reader::new(what, bytes);
-    let kind = match reader.tag()? {
-        TAG_PUT => EventKind::Put,
-        TAG_DELETE => EventKind::Delete,
-        other => return Err(reader.corrupt(format!("unknown event tag {other}"))),
-    };
+    let kind = reader.kind()?;
     let key = reader.str()?.to_owned();
     let create_revision = reader.i64()?;
     let value = Bytes::copy_from_slice(reader.len_prefixed()?);
     let prev = match reader.tag()? {
-        NO_PREV => {
-            reader.finish()?;
-            None
-        }
-        HAS_PREV => Some(Stored {
+        NO_PREV => None,
+        HAS_PREV => Some(Revisions {
             create_revision: reader.i64()?,
             mod_revision: reader.i64()?,
-            value: Bytes::copy_from_slice(reader.rest()),
         }),
         other => return Err(reader.corrupt(format!("unknown previous-state tag {other}"))),
     };
-    Ok(LogRecord {
+    reader.finish()?;
+    Ok(Change {
         kind,
         key,
         create_revision,
         value,
         prev,
     })
+}
+
+/// Version 1 of the layout, read only to convert a file written by an earlier build: `kv` held
+/// `create_revision | mod_revision | value`, and a `log` record ended with the whole previous
+/// state, `prev_tag [| prev_create | prev_mod | prev_value]`.
+pub(crate) mod v1 {
+    use super::*;
+
+    pub(crate) const FORMAT_VERSION: i64 = 1;
+
+    pub(crate) fn decode_kv(key: &str, bytes: &[u8]) -> Result<Stored, StorageError> {
+        let mut reader = Reader::new(key, bytes);
+        Ok(Stored {
+            create_revision: reader.i64()?,
+            mod_revision: reader.i64()?,
+            value: Bytes::copy_from_slice(reader.rest()),
+        })
+    }
+
+    /// A `log` record: the change (with `prev` reduced to its revisions) and the whole previous
+    /// state it carried.
+    pub(crate) fn decode_log(
+        what: &str,
+        bytes: &[u8],
+    ) -> Result<(Change, Option<Stored>), StorageError> {
+        let mut reader = Reader::new(what, bytes);
+        let kind = reader.kind()?;
+        let key = reader.str()?.to_owned();
+        let create_revision = reader.i64()?;
+        let value = Bytes::copy_from_slice(reader.len_prefixed()?);
+        let prev = match reader.tag()? {
+            NO_PREV => {
+                reader.finish()?;
+                None
+            }
+            HAS_PREV => Some(decode_kv(what, reader.rest())?),
+            other => return Err(reader.corrupt(format!("unknown previous-state tag {other}"))),
+        };
+        let change = Change {
+            kind,
+            key,
+            create_revision,
+            value,
+            prev: prev.as_ref().map(Stored::revisions),
+        };
+        Ok((change, prev))
+    }
 }
 
 fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -202,6 +261,14 @@ impl<'w, 'a> Reader<'w, 'a> {
         Ok(self.take(1)?[0])
     }
 
+    fn kind(&mut self) -> Result<EventKind, StorageError> {
+        match self.tag()? {
+            TAG_PUT => Ok(EventKind::Put),
+            TAG_DELETE => Ok(EventKind::Delete),
+            other => Err(self.corrupt(format!("unknown event tag {other}"))),
+        }
+    }
+
     fn i64(&mut self) -> Result<i64, StorageError> {
         let mut raw = [0u8; 8];
         raw.copy_from_slice(self.take(8)?);
@@ -235,118 +302,162 @@ impl<'w, 'a> Reader<'w, 'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn stored(create: Revision, modified: Revision, value: &'static [u8]) -> Stored {
-        Stored {
+    fn revisions(create: Revision, modified: Revision) -> Revisions {
+        Revisions {
             create_revision: create,
             mod_revision: modified,
-            value: Bytes::from_static(value),
         }
     }
 
     #[test]
-    fn stored_round_trips() -> Result<(), StorageError> {
-        for value in [&b""[..], b"x", b"{\"kind\":\"Pod\"}", &[0u8, 255, 7]] {
-            let bytes = encode_stored(3, 9, value);
-            let expected = Stored {
-                create_revision: 3,
-                mod_revision: 9,
-                value: Bytes::copy_from_slice(value),
-            };
-            assert_eq!(decode_stored("/k", &bytes)?, expected);
+    fn revisions_round_trip_and_reject_any_other_length() -> Result<(), StorageError> {
+        let bytes = encode_revisions(revisions(3, 9));
+        assert_eq!(decode_revisions("/k", &bytes)?, revisions(3, 9));
+        for len in (0..16).chain([17]) {
+            let mut wrong = bytes.to_vec();
+            wrong.resize(len, 0);
+            let err = decode_revisions("/k", &wrong);
+            assert!(
+                matches!(err, Err(StorageError::Corrupt { ref key, .. }) if key == "/k"),
+                "length {len}: {err:?}"
+            );
         }
         Ok(())
     }
 
-    #[test]
-    fn stored_rejects_truncation() {
-        let bytes = encode_stored(3, 9, b"abc");
-        for cut in 0..16 {
-            let err = decode_stored("/k", &bytes[..cut]);
-            assert!(
-                matches!(err, Err(StorageError::Corrupt { ref key, .. }) if key == "/k"),
-                "cut at {cut}: {err:?}"
-            );
-        }
-    }
-
-    fn records() -> Vec<LogRecord> {
+    fn changes() -> Vec<Change> {
         vec![
-            LogRecord {
+            Change {
                 kind: EventKind::Put,
                 key: "/registry/pods/default/a".to_owned(),
                 create_revision: 5,
                 value: Bytes::from_static(b"new"),
                 prev: None,
             },
-            LogRecord {
+            Change {
                 kind: EventKind::Put,
                 key: "/k".to_owned(),
                 create_revision: 5,
                 value: Bytes::from_static(b"newer"),
-                prev: Some(stored(5, 6, b"new")),
+                prev: Some(revisions(5, 6)),
             },
-            LogRecord {
+            Change {
                 kind: EventKind::Delete,
                 key: "/ключ".to_owned(),
                 create_revision: 0,
                 value: Bytes::new(),
-                prev: Some(stored(5, 7, b"")),
+                prev: Some(revisions(5, 7)),
             },
         ]
     }
 
     #[test]
-    fn log_round_trips() -> Result<(), StorageError> {
-        for record in records() {
-            let bytes = encode_log(&record);
-            assert_eq!(decode_log_key("rev 8", &bytes)?, record.key);
-            assert_eq!(decode_log("rev 8", &bytes)?, record);
+    fn change_round_trips() -> Result<(), StorageError> {
+        for change in changes() {
+            let bytes = encode_change(&change);
+            assert_eq!(decode_change_key("rev 8", &bytes)?, change.key);
+            assert_eq!(decode_change("rev 8", &bytes)?, change);
         }
         Ok(())
     }
 
     #[test]
-    fn log_rejects_truncation_and_garbage() {
-        for record in records() {
-            let bytes = encode_log(&record);
-            // Every strict prefix is invalid except, for records carrying a previous state, those
-            // that cut only into the trailing previous value (it has no length of its own).
-            let min_valid = bytes.len() - record.prev.as_ref().map_or(0, |p| p.value.len());
-            for cut in 0..min_valid {
+    fn change_rejects_truncation_and_garbage() {
+        for change in changes() {
+            let bytes = encode_change(&change);
+            for cut in 0..bytes.len() {
                 assert!(
-                    decode_log("rev 8", &bytes[..cut]).is_err(),
-                    "cut at {cut} of {record:?}"
+                    decode_change("rev 8", &bytes[..cut]).is_err(),
+                    "cut at {cut} of {change:?}"
                 );
             }
         }
-        let mut bad_tag = encode_log(&records()[0]);
+        let mut bad_tag = encode_change(&changes()[0]);
         bad_tag[0] = 9;
         assert!(
-            matches!(decode_log("rev 8", &bad_tag), Err(StorageError::Corrupt { ref key, .. }) if key == "rev 8")
+            matches!(decode_change("rev 8", &bad_tag), Err(StorageError::Corrupt { ref key, .. }) if key == "rev 8")
         );
-        let mut trailing = encode_log(&records()[0]);
+        let mut trailing = encode_change(&changes()[1]);
         trailing.push(0);
-        assert!(decode_log("rev 8", &trailing).is_err());
-        let mut bad_utf8 = encode_log(&records()[1]);
+        assert!(decode_change("rev 8", &trailing).is_err());
+        let mut bad_utf8 = encode_change(&changes()[1]);
         bad_utf8[5] = 0xff;
-        assert!(decode_log_key("rev 8", &bad_utf8).is_err());
+        assert!(decode_change_key("rev 8", &bad_utf8).is_err());
     }
 
     #[test]
-    fn log_record_becomes_event() {
-        let event = records().swap_remove(2).into_event(8);
+    fn change_becomes_state_and_event() {
+        let mut all = changes();
+        let update = all.swap_remove(1);
+        assert_eq!(
+            update.clone().into_stored(8),
+            Some(Stored {
+                create_revision: 5,
+                mod_revision: 8,
+                value: Bytes::from_static(b"newer"),
+            })
+        );
+        let prev = Stored {
+            create_revision: 5,
+            mod_revision: 6,
+            value: Bytes::from_static(b"new"),
+        };
+        let event = update.into_event(8, Some(prev));
+        assert_eq!(event.kv.mod_revision, 8);
+        let prev = event.prev.expect("an update carries its previous state");
+        assert_eq!(
+            (prev.key.as_str(), prev.mod_revision, &prev.value[..]),
+            ("/k", 6, &b"new"[..])
+        );
+
+        let delete = all.swap_remove(1);
+        assert_eq!(delete.clone().into_stored(9), None);
+        let event = delete.into_event(9, None);
         assert_eq!(event.kind, EventKind::Delete);
         assert_eq!(event.kv.key, "/ключ");
-        assert_eq!(event.kv.mod_revision, 8);
-        assert_eq!(event.kv.create_revision, 0);
+        assert_eq!((event.kv.mod_revision, event.kv.create_revision), (9, 0));
         assert!(event.kv.value.is_empty());
-        let prev = event.prev.expect("delete carries its previous state");
+    }
+
+    /// Version 1's `log` record for `change` with the whole previous state `prev` appended.
+    pub(crate) fn v1_log(change: &Change, prev: Option<&Stored>) -> Vec<u8> {
+        let mut out = encode_change(&Change {
+            prev: None,
+            ..change.clone()
+        });
+        if let Some(prev) = prev {
+            *out.last_mut().expect("a record ends with its prev tag") = HAS_PREV;
+            out.extend_from_slice(&v1_kv(prev));
+        }
+        out
+    }
+
+    /// Version 1's `kv` value for `state`.
+    pub(crate) fn v1_kv(state: &Stored) -> Vec<u8> {
+        let mut out = encode_revisions(state.revisions()).to_vec();
+        out.extend_from_slice(&state.value);
+        out
+    }
+
+    #[test]
+    fn version_1_records_decode() -> Result<(), StorageError> {
+        let prev = Stored {
+            create_revision: 5,
+            mod_revision: 6,
+            value: Bytes::from_static(b"new"),
+        };
+        assert_eq!(v1::decode_kv("/k", &v1_kv(&prev))?, prev);
+        let update = changes().swap_remove(1);
+        let (change, whole_prev) = v1::decode_log("rev 8", &v1_log(&update, Some(&prev)))?;
+        assert_eq!((change, whole_prev), (update, Some(prev)));
+        let create = changes().swap_remove(0);
         assert_eq!(
-            (prev.key.as_str(), prev.create_revision, prev.mod_revision),
-            ("/ключ", 5, 7)
+            v1::decode_log("rev 8", &v1_log(&create, None))?,
+            (create, None)
         );
+        Ok(())
     }
 }

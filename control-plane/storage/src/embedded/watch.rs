@@ -1,10 +1,10 @@
-//! Watches on the embedded store: replay from the log, then follow live commits, never a gap.
+//! Watches on the embedded store: replay from the `changes` table, then follow live commits, never a gap.
 //!
-//! A watch tracks `next`, the first revision it has not yet accounted for. It replays the log up
+//! A watch tracks `next`, the first revision it has not yet accounted for. It replays the changes up
 //! to a target revision, then takes batches from the broadcast channel, dropping whatever it has
 //! already replayed (the subscription was taken before the target was read, so the two overlap
 //! rather than leave a hole). When the channel reports that this watch lagged and batches were
-//! dropped, it reads the head revision again and replays the log up to it: a slow consumer costs
+//! dropped, it reads the head revision again and replays the changes up to it: a slow consumer costs
 //! re-reads, never lost events. If compaction overtakes a replay, the watch ends with
 //! [`StorageError::Compacted`] and the caller relists, as it would with etcd.
 
@@ -14,13 +14,15 @@ use futures::StreamExt;
 use redb::{Database, ReadTransaction};
 use tokio::sync::broadcast;
 
-use super::{Committed, LOG, codec, log_name, read_blocking, read_heads, unavailable};
+use super::{
+    CHANGES, Committed, change_event, change_name, codec, read_blocking, read_heads, unavailable,
+};
 use crate::types::{Revision, StorageError, WatchEvent, WatchResponse, WatchStream};
 
 /// Events per replayed response: bounds the memory one response takes.
 const REPLAY_MAX_EVENTS: usize = 512;
 /// Log entries scanned per replay step: bounds how long one blocking read runs when the prefix
-/// matches little of the log.
+/// matches few of the changes.
 const REPLAY_MAX_SCAN: usize = 16_384;
 
 pub(super) struct Watch {
@@ -29,7 +31,7 @@ pub(super) struct Watch {
     live: broadcast::Receiver<Arc<Committed>>,
     /// Every revision below this one has been delivered or did not match the prefix.
     next: Revision,
-    /// Replay the log up to and including this revision before following live batches.
+    /// Replay the changes up to and including this revision before following live batches.
     replay_through: Revision,
     finished: bool,
 }
@@ -117,7 +119,7 @@ impl Watch {
                     tracing::debug!(
                         skipped,
                         next = self.next,
-                        "watch lagged, replaying from the log"
+                        "watch lagged, replaying from the changes table"
                     );
                     let heads = read_blocking(Arc::clone(&self.db), read_heads).await?;
                     self.replay_through = heads.current;
@@ -129,7 +131,7 @@ impl Watch {
     }
 }
 
-/// Reads a bounded chunk of the log from `from` through `through`: the matching events and the
+/// Reads a bounded chunk of the changes from `from` through `through`: the matching events and the
 /// last revision the chunk accounts for.
 fn replay(
     txn: &ReadTransaction,
@@ -144,24 +146,27 @@ fn replay(
             compacted: heads.compacted,
         });
     }
-    let log = txn.open_table(LOG).map_err(unavailable("open log table"))?;
+    let changes = txn
+        .open_table(CHANGES)
+        .map_err(unavailable("open changes table"))?;
     let mut events = Vec::new();
     let mut scanned = 0;
-    for entry in log
+    for entry in changes
         .range(from..=through)
-        .map_err(unavailable("read log table"))?
+        .map_err(unavailable("read changes table"))?
     {
-        let (revision, record) = entry.map_err(unavailable("read log table"))?;
+        let (revision, record) = entry.map_err(unavailable("read changes table"))?;
         let revision = revision.value();
-        let what = log_name(revision);
-        if codec::decode_log_key(&what, record.value())?.starts_with(prefix) {
-            events.push(codec::decode_log(&what, record.value())?.into_event(revision));
+        let what = change_name(revision);
+        if codec::decode_change_key(&what, record.value())?.starts_with(prefix) {
+            let change = codec::decode_change(&what, record.value())?;
+            events.push(change_event(&changes, revision, change)?);
         }
         scanned += 1;
         if events.len() >= REPLAY_MAX_EVENTS || scanned >= REPLAY_MAX_SCAN {
             return Ok((events, revision));
         }
     }
-    // Revisions without a log entry (the initial revision) account for nothing.
+    // Revisions without a change (the initial revision) account for nothing.
     Ok((events, through))
 }
