@@ -71,7 +71,8 @@ pub struct EmbeddedConfig {
     /// Writes queued for the writer thread before callers wait for room. Default: 4096.
     pub queue_depth: usize,
     /// Committed batches buffered for live watchers. A watcher that falls further behind re-reads
-    /// the `changes` table instead of losing events, so this trades memory for fewer re-reads. Default: 1024.
+    /// the `changes` table instead of losing events, so this trades memory for fewer re-reads.
+    /// Default: 1024.
     pub watch_buffer: usize,
     /// redb's quick repair: every commit also saves the allocator state (a second fsync), so that
     /// reopening after a crash is instant instead of a walk over the whole file. Default: false,
@@ -267,8 +268,8 @@ impl Storage for EmbeddedStorage {
         from_revision: Revision,
     ) -> Result<WatchStream, StorageError> {
         // Subscribe before reading the head revision: every batch committed after that read is
-        // then in the channel, every batch before it is in the `changes` table, and the overlap is skipped
-        // by revision. Subscribing after the read would leave a window where a commit is in
+        // then in the channel, every batch before it is in the `changes` table, and the overlap
+        // is skipped by revision. Subscribing after the read would leave a window where a commit is in
         // neither.
         let live = self.events.subscribe();
         let heads = self.read(read_heads).await?;

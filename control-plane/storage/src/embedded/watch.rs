@@ -1,11 +1,12 @@
-//! Watches on the embedded store: replay from the `changes` table, then follow live commits, never a gap.
+//! Watches on the embedded store: replay from the `changes` table, then follow live commits,
+//! never a gap.
 //!
-//! A watch tracks `next`, the first revision it has not yet accounted for. It replays the changes up
-//! to a target revision, then takes batches from the broadcast channel, dropping whatever it has
-//! already replayed (the subscription was taken before the target was read, so the two overlap
-//! rather than leave a hole). When the channel reports that this watch lagged and batches were
-//! dropped, it reads the head revision again and replays the changes up to it: a slow consumer costs
-//! re-reads, never lost events. If compaction overtakes a replay, the watch ends with
+//! A watch tracks `next`, the first revision it has not yet accounted for. It replays the changes
+//! up to a target revision, then takes batches from the broadcast channel, dropping whatever it
+//! has already replayed (the subscription was taken before the target was read, so the two
+//! overlap rather than leave a hole). When the channel reports that this watch lagged and batches
+//! were dropped, it reads the head revision again and replays the changes up to it: a slow
+//! consumer costs re-reads, never lost events. If compaction overtakes a replay, the watch ends with
 //! [`StorageError::Compacted`] and the caller relists, as it would with etcd.
 
 use std::sync::Arc;
