@@ -911,13 +911,30 @@ fn current_revisions(
         .transpose())
 }
 
-/// What a write that found `key` at `revisions` answers when its precondition fails: the key's
-/// current state, or the failure to read it.
-fn conflict_with(changes: &ChangesTable<'_>, key: &str, revisions: Revisions) -> Applied {
+/// [`load`] with the writer's error layering: a record that does not decode fails this op only
+/// (the inner `Err`), a failure to read the file fails the whole batch (the outer one).
+fn load_for_write(
+    changes: &ChangesTable<'_>,
+    key: &str,
+    revisions: Revisions,
+) -> Result<Result<Stored, StorageError>, StorageError> {
     match load(changes, key, revisions) {
+        Err(error @ StorageError::Corrupt { .. }) => Ok(Err(error)),
+        loaded => loaded.map(Ok),
+    }
+}
+
+/// What a write that found `key` at `revisions` answers when its precondition fails: the key's
+/// current state, or the failure to decode it.
+fn conflict_with(
+    changes: &ChangesTable<'_>,
+    key: &str,
+    revisions: Revisions,
+) -> Result<Applied, StorageError> {
+    Ok(match load_for_write(changes, key, revisions)? {
         Ok(existing) => Applied::answer(Outcome::Conflict(Some(existing.into_key_value(key)))),
         Err(error) => Applied::failed(error),
-    }
+    })
 }
 
 fn put(
@@ -961,7 +978,7 @@ fn create(
 ) -> Result<Applied, StorageError> {
     match current_revisions(keys, key)? {
         Err(error) => Ok(Applied::failed(error)),
-        Ok(Some(existing)) => Ok(conflict_with(changes, key, existing)),
+        Ok(Some(existing)) => conflict_with(changes, key, existing),
         Ok(None) => put(keys, changes, key, value, None, revision),
     }
 }
@@ -978,10 +995,10 @@ fn update(
         Err(error) => Ok(Applied::failed(error)),
         Ok(None) => Ok(Applied::answer(Outcome::Conflict(None))),
         Ok(Some(existing)) if existing.mod_revision != expected => {
-            Ok(conflict_with(changes, key, existing))
+            conflict_with(changes, key, existing)
         }
         // The previous value goes into the watch event, as etcd's `prev_kv` does.
-        Ok(Some(existing)) => match load(changes, key, existing) {
+        Ok(Some(existing)) => match load_for_write(changes, key, existing)? {
             Err(error) => Ok(Applied::failed(error)),
             Ok(existing) => put(keys, changes, key, value, Some(existing), revision),
         },
@@ -1001,9 +1018,9 @@ fn delete(
         Ok(Some(existing)) => existing,
     };
     if expected.is_some_and(|expected| expected != existing.mod_revision) {
-        return Ok(conflict_with(changes, key, existing));
+        return conflict_with(changes, key, existing);
     }
-    let existing = match load(changes, key, existing) {
+    let existing = match load_for_write(changes, key, existing)? {
         Err(error) => return Ok(Applied::failed(error)),
         Ok(existing) => existing,
     };
@@ -1053,8 +1070,9 @@ fn compact(
     }
     // Reads at `revision` or later need, of each key, its latest change at or before the read,
     // and watches from `revision` on need every change from there and the previous state of
-    // each (the change it superseded). So a change goes once a change before `revision`
-    // supersedes it, and a delete goes once it is before `revision` (no state is its value).
+    // each (the change it superseded, which may be older than `revision`). So a change goes
+    // once a change before `revision` supersedes it, and a delete goes once it is before
+    // `revision` (no state is its value).
     // Changes before the previous compaction point were settled by the previous pass, except
     // those still needed then: each of those is named as `prev` by the change that supersedes it,
     // which is at or after that point, so in this pass's range.
@@ -1065,13 +1083,16 @@ fn compact(
     {
         let (at, record) = entry.map_err(unavailable("read changes table"))?;
         let at = at.value();
-        let change = match codec::decode_change(&change_name(at), record.value()) {
-            Ok(change) => change,
-            Err(error) => return Ok(Applied::failed(error)),
-        };
-        superseded.extend(change.prev.map(|prev| prev.mod_revision));
-        if change.kind == EventKind::Delete {
-            superseded.push(at);
+        match codec::decode_change_links(&change_name(at), record.value()) {
+            Ok((kind, prev)) => {
+                superseded.extend(prev.map(|prev| prev.mod_revision));
+                if kind == EventKind::Delete {
+                    superseded.push(at);
+                }
+            }
+            // Kept, with whatever it superseded: one bad record must not stop every later
+            // compaction and let the history grow without bound.
+            Err(error) => tracing::error!(%error, "compaction skips an undecodable change"),
         }
     }
     meta.insert(META_COMPACTED, revision)
@@ -1221,6 +1242,31 @@ mod tests {
             vec![(8, "/k/a".to_owned(), Some("a3".to_owned()))]
         );
         assert!(matches!(store.get("/k/b").await, Ok(None)));
+    }
+
+    #[tokio::test]
+    async fn compaction_passes_over_an_undecodable_change() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = EmbeddedStorage::open(dir.path().join("store.redb")).expect("open");
+        let value = |v: &'static str| Bytes::from_static(v.as_bytes());
+        // 2: a=a1, 3: a=a2, 4: b=b1, 5: b=b2, 6: c=c1
+        store.create("/k/a", value("a1")).await.expect("create");
+        store.update("/k/a", value("a2"), 2).await.expect("update");
+        store.create("/k/b", value("b1")).await.expect("create");
+        store.update("/k/b", value("b2"), 4).await.expect("update");
+        store.create("/k/c", value("c1")).await.expect("create");
+        {
+            let txn = store.db.begin_write().expect("write transaction");
+            txn.open_table(CHANGES)
+                .expect("changes table")
+                .insert(3, &[0xee_u8][..])
+                .expect("overwrite change 3");
+            txn.commit().expect("commit");
+        }
+        store.compact(6).await.expect("compaction still runs");
+        // The bad change at 3 is kept, and so is the state it superseded; b's old state goes.
+        assert_eq!(kept_changes(&store), vec![2, 3, 5, 6]);
+        assert_eq!(store.compacted_revision().await.expect("compacted"), 6);
     }
 
     /// A file as format 1 left it after: 2: a=a1, 3: a=a2, 4: b=b1, 5: a=a3, 6: b deleted,

@@ -153,14 +153,7 @@ pub(crate) fn decode_change(what: &str, bytes: &[u8]) -> Result<Change, StorageE
     let key = reader.str()?.to_owned();
     let create_revision = reader.i64()?;
     let value = Bytes::copy_from_slice(reader.len_prefixed()?);
-    let prev = match reader.tag()? {
-        NO_PREV => None,
-        HAS_PREV => Some(Revisions {
-            create_revision: reader.i64()?,
-            mod_revision: reader.i64()?,
-        }),
-        other => return Err(reader.corrupt(format!("unknown previous-state tag {other}"))),
-    };
+    let prev = reader.prev_revisions()?;
     reader.finish()?;
     Ok(Change {
         kind,
@@ -169,6 +162,22 @@ pub(crate) fn decode_change(what: &str, bytes: &[u8]) -> Result<Change, StorageE
         value,
         prev,
     })
+}
+
+/// Only what links a change to the others: its kind and where the key's previous state is. Reads
+/// past the key and value without copying them (compaction scans many changes).
+pub(crate) fn decode_change_links(
+    what: &str,
+    bytes: &[u8],
+) -> Result<(EventKind, Option<Revisions>), StorageError> {
+    let mut reader = Reader::new(what, bytes);
+    let kind = reader.kind()?;
+    reader.str()?;
+    reader.i64()?;
+    reader.len_prefixed()?;
+    let prev = reader.prev_revisions()?;
+    reader.finish()?;
+    Ok((kind, prev))
 }
 
 /// Version 1 of the layout, read only to convert a file written by an earlier build: `kv` held
@@ -259,6 +268,18 @@ impl<'w, 'a> Reader<'w, 'a> {
 
     fn tag(&mut self) -> Result<u8, StorageError> {
         Ok(self.take(1)?[0])
+    }
+
+    /// A change's trailing `prev_tag [| prev_create | prev_mod]`.
+    fn prev_revisions(&mut self) -> Result<Option<Revisions>, StorageError> {
+        match self.tag()? {
+            NO_PREV => Ok(None),
+            HAS_PREV => Ok(Some(Revisions {
+                create_revision: self.i64()?,
+                mod_revision: self.i64()?,
+            })),
+            other => Err(self.corrupt(format!("unknown previous-state tag {other}"))),
+        }
     }
 
     fn kind(&mut self) -> Result<EventKind, StorageError> {
@@ -360,6 +381,10 @@ pub(super) mod tests {
             let bytes = encode_change(&change);
             assert_eq!(decode_change_key("rev 8", &bytes)?, change.key);
             assert_eq!(decode_change("rev 8", &bytes)?, change);
+            assert_eq!(
+                decode_change_links("rev 8", &bytes)?,
+                (change.kind, change.prev)
+            );
         }
         Ok(())
     }
@@ -373,6 +398,7 @@ pub(super) mod tests {
                     decode_change("rev 8", &bytes[..cut]).is_err(),
                     "cut at {cut} of {change:?}"
                 );
+                assert!(decode_change_links("rev 8", &bytes[..cut]).is_err());
             }
         }
         let mut bad_tag = encode_change(&changes()[0]);
