@@ -37,6 +37,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use redb::{
     Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, Table, TableDefinition,
+    TableHandle, WriteTransaction,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -202,12 +203,8 @@ impl Storage for EmbeddedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let key = key.to_owned();
         self.read(move |txn| {
-            let keys = txn
-                .open_table(KEYS)
-                .map_err(unavailable("open keys table"))?;
-            let changes = txn
-                .open_table(CHANGES)
-                .map_err(unavailable("open changes table"))?;
+            let keys = read_table(txn, KEYS)?;
+            let changes = read_table(txn, CHANGES)?;
             let found = keys
                 .get(key.as_str())
                 .map_err(unavailable("read keys table"))?;
@@ -318,13 +315,9 @@ fn initialize(db: &Database) -> Result<(), StorageError> {
     txn.set_durability(Durability::Immediate)
         .map_err(unavailable("set durability"))?;
     {
-        txn.open_table(KEYS)
-            .map_err(unavailable("create keys table"))?;
-        txn.open_table(CHANGES)
-            .map_err(unavailable("create changes table"))?;
-        let mut meta = txn
-            .open_table(META)
-            .map_err(unavailable("create meta table"))?;
+        write_table(&txn, KEYS)?;
+        write_table(&txn, CHANGES)?;
+        let mut meta = write_table(&txn, META)?;
         let format = meta
             .get(META_FORMAT)
             .map_err(unavailable("read meta table"))?
@@ -371,20 +364,12 @@ fn initialize(db: &Database) -> Result<(), StorageError> {
 /// that wrote a state still current or named as a later record's previous state (version 1 kept
 /// a copy of both elsewhere). Each such state becomes a change of its own at the revision that
 /// wrote it, so every pointer of the new layout resolves.
-fn upgrade_from_v1(txn: &redb::WriteTransaction) -> Result<(), StorageError> {
+fn upgrade_from_v1(txn: &WriteTransaction) -> Result<(), StorageError> {
     {
-        let old_kv = txn
-            .open_table(V1_KV)
-            .map_err(unavailable("open kv table"))?;
-        let old_log = txn
-            .open_table(V1_LOG)
-            .map_err(unavailable("open log table"))?;
-        let mut keys = txn
-            .open_table(KEYS)
-            .map_err(unavailable("open keys table"))?;
-        let mut changes = txn
-            .open_table(CHANGES)
-            .map_err(unavailable("open changes table"))?;
+        let old_kv = write_table(txn, V1_KV)?;
+        let old_log = write_table(txn, V1_LOG)?;
+        let mut keys = write_table(txn, KEYS)?;
+        let mut changes = write_table(txn, CHANGES)?;
         let restore = |changes: &mut ChangesTable<'_>, key: &str, state: Stored| {
             let present = changes
                 .get(state.mod_revision)
@@ -452,18 +437,20 @@ fn load(
         .get(revisions.mod_revision)
         .map_err(unavailable("read changes table"))?
         .ok_or_else(|| corrupt(format!("the change holding its value, {what}, is missing")))?;
-    let change = codec::decode_change(&what, found.value())?;
-    if change.key != key {
+    let (kind, written_key, value) = codec::decode_written(&what, found.value())?;
+    if written_key != key {
         return Err(corrupt(format!(
-            "{what} changed {}, not this key",
-            change.key
+            "{what} changed {written_key}, not this key"
         )));
     }
-    let mut stored = change
-        .into_stored(revisions.mod_revision)
-        .ok_or_else(|| corrupt(format!("{what} deleted it")))?;
-    stored.create_revision = revisions.create_revision;
-    Ok(stored)
+    if kind != EventKind::Put {
+        return Err(corrupt(format!("{what} deleted it")));
+    }
+    Ok(Stored {
+        create_revision: revisions.create_revision,
+        mod_revision: revisions.mod_revision,
+        value,
+    })
 }
 
 /// The store's current revision and compaction point, as one read transaction sees them.
@@ -474,9 +461,7 @@ struct Heads {
 }
 
 fn read_heads(txn: &ReadTransaction) -> Result<Heads, StorageError> {
-    let meta = txn
-        .open_table(META)
-        .map_err(unavailable("open meta table"))?;
+    let meta = read_table(txn, META)?;
     Ok(Heads {
         current: meta_value(&meta, META_REVISION)?,
         compacted: meta_value(&meta, META_COMPACTED)?,
@@ -542,12 +527,8 @@ fn range_at(txn: &ReadTransaction, request: &RangeRequest) -> Result<RangeRespon
         BTreeMap::new()
     };
 
-    let keys = txn
-        .open_table(KEYS)
-        .map_err(unavailable("open keys table"))?;
-    let changes = txn
-        .open_table(CHANGES)
-        .map_err(unavailable("open changes table"))?;
+    let keys = read_table(txn, KEYS)?;
+    let changes = read_table(txn, CHANGES)?;
     let mut current = keys
         .range::<&str>(start..)
         .map_err(unavailable("read keys table"))?;
@@ -632,9 +613,7 @@ fn past_states(
     prefix: &str,
     start: &str,
 ) -> Result<BTreeMap<String, Option<Stored>>, StorageError> {
-    let changes = txn
-        .open_table(CHANGES)
-        .map_err(unavailable("open changes table"))?;
+    let changes = read_table(txn, CHANGES)?;
     let mut states = BTreeMap::new();
     for entry in changes
         .range((at + 1)..)
@@ -644,12 +623,9 @@ fn past_states(
         let what = change_name(revision.value());
         let key = codec::decode_change_key(&what, record.value())?;
         if key.starts_with(prefix) && key >= start && !states.contains_key(key) {
-            let change = codec::decode_change(&what, record.value())?;
-            let state = change
-                .prev
-                .map(|prev| load(&changes, &change.key, prev))
-                .transpose()?;
-            states.insert(change.key, state);
+            let (_, prev) = codec::decode_change_links(&what, record.value())?;
+            let state = prev.map(|prev| load(&changes, key, prev)).transpose()?;
+            states.insert(key.to_owned(), state);
         }
     }
     Ok(states)
@@ -700,6 +676,24 @@ where
         message: format!("{context}: {source}"),
         source: Some(Box::new(source)),
     }
+}
+
+/// `table` in a read transaction; an error names it.
+fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    table: TableDefinition<'_, K, V>,
+) -> Result<redb::ReadOnlyTable<K, V>, StorageError> {
+    txn.open_table(table)
+        .map_err(unavailable(format!("open {} table", table.name())))
+}
+
+/// `table` in a write transaction, created if the file has none yet; an error names it.
+fn write_table<'t, K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &'t WriteTransaction,
+    table: TableDefinition<'_, K, V>,
+) -> Result<Table<'t, K, V>, StorageError> {
+    txn.open_table(table)
+        .map_err(unavailable(format!("open {} table", table.name())))
 }
 
 fn writer_gone() -> StorageError {
@@ -846,15 +840,9 @@ impl Writer {
         let mut events = Vec::new();
         let revision;
         {
-            let mut keys = txn
-                .open_table(KEYS)
-                .map_err(unavailable("open keys table"))?;
-            let mut changes = txn
-                .open_table(CHANGES)
-                .map_err(unavailable("open changes table"))?;
-            let mut meta = txn
-                .open_table(META)
-                .map_err(unavailable("open meta table"))?;
+            let mut keys = write_table(&txn, KEYS)?;
+            let mut changes = write_table(&txn, CHANGES)?;
+            let mut meta = write_table(&txn, META)?;
             let start = meta_value(&meta, META_REVISION)?;
             let mut current = start;
             for op in ops {

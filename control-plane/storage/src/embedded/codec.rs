@@ -91,15 +91,6 @@ pub(crate) struct Change {
 }
 
 impl Change {
-    /// The state this change left its key in, committed at `revision`; `None` for a delete.
-    pub(crate) fn into_stored(self, revision: Revision) -> Option<Stored> {
-        (self.kind == EventKind::Put).then_some(Stored {
-            create_revision: self.create_revision,
-            mod_revision: revision,
-            value: self.value,
-        })
-    }
-
     /// The watch event this change describes, committed at `revision`, given the key's previous
     /// state (the caller reads it from the change `self.prev` points at).
     pub(crate) fn into_event(self, revision: Revision, prev: Option<Stored>) -> WatchEvent {
@@ -142,26 +133,28 @@ pub(crate) fn encode_change(change: &Change) -> Vec<u8> {
 
 /// Only the key of a change; `what` names the record in errors (its revision).
 pub(crate) fn decode_change_key<'a>(what: &str, bytes: &'a [u8]) -> Result<&'a str, StorageError> {
+    Ok(Reader::new(what, bytes).change_head()?.key)
+}
+
+/// What a change wrote: its kind, its key (borrowed) and its value (copied), for reads that only
+/// want a key's value.
+pub(crate) fn decode_written<'a>(
+    what: &str,
+    bytes: &'a [u8],
+) -> Result<(EventKind, &'a str, Bytes), StorageError> {
     let mut reader = Reader::new(what, bytes);
-    reader.tag()?;
-    reader.str()
+    let head = reader.change_head()?;
+    reader.prev_revisions()?;
+    reader.finish()?;
+    Ok((head.kind, head.key, Bytes::copy_from_slice(head.value)))
 }
 
 pub(crate) fn decode_change(what: &str, bytes: &[u8]) -> Result<Change, StorageError> {
     let mut reader = Reader::new(what, bytes);
-    let kind = reader.kind()?;
-    let key = reader.str()?.to_owned();
-    let create_revision = reader.i64()?;
-    let value = Bytes::copy_from_slice(reader.len_prefixed()?);
+    let head = reader.change_head()?;
     let prev = reader.prev_revisions()?;
     reader.finish()?;
-    Ok(Change {
-        kind,
-        key,
-        create_revision,
-        value,
-        prev,
-    })
+    Ok(head.into_change(prev))
 }
 
 /// Only what links a change to the others: its kind and where the key's previous state is. Reads
@@ -171,10 +164,7 @@ pub(crate) fn decode_change_links(
     bytes: &[u8],
 ) -> Result<(EventKind, Option<Revisions>), StorageError> {
     let mut reader = Reader::new(what, bytes);
-    let kind = reader.kind()?;
-    reader.str()?;
-    reader.i64()?;
-    reader.len_prefixed()?;
+    let kind = reader.change_head()?.kind;
     let prev = reader.prev_revisions()?;
     reader.finish()?;
     Ok((kind, prev))
@@ -204,10 +194,7 @@ pub(crate) mod v1 {
         bytes: &[u8],
     ) -> Result<(Change, Option<Stored>), StorageError> {
         let mut reader = Reader::new(what, bytes);
-        let kind = reader.kind()?;
-        let key = reader.str()?.to_owned();
-        let create_revision = reader.i64()?;
-        let value = Bytes::copy_from_slice(reader.len_prefixed()?);
+        let head = reader.change_head()?;
         let prev = match reader.tag()? {
             NO_PREV => {
                 reader.finish()?;
@@ -216,14 +203,7 @@ pub(crate) mod v1 {
             HAS_PREV => Some(decode_kv(what, reader.rest())?),
             other => return Err(reader.corrupt(format!("unknown previous-state tag {other}"))),
         };
-        let change = Change {
-            kind,
-            key,
-            create_revision,
-            value,
-            prev: prev.as_ref().map(Stored::revisions),
-        };
-        Ok((change, prev))
+        Ok((head.into_change(prev.as_ref().map(Stored::revisions)), prev))
     }
 }
 
@@ -234,6 +214,26 @@ fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
         .unwrap_or_else(|_| panic!("record field of {} bytes exceeds 4 GiB", bytes.len()));
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(bytes);
+}
+
+/// What every change record, of either version, starts with, borrowed from the record.
+struct ChangeHead<'a> {
+    kind: EventKind,
+    key: &'a str,
+    create_revision: Revision,
+    value: &'a [u8],
+}
+
+impl ChangeHead<'_> {
+    fn into_change(self, prev: Option<Revisions>) -> Change {
+        Change {
+            kind: self.kind,
+            key: self.key.to_owned(),
+            create_revision: self.create_revision,
+            value: Bytes::copy_from_slice(self.value),
+            prev,
+        }
+    }
 }
 
 /// A bounds-checked cursor over one stored value.
@@ -268,6 +268,16 @@ impl<'w, 'a> Reader<'w, 'a> {
 
     fn tag(&mut self) -> Result<u8, StorageError> {
         Ok(self.take(1)?[0])
+    }
+
+    /// A change's `tag | key_len u32 | key | create_revision | value_len u32 | value`.
+    fn change_head(&mut self) -> Result<ChangeHead<'a>, StorageError> {
+        Ok(ChangeHead {
+            kind: self.kind()?,
+            key: self.str()?,
+            create_revision: self.i64()?,
+            value: self.len_prefixed()?,
+        })
     }
 
     /// A change's trailing `prev_tag [| prev_create | prev_mod]`.
@@ -399,6 +409,7 @@ pub(super) mod tests {
                     "cut at {cut} of {change:?}"
                 );
                 assert!(decode_change_links("rev 8", &bytes[..cut]).is_err());
+                assert!(decode_written("rev 8", &bytes[..cut]).is_err());
             }
         }
         let mut bad_tag = encode_change(&changes()[0]);
@@ -415,16 +426,12 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn change_becomes_state_and_event() {
+    fn change_becomes_written_state_and_event() -> Result<(), StorageError> {
         let mut all = changes();
         let update = all.swap_remove(1);
         assert_eq!(
-            update.clone().into_stored(8),
-            Some(Stored {
-                create_revision: 5,
-                mod_revision: 8,
-                value: Bytes::from_static(b"newer"),
-            })
+            decode_written("rev 8", &encode_change(&update))?,
+            (EventKind::Put, "/k", Bytes::from_static(b"newer"))
         );
         let prev = Stored {
             create_revision: 5,
@@ -440,12 +447,16 @@ pub(super) mod tests {
         );
 
         let delete = all.swap_remove(1);
-        assert_eq!(delete.clone().into_stored(9), None);
+        assert_eq!(
+            decode_written("rev 9", &encode_change(&delete))?.0,
+            EventKind::Delete
+        );
         let event = delete.into_event(9, None);
         assert_eq!(event.kind, EventKind::Delete);
         assert_eq!(event.kv.key, "/ключ");
         assert_eq!((event.kv.mod_revision, event.kv.create_revision), (9, 0));
         assert!(event.kv.value.is_empty());
+        Ok(())
     }
 
     /// Version 1's `log` record for `change` with the whole previous state `prev` appended.

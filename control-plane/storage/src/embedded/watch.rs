@@ -16,7 +16,8 @@ use redb::{Database, ReadTransaction};
 use tokio::sync::broadcast;
 
 use super::{
-    CHANGES, Committed, change_event, change_name, codec, read_blocking, read_heads, unavailable,
+    CHANGES, Committed, change_event, change_name, codec, read_blocking, read_heads, read_table,
+    unavailable,
 };
 use crate::types::{Revision, StorageError, WatchEvent, WatchResponse, WatchStream};
 
@@ -147,9 +148,7 @@ fn replay(
             compacted: heads.compacted,
         });
     }
-    let changes = txn
-        .open_table(CHANGES)
-        .map_err(unavailable("open changes table"))?;
+    let changes = read_table(txn, CHANGES)?;
     let mut events = Vec::new();
     let mut scanned = 0;
     for entry in changes
