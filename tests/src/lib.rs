@@ -600,6 +600,17 @@ impl FlotillaCli {
     }
 }
 
+/// The key-encryption key file of every replica serving from the etcd at `etcd_url`: replicas
+/// sharing one store must seal with one key. Kept in the temporary directory by the etcd's
+/// address; a file left by an earlier run on the same port opens an empty store just as well.
+fn shared_key_encryption_key(etcd_url: &str) -> std::path::PathBuf {
+    let name: String = etcd_url
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    std::env::temp_dir().join(format!("flotilla-e2e-kek-{name}"))
+}
+
 /// A running `flotilla serve` on etcd, and its operator's client configuration.
 pub struct Serve {
     process: Option<Process>,
@@ -640,6 +651,8 @@ impl Serve {
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--operator-config")
             .arg(&operator)
+            .arg("--key-encryption-key-file")
+            .arg(shared_key_encryption_key(&self.etcd))
             .args(&self.args)
             .env("FLOTILLA_LOG", "warn")
             .stdout(Stdio::null())

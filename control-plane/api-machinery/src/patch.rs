@@ -41,6 +41,25 @@ pub enum PatchError {
         /// What went wrong.
         message: String,
     },
+    /// More operations than [`MAX_JSON_PATCH_OPERATIONS`] (upstream's 413 text).
+    #[error("The allowed maximum operations in a JSON patch is {limit}, got {got}")]
+    TooManyOperations {
+        /// The limit.
+        limit: usize,
+        /// How many the patch has.
+        got: usize,
+    },
+    /// `copy` operations would grow the document by more than [`MAX_JSON_PATCH_COPY_BYTES`]
+    /// (json-patch's `AccumulatedCopySizeError` text).
+    #[error(
+        "Unable to complete the copy, the accumulated size increase of copy is {accumulated}, exceeding the limit {limit}"
+    )]
+    CopySizeExceeded {
+        /// Bytes copied so far, with the refused copy.
+        accumulated: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A strategic merge patch (or the document it applies to) is not a JSON object.
     #[error("invalid JSON document")]
     BadJsonDocument,
@@ -57,6 +76,31 @@ fn strategic(message: impl Into<String>) -> PatchError {
 // JSON Patch (RFC 6902)
 // ---------------------------------------------------------------------------------------------
 
+/// Upstream's `maxJSONPatchOperations`: a longer patch is refused before any is applied.
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+/// Upstream's `JSONPatchMaxCopyBytes` (the request body limit): how much `copy` operations
+/// may add to a document in all, measured as the copied values' JSON length. Without it,
+/// each copy of a value into itself doubles the document.
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The length of `value` as compact JSON, counted without building the text.
+fn json_length(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a Value to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
 /// Applies a JSON Patch document (a list of operations) to `doc`, atomically: any failing
 /// operation fails the whole patch.
 pub fn apply_json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
@@ -65,7 +109,14 @@ pub fn apply_json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError>
             "a json patch must be a list of operations".into(),
         ));
     };
+    if operations.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(PatchError::TooManyOperations {
+            limit: MAX_JSON_PATCH_OPERATIONS,
+            got: operations.len(),
+        });
+    }
     let mut doc = doc.clone();
+    let mut copied = 0usize;
     for (index, operation) in operations.iter().enumerate() {
         let fail = |op: &str, message: String| PatchError::JsonPatchOperation {
             index,
@@ -113,9 +164,21 @@ pub fn apply_json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError>
             "copy" => {
                 let from = path("from")?;
                 let to = path("path")?;
-                get(&doc, &from)
-                    .cloned()
-                    .and_then(|copied| add(&mut doc, &to, copied))
+                match get(&doc, &from) {
+                    Ok(source) => {
+                        // Counted before the clone, so a refused copy allocates nothing.
+                        copied = copied.saturating_add(json_length(source));
+                        if copied > MAX_JSON_PATCH_COPY_BYTES {
+                            return Err(PatchError::CopySizeExceeded {
+                                accumulated: copied,
+                                limit: MAX_JSON_PATCH_COPY_BYTES,
+                            });
+                        }
+                        let value = source.clone();
+                        add(&mut doc, &to, value)
+                    }
+                    Err(message) => Err(message),
+                }
             }
             "test" => {
                 let target = path("path")?;
@@ -1057,6 +1120,43 @@ mod tests {
         for (patch, want) in cases {
             assert_eq!(apply_json_patch(&doc, &patch), Ok(want), "{patch}");
         }
+    }
+
+    #[test]
+    fn json_patch_operation_count_is_limited_before_anything_is_applied() {
+        let op = json!({"op": "add", "path": "/a", "value": 1});
+        let at_limit = Value::Array(vec![op.clone(); MAX_JSON_PATCH_OPERATIONS]);
+        assert!(apply_json_patch(&json!({}), &at_limit).is_ok());
+        let over = Value::Array(vec![op; MAX_JSON_PATCH_OPERATIONS + 1]);
+        assert_eq!(
+            apply_json_patch(&json!({}), &over)
+                .expect_err("over the limit")
+                .to_string(),
+            "The allowed maximum operations in a JSON patch is 10000, got 10001"
+        );
+    }
+
+    #[test]
+    fn copies_into_themselves_stop_at_the_accumulated_copy_limit() {
+        // Each copy of /a into /a/x doubles the document: 18 would be ~ 2^18 × the start.
+        let doc = json!({"a": {"k": "v".repeat(1000)}});
+        let copies: Vec<Value> = (0..40)
+            .map(|i| json!({"op": "copy", "from": "/a", "path": format!("/a/x{i}")}))
+            .collect();
+        let err = apply_json_patch(&doc, &Value::Array(copies)).expect_err("refused");
+        match err {
+            PatchError::CopySizeExceeded { accumulated, limit } => {
+                assert_eq!(limit, MAX_JSON_PATCH_COPY_BYTES);
+                assert!(
+                    accumulated > limit && accumulated < 3 * limit,
+                    "{accumulated}"
+                );
+            }
+            other => panic!("unexpected {other}"),
+        }
+        // Copies within the limit still work.
+        let small = json!([{"op": "copy", "from": "/a", "path": "/b"}]);
+        assert_eq!(apply_json_patch(&doc, &small).expect("copy")["b"], doc["a"]);
     }
 
     #[test]

@@ -210,13 +210,37 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
-    /// `NewRequestEntityTooLargeError`: 413.
+    /// `NewRequestEntityTooLargeError`: 413, for a body over `limit` bytes.
     pub fn request_entity_too_large(limit: usize) -> Self {
+        Self::entity_too_large(format!("limit is {limit}"))
+    }
+
+    /// `NewRequestEntityTooLargeError(message)`: 413.
+    pub fn entity_too_large(message: impl std::fmt::Display) -> Self {
         Self::new(
             413,
             "RequestEntityTooLarge",
-            format!("Request entity too large: limit is {limit}"),
+            format!("Request entity too large: {message}"),
         )
+    }
+
+    /// What upstream answers when a JSON patch does not apply: `NewGenericServerResponse`
+    /// with 422, whose message is canned; the patch's own error is kept as the cause.
+    pub fn patch_rejected(why: impl std::fmt::Display) -> Self {
+        let mut err = Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        err.details = Some(Box::new(StatusDetails {
+            causes: Some(vec![StatusCause {
+                reason: None,
+                message: Some(why.to_string()),
+                field: None,
+            }]),
+            ..Default::default()
+        }));
+        err
     }
 
     /// `NewTooManyRequests`: 429 with a retry-after hint.

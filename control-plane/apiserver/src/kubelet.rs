@@ -721,7 +721,7 @@ mod tests {
         let storage: Arc<dyn flotilla_storage::Storage> = Arc::new(
             flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("store"),
         );
-        let server = ApiServer::new(storage, "127.0.0.1:6443");
+        let server = ApiServer::new(storage, "127.0.0.1:6443").expect("server");
         server.tenants.ensure(&server, "t").await.expect("tenant");
         let admin = crate::authn::InProcessIdentity(crate::authn::UserInfo {
             name: "admin".into(),

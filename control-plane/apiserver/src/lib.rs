@@ -30,6 +30,7 @@ pub mod reviews;
 pub mod selection;
 pub mod serve;
 pub mod serviceaccount;
+pub mod storage;
 pub mod store;
 pub mod strategies;
 pub mod table;
@@ -55,6 +56,7 @@ use crate::metrics::Metrics;
 use crate::openapi::OpenApi;
 use crate::resources::{ResourceInfo, Resources};
 use crate::serve::PeerCertificates;
+use crate::storage::envelope::{EnvelopeError, KeyEncryptionKey};
 use crate::store::Store;
 use crate::tenants::Tenants;
 
@@ -73,6 +75,8 @@ pub struct ServerOptions {
     /// The CA of the serving certificate (PEM), published to every cluster as the
     /// `kube-root-ca.crt` ConfigMaps; empty for none.
     pub serving_ca_pem: String,
+    /// Seals every stored record that holds a private key.
+    pub key_encryption: Arc<KeyEncryptionKey>,
 }
 
 /// The whole API surface of the process: every tenant's Kubernetes API.
@@ -88,20 +92,27 @@ pub struct ApiServer {
     pub(crate) serving_ca_pem: String,
     pub(crate) kubelet_clients: kubelet::KubeletClients,
     metrics: Metrics,
+    key_encryption: Arc<KeyEncryptionKey>,
 }
 
 impl ApiServer {
-    /// A server over `storage`, advertising `advertise_address` (`host:port`) in discovery.
-    pub fn new(storage: Arc<dyn Storage>, advertise_address: &str) -> Arc<Self> {
-        Self::with_options(
+    /// A server over `storage`, advertising `advertise_address` (`host:port`) in discovery,
+    /// whose private keys are sealed under a key that dies with the process: for a store
+    /// thrown away with the server (tests, benchmarks).
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        advertise_address: &str,
+    ) -> Result<Arc<Self>, EnvelopeError> {
+        Ok(Self::with_options(
             storage,
             ServerOptions {
                 advertise_address: advertise_address.to_string(),
                 public_url: format!("https://{advertise_address}"),
                 limits: TenantLimits::UNLIMITED,
                 serving_ca_pem: String::new(),
+                key_encryption: Arc::new(KeyEncryptionKey::ephemeral()?),
             },
-        )
+        ))
     }
 
     /// A server over `storage` configured by `options`.
@@ -111,11 +122,13 @@ impl ApiServer {
             public_url,
             limits,
             serving_ca_pem,
+            key_encryption,
         } = options;
         let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
         Arc::new(ApiServer {
-            tenants: Tenants::new(store.clone(), &public_url),
+            tenants: Tenants::new(store.clone(), &public_url, key_encryption.clone()),
+            key_encryption,
             store,
             resources: &RESOURCES,
             allocator: ServiceAllocator::new(ServiceNetwork::default()),
@@ -131,6 +144,12 @@ impl ApiServer {
     /// The served resources.
     pub fn resources(&self) -> &'static Resources {
         self.resources
+    }
+
+    /// The key every stored private key is sealed under (the service's own records use it
+    /// too: the serving CA, the management API's cloud credentials).
+    pub fn key_encryption(&self) -> &Arc<KeyEncryptionKey> {
+        &self.key_encryption
     }
 
     /// The generic store.

@@ -25,6 +25,9 @@ pub enum LocalServerError {
     /// TLS could not be configured.
     #[error(transparent)]
     Serve(#[from] ServeError),
+    /// The throwaway key-encryption key could not be made.
+    #[error(transparent)]
+    Envelope(#[from] crate::storage::envelope::EnvelopeError),
     /// The tenant could not be created.
     #[error("creating the tenant: {}", .0.message)]
     Tenant(ApiError),
@@ -48,7 +51,7 @@ impl LocalServer {
     pub async fn start(storage: Arc<dyn Storage>, cluster: &str) -> Result<Self, LocalServerError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
-        let server = ApiServer::new(storage, &address.to_string());
+        let server = ApiServer::new(storage, &address.to_string())?;
         let ca = CertificateAuthority::generate("flotilla-local-serving-ca")?;
         let serving = ca.issue_serving("flotilla", &[address.ip().to_string()])?;
         let tls = server_config(

@@ -100,7 +100,11 @@ impl PatchRequest {
     pub fn apply_to(&self, current: &Value, kind: &str) -> Result<Value, ApiError> {
         let bad = |e: &dyn std::fmt::Display| ApiError::bad_request(e.to_string());
         match self.patch_type {
-            PatchType::Json => patch::apply_json_patch(current, &self.body).map_err(|e| bad(&e)),
+            PatchType::Json => patch::apply_json_patch(current, &self.body).map_err(|e| match e {
+                patch::PatchError::InvalidJsonPatch(_) => bad(&e),
+                patch::PatchError::TooManyOperations { .. } => ApiError::entity_too_large(e),
+                _ => ApiError::patch_rejected(e),
+            }),
             PatchType::Merge => Ok(patch::apply_merge_patch(current, &self.body)),
             PatchType::Strategic => {
                 // Upstream answers 415 for kinds without strategic-merge metadata (custom resources).

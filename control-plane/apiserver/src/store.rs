@@ -247,6 +247,10 @@ pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(obj)
 }
 
+/// etcd's default `--max-request-bytes` (1.5 MiB): no stored object may be larger, on
+/// either backend, so an object that fits one fits the other.
+pub const MAX_STORED_OBJECT_BYTES: usize = 1536 * 1024;
+
 fn encode(obj: &Value) -> Result<Bytes, ApiError> {
     // The resourceVersion is the key's revision, never stored bytes (as upstream); the object
     // is copied only when it carries one to drop.
@@ -256,8 +260,14 @@ fn encode(obj: &Value) -> Result<Bytes, ApiError> {
         let mut obj = obj.clone();
         meta::remove_at(&mut obj, &["metadata", "resourceVersion"]);
         serde_json::to_vec(&obj)
-    };
-    bytes.map(Bytes::from).map_err(ApiError::internal)
+    }
+    .map_err(ApiError::internal)?;
+    if bytes.len() > MAX_STORED_OBJECT_BYTES {
+        // What kube-apiserver answers when etcd refuses the write (its error passed through
+        // as a reasonless 500).
+        return Err(ApiError::unknown("etcdserver: request is too large"));
+    }
+    Ok(Bytes::from(bytes))
 }
 
 /// Paths of fields in `input` that are not in `canonical` (the typed round trip): the

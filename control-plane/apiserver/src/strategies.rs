@@ -942,9 +942,47 @@ impl Strategy for ServiceStrategy {
 
 // ---------------------------------------------------------------- config
 
-/// ConfigMaps: the Data column.
+/// Upstream's `core.MaxSecretSize`: what a ConfigMap's or a Secret's data may hold in all.
+pub const MAX_SECRET_SIZE: usize = 1024 * 1024;
+
+/// The bytes of a map of base64 values once decoded (what upstream counts; a value that is
+/// not base64 counts as its text, and fails elsewhere).
+fn decoded_bytes(values: Option<&Value>) -> usize {
+    use base64::Engine;
+    values
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(_, value)| {
+            let text = value.as_str().unwrap_or_default();
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_or(text.len(), |bytes| bytes.len())
+        })
+        .sum()
+}
+
+/// The bytes of a map of plain string values.
+fn string_bytes(values: Option<&Value>) -> usize {
+    values
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(_, value)| value.as_str().map_or(0, str::len))
+        .sum()
+}
+
+/// ConfigMaps: the Data column; `data` and `binaryData` together at most 1 MiB.
 pub struct ConfigMapStrategy;
 impl Strategy for ConfigMapStrategy {
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let total = string_bytes(obj.get("data")) + decoded_bytes(obj.get("binaryData"));
+        if total > MAX_SECRET_SIZE {
+            // Upstream reports it on the empty path.
+            return vec![FieldError::too_long(&Path::new(""), MAX_SECRET_SIZE)];
+        }
+        Vec::new()
+    }
     fn columns(&self) -> Vec<Column> {
         vec![
             name_column(),
@@ -966,6 +1004,12 @@ const SECRET_FIELDS: &[FieldLabel] = &[FieldLabel::new("type", &["type"])];
 impl Strategy for SecretStrategy {
     fn field_labels(&self) -> &'static [FieldLabel] {
         SECRET_FIELDS
+    }
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        if decoded_bytes(obj.get("data")) > MAX_SECRET_SIZE {
+            return vec![FieldError::too_long(&Path::new("data"), MAX_SECRET_SIZE)];
+        }
+        Vec::new()
     }
     fn default(&self, obj: &mut Value) {
         set_default(obj, &["type"], json!("Opaque"));

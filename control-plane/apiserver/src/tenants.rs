@@ -19,6 +19,7 @@ use crate::pki::{
     CertificateAuthority, CertificateIdentity, IssuedCertificate, certificate_identity,
 };
 use crate::serve::PeerCertificates;
+use crate::storage::envelope::KeyEncryptionKey;
 use crate::store::{Store, Tenant, WriteOptions};
 
 /// Where tenant records live: outside every tenant's own prefix.
@@ -173,16 +174,20 @@ impl TenantState {
 /// The tenants of this server, loaded lazily from storage so every replica sees them.
 pub struct Tenants {
     store: Store,
+    /// Seals tenant records: they hold the cluster's CA and service-account private keys.
+    key_encryption: Arc<KeyEncryptionKey>,
     /// `https://host:port` clients reach the service at: tenant issuers are below it.
     public_url: String,
     loaded: RwLock<HashMap<String, (Arc<TenantState>, Instant)>>,
 }
 
 impl Tenants {
-    /// The registry over `store`, for a service reached at `public_url`.
-    pub fn new(store: Store, public_url: &str) -> Self {
+    /// The registry over `store`, for a service reached at `public_url`, its records sealed
+    /// under `key_encryption`.
+    pub fn new(store: Store, public_url: &str, key_encryption: Arc<KeyEncryptionKey>) -> Self {
         Tenants {
             store,
+            key_encryption,
             public_url: public_url.trim_end_matches('/').to_string(),
             loaded: RwLock::new(HashMap::new()),
         }
@@ -197,18 +202,22 @@ impl Tenants {
         {
             return Some(state);
         }
-        let record = match self
-            .store
-            .storage()
-            .get(&format!("{TENANT_RECORDS}{id}"))
-            .await
-        {
-            Ok(Some(kv)) => match serde_json::from_slice::<TenantRecord>(&kv.value) {
-                Ok(record) if record.service_account_key.is_empty() => {
+        let key = format!("{TENANT_RECORDS}{id}");
+        let record = match self.store.storage().get(&key).await {
+            Ok(Some(kv)) => match self.decode(&key, &kv.value) {
+                Ok((record, _)) if record.service_account_key.is_empty() => {
                     self.add_signing_key(record, kv.mod_revision).await
                 }
-                Ok(record) => Some(record),
-                Err(_) => None,
+                Ok((record, plain)) => {
+                    if plain {
+                        self.seal_in_place(&key, &record, kv.mod_revision).await;
+                    }
+                    Some(record)
+                }
+                Err(err) => {
+                    tracing::error!(tenant = id, %err, "tenant record unreadable");
+                    None
+                }
             },
             Ok(None) => None,
             // Storage trouble: keep serving what was loaded rather than failing every request.
@@ -269,7 +278,7 @@ impl Tenants {
     ) -> Option<TenantRecord> {
         record.service_account_key = SigningKey::generate().ok()?;
         let key = format!("{TENANT_RECORDS}{}", record.id);
-        let bytes = Bytes::from(serde_json::to_vec(&record).ok()?);
+        let bytes = self.encode(&key, &record).ok()?;
         match self
             .store
             .storage()
@@ -278,8 +287,45 @@ impl Tenants {
             .ok()?
         {
             flotilla_storage::Outcome::Done(_) => Some(record),
-            flotilla_storage::Outcome::Conflict(Some(kv)) => serde_json::from_slice(&kv.value).ok(),
+            flotilla_storage::Outcome::Conflict(Some(kv)) => {
+                self.decode(&key, &kv.value).ok().map(|(record, _)| record)
+            }
             flotilla_storage::Outcome::Conflict(None) => None,
+        }
+    }
+
+    /// A stored tenant record, opened: (record, whether it was stored in plaintext).
+    fn decode(&self, key: &str, value: &[u8]) -> Result<(TenantRecord, bool), ApiError> {
+        let opened = self
+            .key_encryption
+            .open(value, key)
+            .map_err(ApiError::internal)?;
+        let record = serde_json::from_slice(opened.bytes()).map_err(ApiError::internal)?;
+        Ok((record, opened.is_plain()))
+    }
+
+    /// A tenant record as stored: sealed, bound to its storage key.
+    fn encode(&self, key: &str, record: &TenantRecord) -> Result<Bytes, ApiError> {
+        let json = serde_json::to_vec(record).map_err(ApiError::internal)?;
+        let sealed = self
+            .key_encryption
+            .seal(&json, key)
+            .map_err(ApiError::internal)?;
+        Ok(Bytes::from(sealed))
+    }
+
+    /// Writes a record found in plaintext (from before records were sealed) back sealed.
+    /// Best effort: a concurrent writer seals it too, and the next read tries again.
+    async fn seal_in_place(&self, key: &str, record: &TenantRecord, revision: i64) {
+        let Ok(bytes) = self.encode(key, record) else {
+            return;
+        };
+        match self.store.storage().update(key, bytes, revision).await {
+            Ok(flotilla_storage::Outcome::Done(_)) => {
+                tracing::warn!(tenant = %record.id, "tenant record was stored unsealed; sealed it");
+            }
+            Ok(flotilla_storage::Outcome::Conflict(_)) => {}
+            Err(err) => tracing::warn!(tenant = %record.id, %err, "sealing a tenant record"),
         }
     }
 
@@ -330,13 +376,10 @@ impl Tenants {
                 service_account_key: SigningKey::generate()?,
                 bootstrap_version: 0,
             };
-            let bytes = serde_json::to_vec(&record).map_err(ApiError::internal)?;
+            let key = format!("{TENANT_RECORDS}{id}");
+            let bytes = self.encode(&key, &record)?;
             // Create-if-absent: a concurrent replica creating the same tenant wins or loses cleanly.
-            let _ = self
-                .store
-                .storage()
-                .create(&format!("{TENANT_RECORDS}{id}"), Bytes::from(bytes))
-                .await?;
+            let _ = self.store.storage().create(&key, bytes).await?;
         }
         let state = self
             .get(id)
@@ -360,13 +403,12 @@ impl Tenants {
             let Some(kv) = self.store.storage().get(&key).await? else {
                 return Err(ApiError::internal(format!("tenant {id} vanished")));
             };
-            let mut record: TenantRecord =
-                serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
+            let (mut record, _) = self.decode(&key, &kv.value)?;
             if record.bootstrap_version >= BOOTSTRAP_VERSION {
                 return Ok(());
             }
             record.bootstrap_version = BOOTSTRAP_VERSION;
-            let bytes = Bytes::from(serde_json::to_vec(&record).map_err(ApiError::internal)?);
+            let bytes = self.encode(&key, &record)?;
             if let flotilla_storage::Outcome::Done(_) = self
                 .store
                 .storage()

@@ -1019,3 +1019,175 @@ async fn a_node_reads_only_its_pods_objects_and_changes_only_itself() -> anyhow:
     );
     Ok(())
 }
+
+/// Security review, finding 1: no private key is readable in the store's bytes; the tenant
+/// record (client CA and service-account keys) is sealed under the key-encryption key.
+#[tokio::test]
+async fn private_keys_are_sealed_in_the_store() -> anyhow::Result<()> {
+    let h = start().await?;
+    let record = h
+        .storage
+        .get("/flotilla/tenants/demo")
+        .await?
+        .context("tenant record")?;
+    ensure!(
+        record.value.starts_with(b"k8s:enc:aesgcm:v1:kek-"),
+        "the tenant record is not sealed"
+    );
+    let bytes = std::fs::read(h._dir.path().join("store.redb"))?;
+    for secret in [&b"PRIVATE KEY"[..], b"key_pem", b"service_account_key"] {
+        ensure!(
+            !bytes.windows(secret.len()).any(|w| w == secret),
+            "{:?} is in the store's bytes",
+            String::from_utf8_lossy(secret)
+        );
+    }
+    // The sealed record still serves: a new client certificate of the tenant's CA works.
+    let client = h.client_as("someone", &["system:masters"]).await?;
+    Api::<Namespace>::all(client)
+        .list(&ListParams::default())
+        .await?;
+    Ok(())
+}
+
+/// Security review, finding 2: a deeply nested YAML body is refused at once, and the server
+/// keeps answering (it once held a core for minutes on `[` × 1,000,000).
+#[tokio::test]
+async fn nested_yaml_bodies_are_refused_quickly() -> anyhow::Result<()> {
+    let h = start().await?;
+    let base = "/api/v1/namespaces/default/configmaps";
+    for body in ["[".repeat(1_000_000), "{a: ".repeat(250_000)] {
+        let started = std::time::Instant::now();
+        let (code, status, _) =
+            raw(&h, "POST", base, "application/yaml", body.into_bytes()).await?;
+        ensure!(code == 400, "nested yaml: {code} {status}");
+        // Minutes before the fix; a loose bound, not a benchmark.
+        ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "refused after {:?}",
+            started.elapsed()
+        );
+    }
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), "default");
+    api.create(&PostParams::default(), &config_map("after", "ok"))
+        .await?;
+    Ok(())
+}
+
+/// Security review, finding 3: JSON patches are bounded as upstream's — at most 10,000
+/// operations (413), and `copy` may add at most 3 MiB in all (422), even in a dry run.
+#[tokio::test]
+async fn json_patch_copies_and_operations_are_bounded() -> anyhow::Result<()> {
+    let h = start().await?;
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), "default");
+    let mut seed = config_map("copied", "x");
+    seed.metadata.annotations = Some([("a".to_string(), "b".repeat(4096))].into());
+    api.create(&PostParams::default(), &seed).await?;
+    let path = "/api/v1/namespaces/default/configmaps/copied";
+    let copies: Vec<Value> = (0..24)
+        .map(|i| json!({"op": "copy", "from": "/metadata/annotations", "path": format!("/metadata/annotations/c{i}")}))
+        .collect();
+    let (code, status, _) = raw(
+        &h,
+        "PATCH",
+        &format!("{path}?dryRun=All"),
+        "application/json-patch+json",
+        serde_json::to_vec(&copies)?,
+    )
+    .await?;
+    ensure!(
+        code == 422 && status["reason"] == "Invalid",
+        "copies: {status}"
+    );
+    ensure!(
+        status
+            .to_string()
+            .contains("accumulated size increase of copy"),
+        "copies: {status}"
+    );
+    let many = vec![json!({"op": "test", "path": "/data/value", "value": "x"}); 10_001];
+    let (code, status, _) = raw(
+        &h,
+        "PATCH",
+        path,
+        "application/json-patch+json",
+        serde_json::to_vec(&many)?,
+    )
+    .await?;
+    ensure!(
+        code == 413
+            && status["message"]
+                == "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001",
+        "operations: {status}"
+    );
+    ensure!(
+        api.get("copied").await?.data == seed.data,
+        "nothing changed"
+    );
+    Ok(())
+}
+
+/// Security review, finding 5: ConfigMap and Secret data over 1 MiB are invalid, and no
+/// stored object may pass etcd's 1.5 MiB, on either backend.
+#[tokio::test]
+async fn object_sizes_are_limited_as_upstream() -> anyhow::Result<()> {
+    use base64::Engine;
+    let h = start().await?;
+    let mib = 1024 * 1024;
+    let configmap = |name: &str, value: String| {
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"v": value}}))
+    };
+    let (code, status, _) = raw(
+        &h,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        configmap("big", "x".repeat(mib + 1))?,
+    )
+    .await?;
+    ensure!(
+        code == 422
+            && status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Too long: must have at most 1048576 bytes")),
+        "configmap: {status}"
+    );
+    let secret = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "big"},
+        "data": {"v": base64::engine::general_purpose::STANDARD.encode(vec![7u8; mib + 1])}}))?;
+    let (code, status, _) = raw(
+        &h,
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        "application/json",
+        secret,
+    )
+    .await?;
+    ensure!(
+        code == 422
+            && status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("data: Too long: must have at most 1048576 bytes")),
+        "secret: {status}"
+    );
+    // 1 MiB of quotes is valid data, but stored as JSON it takes 2 MiB: over etcd's limit.
+    let (code, status, _) = raw(
+        &h,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        configmap("quoted", "\"".repeat(mib - 16))?,
+    )
+    .await?;
+    ensure!(
+        code == 500 && status["message"] == "etcdserver: request is too large",
+        "stored size: {code} {status}"
+    );
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), "default");
+    ensure!(
+        api.list(&ListParams::default()).await?.items.is_empty(),
+        "nothing stored"
+    );
+    Ok(())
+}

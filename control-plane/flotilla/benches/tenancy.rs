@@ -89,6 +89,8 @@ impl Service {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--operator-config")
             .arg(&operator)
+            .arg("--key-encryption-key-file")
+            .arg(dir.path().join("key-encryption-key"))
             .env("FLOTILLA_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

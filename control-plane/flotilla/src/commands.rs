@@ -113,7 +113,7 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
             };
             match file {
                 Some(path) => {
-                    crate::service::write_private(&path, &text)?;
+                    crate::private_files::write_private(&path, &text)?;
                     eprintln!("wrote {}", path.display());
                 }
                 None => print!("{text}"),

@@ -8,6 +8,7 @@ mod inprocess;
 mod join;
 mod localnodes;
 pub mod placement;
+mod private_files;
 mod service;
 mod simulator;
 mod standalone;
@@ -197,6 +198,10 @@ pub struct UpArgs {
     /// namespace with its own containerd, `flotilla-kubelet` and `flotilla-proxy`.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=200))]
     pub nodes: u8,
+    /// The key every private key in the store is sealed under (base64 of 32 random bytes,
+    /// mode 0600); created when absent. Default: DIR/key-encryption-key.
+    #[arg(long, env = "FLOTILLA_KEY_ENCRYPTION_KEY_FILE")]
+    pub key_encryption_key_file: Option<PathBuf>,
 }
 
 /// `flotilla serve`.
@@ -225,6 +230,15 @@ pub struct ServeArgs {
         default_value = "./flotilla-operator.json"
     )]
     pub operator_config: PathBuf,
+    /// The key every private key in etcd is sealed under (base64 of 32 random bytes, mode
+    /// 0600); created when absent. Every replica needs the same file: one with another key
+    /// refuses to start.
+    #[arg(
+        long,
+        env = "FLOTILLA_KEY_ENCRYPTION_KEY_FILE",
+        default_value = "./flotilla-key-encryption-key"
+    )]
+    pub key_encryption_key_file: PathBuf,
     /// Sustained requests per second each cluster's API accepts before answering 429 with
     /// Retry-After (0: no limit).
     #[arg(long, default_value_t = 200.0)]

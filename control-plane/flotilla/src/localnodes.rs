@@ -211,7 +211,7 @@ impl LocalNodes {
     ) -> anyhow::Result<()> {
         let token = bootstrap_token(client).await?;
         let proxy_kubeconfig_path = self.root.join("proxy.kubeconfig");
-        crate::service::write_private(&proxy_kubeconfig_path, proxy_kubeconfig)?;
+        crate::private_files::write_private(&proxy_kubeconfig_path, proxy_kubeconfig)?;
         let fabric = self.fabric.to_string_lossy().into_owned();
         for node in &self.nodes {
             let dir = node.dir.to_string_lossy().into_owned();

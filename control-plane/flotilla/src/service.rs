@@ -12,6 +12,7 @@ use bytes::Bytes;
 use flotilla_apiserver::limits::TenantLimits;
 use flotilla_apiserver::pki::CertificateAuthority;
 use flotilla_apiserver::serve::ServerConfig;
+use flotilla_apiserver::storage::envelope::KeyEncryptionKey;
 use flotilla_apiserver::{ApiServer, ServerOptions};
 use flotilla_management::model::CreateClusterRequest;
 use flotilla_management::{Management, PublicEndpoint};
@@ -21,6 +22,7 @@ use tokio::net::TcpListener;
 use crate::client::ClientConfig;
 use crate::localnodes::LocalNodes;
 use crate::placement::{self, PlacementConfig};
+use crate::private_files::{self, write_private};
 use crate::{ServeArgs, UpArgs};
 
 /// How often old revisions are compacted away (kube-apiserver's default interval).
@@ -52,26 +54,53 @@ async fn open_storage(
         bail!("no storage: give --etcd or --data-dir");
     };
     let path = dir.join("store.redb");
-    let storage = tokio::task::spawn_blocking(move || EmbeddedStorage::open(&path))
+    let opened = path.clone();
+    let storage = tokio::task::spawn_blocking(move || EmbeddedStorage::open(&opened))
         .await
         .context("opening the embedded store")?
         .context("opening the embedded store")?;
+    // redb creates the file with the process's umask; the directory is private already.
+    private_files::make_private(&path)?;
     Ok(Arc::new(storage))
 }
 
-/// The serving CA every replica shares: loaded from storage, or created there once.
-async fn serving_ca(storage: &Arc<dyn Storage>) -> anyhow::Result<CertificateAuthority> {
+/// The serving CA every replica shares: loaded from storage, or created there once. Its
+/// record is sealed under the key-encryption key; one stored before sealing is sealed now.
+async fn serving_ca(
+    storage: &Arc<dyn Storage>,
+    key_encryption: &KeyEncryptionKey,
+) -> anyhow::Result<CertificateAuthority> {
+    let open = |value: &[u8]| -> anyhow::Result<(CertificateAuthority, bool)> {
+        let opened = key_encryption.open(value, SERVING_CA_KEY)?;
+        let ca =
+            serde_json::from_slice(opened.bytes()).context("stored serving CA is unreadable")?;
+        Ok((ca, opened.is_plain()))
+    };
+    let seal = |ca: &CertificateAuthority| -> anyhow::Result<Bytes> {
+        Ok(Bytes::from(
+            key_encryption.seal(&serde_json::to_vec(ca)?, SERVING_CA_KEY)?,
+        ))
+    };
     if let Some(kv) = storage.get(SERVING_CA_KEY).await? {
-        return serde_json::from_slice(&kv.value).context("stored serving CA is unreadable");
+        let (ca, plain) = open(&kv.value)?;
+        if plain {
+            match storage
+                .update(SERVING_CA_KEY, seal(&ca)?, kv.mod_revision)
+                .await?
+            {
+                flotilla_storage::Outcome::Done(_) => {
+                    tracing::warn!("the serving CA was stored unsealed; sealed it")
+                }
+                flotilla_storage::Outcome::Conflict(_) => {}
+            }
+        }
+        return Ok(ca);
     }
     let ca = CertificateAuthority::generate("flotilla-serving-ca")?;
-    let bytes = Bytes::from(serde_json::to_vec(&ca)?);
-    match storage.create(SERVING_CA_KEY, bytes).await? {
+    match storage.create(SERVING_CA_KEY, seal(&ca)?).await? {
         flotilla_storage::Outcome::Done(_) => Ok(ca),
         // Another replica created it first: use theirs.
-        flotilla_storage::Outcome::Conflict(Some(kv)) => {
-            serde_json::from_slice(&kv.value).context("stored serving CA is unreadable")
-        }
+        flotilla_storage::Outcome::Conflict(Some(kv)) => Ok(open(&kv.value)?.0),
         flotilla_storage::Outcome::Conflict(None) => {
             bail!("serving CA vanished while being created")
         }
@@ -148,6 +177,7 @@ struct Started {
 #[allow(clippy::too_many_arguments)]
 async fn start(
     storage: Arc<dyn Storage>,
+    key_encryption: KeyEncryptionKey,
     listen: SocketAddr,
     also_listen_on: Option<std::net::IpAddr>,
     extra_sans: &[String],
@@ -171,7 +201,7 @@ async fn start(
         );
         sans.push(ip.to_string());
     }
-    let ca = serving_ca(&storage).await?;
+    let ca = serving_ca(&storage, &key_encryption).await?;
     let server = ApiServer::with_options(
         storage.clone(),
         ServerOptions {
@@ -179,6 +209,7 @@ async fn start(
             public_url: public_url.clone(),
             limits,
             serving_ca_pem: ca.cert_pem.clone(),
+            key_encryption: Arc::new(key_encryption),
         },
     );
     let serving = ca.issue_serving("flotilla", &serving_hosts(local, &sans))?;
@@ -191,6 +222,10 @@ async fn start(
             ca_pem: ca.cert_pem.clone(),
         },
     );
+    management
+        .seal_stored_records()
+        .await
+        .context("sealing the management records")?;
     management.spawn_reconciler();
     // The management API owns `/v1/…`; everything else is the API server's.
     let router = management.router().merge(server.router());
@@ -287,8 +322,13 @@ fn default_public_url(local: SocketAddr, extra_sans: &[String]) -> String {
 }
 
 pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    private_files::prepare_data_dir(&args.data_dir)?;
+    let key_encryption = private_files::key_encryption_key(
+        &args
+            .key_encryption_key_file
+            .clone()
+            .unwrap_or_else(|| args.data_dir.join(private_files::DATA_DIR_KEK)),
+    )?;
     let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
     let local_nodes = match args.nodes {
         0 => None,
@@ -306,6 +346,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     // One user on one machine: no per-cluster request limit.
     let started = start(
         storage,
+        key_encryption,
         args.listen,
         fabric_ip,
         &[],
@@ -454,6 +495,7 @@ fn write_client_config(path: &Path, started: &Started, api_key: String) -> anyho
 }
 
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let key_encryption = private_files::key_encryption_key(&args.key_encryption_key_file)?;
     let storage = open_storage(&args.etcd, None).await?;
     if !(args.tenant_qps.is_finite() && args.tenant_qps >= 0.0) {
         bail!("--tenant-qps must be a non-negative number");
@@ -472,6 +514,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let started = start(
         storage,
+        key_encryption,
         args.listen,
         None,
         &args.tls_san,
@@ -488,23 +531,5 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "flotilla is serving"
     );
     started.serve().await;
-    Ok(())
-}
-
-/// Writes a file readable by its owner only (it holds a private key).
-pub(crate) fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()?;
     Ok(())
 }

@@ -20,6 +20,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use flotilla_apiserver::ApiServer;
+use flotilla_apiserver::storage::envelope::Opened;
 use flotilla_storage::{KeyValue, Outcome, RangeRequest, Storage};
 use http::{HeaderMap, StatusCode};
 use rand::Rng;
@@ -105,17 +106,6 @@ fn creation_expired(cluster: &Cluster) -> bool {
                 > chrono::Duration::from_std(CREATE_DEADLINE).unwrap_or(chrono::Duration::MAX)
         })
         .unwrap_or(true)
-}
-
-fn to_bytes(value: &impl Serialize) -> Result<Bytes> {
-    serde_json::to_vec(value)
-        .map(Bytes::from)
-        .map_err(ManagementError::internal)
-}
-
-fn from_kv<T: DeserializeOwned>(kv: &KeyValue) -> Result<T> {
-    serde_json::from_slice(&kv.value)
-        .map_err(|e| ManagementError::internal(format!("record {} is unreadable: {e}", kv.key)))
 }
 
 fn pool_not_found(pool: &str, cluster: &str) -> ManagementError {
@@ -204,6 +194,78 @@ impl Management {
         })
     }
 
+    /// A record as stored: sealed under the key-encryption key, bound to its storage key
+    /// (cluster records carry cloud credentials).
+    fn seal(&self, key: &str, value: &impl Serialize) -> Result<Bytes> {
+        let json = serde_json::to_vec(value).map_err(ManagementError::internal)?;
+        let sealed = self
+            .api
+            .key_encryption()
+            .seal(&json, key)
+            .map_err(ManagementError::internal)?;
+        Ok(Bytes::from(sealed))
+    }
+
+    /// A stored record, opened (one stored before sealing reads as it is, and
+    /// [`Management::seal_stored_records`] seals it).
+    fn open<T: DeserializeOwned>(&self, kv: &KeyValue) -> Result<T> {
+        let opened = self
+            .api
+            .key_encryption()
+            .open(&kv.value, &kv.key)
+            .map_err(ManagementError::internal)?;
+        serde_json::from_slice(opened.bytes())
+            .map_err(|e| ManagementError::internal(format!("record {} is unreadable: {e}", kv.key)))
+    }
+
+    /// Seals every management record stored before records were sealed (compare-and-swap
+    /// per record: one changed meanwhile was written sealed by its writer). Returns how many.
+    pub async fn seal_stored_records(&self) -> Result<usize> {
+        let mut sealed = 0;
+        let mut start_key = None;
+        loop {
+            let page = self
+                .storage
+                .range(RangeRequest {
+                    prefix: ROOT.to_string(),
+                    start_key: start_key.clone(),
+                    limit: 500,
+                    revision: 0,
+                })
+                .await?;
+            for kv in &page.kvs {
+                let kek = self.api.key_encryption();
+                let opened = kek
+                    .open(&kv.value, &kv.key)
+                    .map_err(ManagementError::internal)?;
+                let Opened::Plain(plain) = opened else {
+                    continue;
+                };
+                let bytes = kek
+                    .seal(plain, &kv.key)
+                    .map_err(ManagementError::internal)?;
+                if let Outcome::Done(_) = self
+                    .storage
+                    .update(&kv.key, Bytes::from(bytes), kv.mod_revision)
+                    .await?
+                {
+                    sealed += 1;
+                }
+            }
+            match (page.more, page.kvs.last()) {
+                (true, Some(last)) => start_key = Some(format!("{}\0", last.key)),
+                _ => break,
+            }
+        }
+        if sealed > 0 {
+            tracing::warn!(
+                sealed,
+                "management records were stored unsealed; sealed them"
+            );
+        }
+        Ok(sealed)
+    }
+
     /// Every cluster with its node pools, renewed on every reconciler pass (at least every
     /// two seconds): what this replica's cloud controllers work from.
     pub fn cluster_index(&self) -> tokio::sync::watch::Receiver<Arc<ClusterIndex>> {
@@ -229,7 +291,7 @@ impl Management {
         let Some(kv) = self.storage.get(&key).await? else {
             return Ok(());
         };
-        let mut record: NodePool = from_kv(&kv)?;
+        let mut record: NodePool = self.open(&kv)?;
         let before = serde_json::to_value(&record).map_err(ManagementError::internal)?;
         record.instance_ids = report.instance_ids;
         record.ready_nodes = report.ready_nodes;
@@ -358,7 +420,7 @@ impl Management {
             .ok_or_else(ManagementError::unauthorized)?;
         let hash = sha256_hex(token);
         if let Some(kv) = self.storage.get(&api_key_key(&hash)).await? {
-            let issued: IssuedApiKey = from_kv(&kv)?;
+            let issued: IssuedApiKey = self.open(&kv)?;
             return Ok(Caller::Account(issued.account_id));
         }
         if self.storage.get(&operator_key(&hash)).await?.is_some() {
@@ -376,11 +438,11 @@ impl Management {
         };
         match self
             .storage
-            .create(&account_key(id), to_bytes(&account)?)
+            .create(&account_key(id), self.seal(&account_key(id), &account)?)
             .await?
         {
             Outcome::Done(_) => Ok(account),
-            Outcome::Conflict(Some(kv)) => from_kv(&kv),
+            Outcome::Conflict(Some(kv)) => self.open(&kv),
             Outcome::Conflict(None) => Err(ManagementError::internal("account vanished")),
         }
     }
@@ -403,7 +465,7 @@ impl Management {
         self.storage
             .create(
                 &api_key_key(&sha256_hex(&issued.api_key)),
-                to_bytes(&stored)?,
+                self.seal(&api_key_key(&sha256_hex(&issued.api_key)), &stored)?,
             )
             .await?;
         Ok(issued)
@@ -415,7 +477,7 @@ impl Management {
             .get(&cluster_key(account, name))
             .await?
             .ok_or_else(|| ManagementError::not_found(format!("no cluster named {name:?}")))?;
-        Ok((from_kv(&kv)?, kv.mod_revision))
+        Ok((self.open(&kv)?, kv.mod_revision))
     }
 
     async fn range_all<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<(T, i64)>> {
@@ -432,7 +494,7 @@ impl Management {
                 })
                 .await?;
             for kv in &page.kvs {
-                out.push((from_kv(kv)?, kv.mod_revision));
+                out.push((self.open(kv)?, kv.mod_revision));
             }
             match (page.more, page.kvs.last()) {
                 (true, Some(last)) => start_key = Some(format!("{}\0", last.key)),
@@ -458,12 +520,15 @@ impl Management {
         let record = serde_json::json!({ "fingerprint": fingerprint });
         match self
             .storage
-            .create(&token_key(account, kind, token), to_bytes(&record)?)
+            .create(
+                &token_key(account, kind, token),
+                self.seal(&token_key(account, kind, token), &record)?,
+            )
             .await?
         {
             Outcome::Done(_) => Ok(true),
             Outcome::Conflict(Some(kv)) => {
-                let seen: serde_json::Value = from_kv(&kv)?;
+                let seen: serde_json::Value = self.open(&kv)?;
                 if seen["fingerprint"] == fingerprint.as_str() {
                     Ok(false)
                 } else {
@@ -539,7 +604,10 @@ impl Management {
         };
         match self
             .storage
-            .create(&cluster_key(account, &cluster.name), to_bytes(&cluster)?)
+            .create(
+                &cluster_key(account, &cluster.name),
+                self.seal(&cluster_key(account, &cluster.name), &cluster)?,
+            )
             .await?
         {
             Outcome::Done(_) => {
@@ -556,7 +624,9 @@ impl Management {
     /// Replaces a stored record by compare-and-swap on the revision it was read at.
     async fn swap<T: Serialize>(&self, key: &str, value: &T, revision: i64) -> Result<bool> {
         Ok(matches!(
-            self.storage.update(key, to_bytes(value)?, revision).await?,
+            self.storage
+                .update(key, self.seal(key, value)?, revision)
+                .await?,
             Outcome::Done(_)
         ))
     }
@@ -570,7 +640,7 @@ impl Management {
     ) -> Result<T> {
         for _ in 0..16 {
             let kv = self.storage.get(key).await?.ok_or_else(&missing)?;
-            let mut value: T = from_kv(&kv)?;
+            let mut value: T = self.open(&kv)?;
             change(&mut value)?;
             if self.swap(key, &value, kv.mod_revision).await? {
                 self.wake.notify_one();
@@ -712,7 +782,7 @@ impl Management {
             .storage
             .create(
                 &pool_key(account, &cluster.name, &pool.name),
-                to_bytes(&pool)?,
+                self.seal(&pool_key(account, &cluster.name, &pool.name), &pool)?,
             )
             .await?
         {
@@ -735,7 +805,7 @@ impl Management {
             .get(&pool_key(account, cluster, pool))
             .await?
             .ok_or_else(|| pool_not_found(pool, cluster))?;
-        from_kv(&kv)
+        self.open(&kv)
     }
 
     /// The reconciler: level-based, so a missed nudge or a crashed replica only delays it.
