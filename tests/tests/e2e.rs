@@ -455,3 +455,45 @@ fn restart_keeps_objects_and_resource_versions() -> anyhow::Result<()> {
     f.ok(&["scale", "deploy", "web", "--replicas=5"])?;
     Ok(())
 }
+
+/// Security review, finding 1: `flotilla up`'s data directory is its user's alone, looser
+/// modes are tightened on start, and no private key is in the store's bytes — the service
+/// still opens its sealed keys after a restart.
+#[test]
+fn data_dir_is_private_and_its_store_holds_no_plain_key() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut f = Flotilla::up(Backend::Embedded)?;
+    let dir = f.data_dir().to_path_buf();
+    let mode = |path: &std::path::Path| -> anyhow::Result<u32> {
+        Ok(std::fs::metadata(path)?.permissions().mode() & 0o777)
+    };
+    ensure!(mode(&dir)? == 0o700, "data dir mode {:o}", mode(&dir)?);
+    for file in [
+        "store.redb",
+        "kubeconfig",
+        "flotilla.json",
+        "operator.json",
+        "key-encryption-key",
+    ] {
+        let path = dir.join(file);
+        ensure!(mode(&path)? == 0o600, "{file} mode {:o}", mode(&path)?);
+    }
+    let store = std::fs::read(dir.join("store.redb"))?;
+    ensure!(
+        !store.windows(11).any(|w| w == b"PRIVATE KEY"),
+        "a private key is in the store's bytes"
+    );
+    // A store left readable by an older version is tightened on the next start.
+    std::fs::set_permissions(
+        dir.join("store.redb"),
+        std::fs::Permissions::from_mode(0o644),
+    )?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    f.restart(false)?;
+    ensure!(
+        mode(&dir)? == 0o700 && mode(&dir.join("store.redb"))? == 0o600,
+        "not tightened"
+    );
+    f.ok(&["get", "ns", "kube-system"])?;
+    Ok(())
+}
