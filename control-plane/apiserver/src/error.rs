@@ -346,6 +346,15 @@ impl ApiError {
         err
     }
 
+    /// `NewTimeoutError` of upstream's request-timeout filter: 504.
+    pub fn request_timeout() -> Self {
+        Self::new(
+            504,
+            "Timeout",
+            "Timeout: request did not complete within the allowed duration",
+        )
+    }
+
     /// `NewServiceUnavailable`: 503.
     pub fn service_unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)

@@ -152,6 +152,12 @@ impl ApiServer {
         &self.key_encryption
     }
 
+    /// The request metrics of the whole process, in Prometheus' text format: every tenant's
+    /// counts, so whoever serves them must allow only the operator.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render()
+    }
+
     /// The generic store.
     pub fn store(&self) -> &Store {
         &self.store
@@ -175,17 +181,34 @@ impl ApiServer {
 
     async fn dispatch(self: Arc<Self>, request: Request<Body>) -> Response {
         let started = Instant::now();
-        let method = request.method().clone();
-        let verb = method.as_str().to_string();
-        let response = self.dispatch_inner(request).await;
+        let verb = request.method().as_str().to_string();
+        let (parts, body) = request.into_parts();
+        let mut body = Some(body);
+        let response = self.dispatch_inner(parts, &mut body).await;
+        // A request refused before its body was read (401, 403, 429, …): read and drop the
+        // body first, up to a bound. Over HTTP/2 an answer sent with the request stream still
+        // open may reach the client as a stream reset without its status, and clients that
+        // refresh credentials on 401 never see the 401.
+        if let Some(unread) = body
+            && response.status().as_u16() >= 400
+        {
+            discard(unread).await;
+        }
         self.metrics
             .observe(&verb, response.status().as_u16(), started.elapsed());
         response
     }
 
-    async fn dispatch_inner(self: &Arc<Self>, request: Request<Body>) -> Response {
-        let (mut parts, body) = request.into_parts();
-        let path = parts.uri.path().to_string();
+    async fn dispatch_inner(
+        self: &Arc<Self>,
+        mut parts: http::request::Parts,
+        body: &mut Option<Body>,
+    ) -> Response {
+        // Upstream routes the decoded path (Go's `URL.Path`): `secret%2Da` names `secret-a`.
+        let path = match decode_path(parts.uri.path()) {
+            Ok(path) => path,
+            Err(err) => return err.into_response(),
+        };
         let segments: Vec<&str> = path
             .trim_matches('/')
             .split('/')
@@ -193,7 +216,6 @@ impl ApiServer {
             .collect();
         let implied;
         let (cluster, rest) = match segments.as_slice() {
-            ["metrics"] => return (StatusCode::OK, self.metrics.render()).into_response(),
             ["clusters", cluster, rest @ ..] => (*cluster, rest),
             // kubectl's `get --raw PATH` drops the server URL's `/clusters/{id}`: the credential
             // names the cluster, whose own authenticator then accepts or refuses it.
@@ -298,9 +320,20 @@ impl ApiServer {
         }
         let span = tracing::debug_span!("request", tenant = cluster, method = %parts.method, path = %path,
             user = %user.name);
-        let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-            Ok(bytes) => bytes,
-            Err(_) => return ApiError::request_entity_too_large(MAX_BODY_BYTES).into_response(),
+        let Some(unread) = body.take() else {
+            return ApiError::internal("the request body was read twice").into_response();
+        };
+        let body = match tokio::time::timeout(
+            REQUEST_BODY_TIMEOUT,
+            axum::body::to_bytes(unread, MAX_BODY_BYTES),
+        )
+        .await
+        {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(_)) => {
+                return ApiError::request_entity_too_large(MAX_BODY_BYTES).into_response();
+            }
+            Err(_) => return ApiError::request_timeout().into_response(),
         };
         let content_type = parts
             .headers
@@ -355,6 +388,62 @@ impl ApiServer {
         }
         response
     }
+}
+
+/// How long a request body may take to arrive (upstream's 60 s request timeout): a client
+/// trickling its body holds a seat and a connection no longer.
+const REQUEST_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long an unread body of a refused request is read before the answer goes anyway.
+const DISCARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and drops a body, at most [`MAX_BODY_BYTES`] of it for at most [`DISCARD_TIMEOUT`].
+async fn discard(body: Body) {
+    use http_body_util::BodyExt;
+    let read = async {
+        let mut body = body;
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |data| data.len());
+            if seen > MAX_BODY_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DISCARD_TIMEOUT, read).await;
+}
+
+/// A request path with its percent-escapes decoded, as Go's URL parser decodes `URL.Path`; a
+/// malformed escape is refused as Go refuses it.
+fn decode_path(raw: &str) -> Result<String, ApiError> {
+    if !raw.contains('%') {
+        return Ok(raw.to_string());
+    }
+    let bytes = raw.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            decoded.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        let escape = bytes
+            .get(i + 1..i + 3)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escape {
+            Some(byte) => decoded.push(byte),
+            None => {
+                let shown = &raw[i..raw.len().min(i + 3)];
+                return Err(ApiError::bad_request(format!(
+                    "invalid URL escape {shown:?}"
+                )));
+            }
+        }
+        i += 3;
+    }
+    String::from_utf8(decoded)
+        .map_err(|_| ApiError::bad_request("the request path is not valid UTF-8 once decoded"))
 }
 
 /// Upstream's BasicLongRunningRequestCheck: watches, proxying, and the streaming subresources.
@@ -416,6 +505,19 @@ mod tests {
             verb: verb.into(),
             subresource: subresource.into(),
             ..Attributes::default()
+        }
+    }
+
+    #[test]
+    fn paths_are_percent_decoded_as_go_decodes_them() {
+        use super::decode_path;
+        assert_eq!(
+            decode_path("/api/v1/namespaces/default/secrets/secret%2Da%2D1").ok(),
+            Some("/api/v1/namespaces/default/secrets/secret-a-1".to_string())
+        );
+        assert_eq!(decode_path("/plain/path").ok(), Some("/plain/path".into()));
+        for bad in ["/a%zz", "/a%2", "/a%"] {
+            assert_eq!(decode_path(bad).map_err(|e| e.code), Err(400), "{bad}");
         }
     }
 

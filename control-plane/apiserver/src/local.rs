@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use crate::ApiServer;
 use crate::error::ApiError;
 use crate::pki::{CertificateAuthority, PkiError, kubeconfig};
-use crate::serve::{ServeError, serve_tls, server_config};
+use crate::serve::{ConnectionLimits, ServeError, serve_tls_with, server_config};
 
 /// Failures starting a [`LocalServer`].
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +49,15 @@ pub struct LocalServer {
 impl LocalServer {
     /// Starts serving `storage` on a free loopback port with tenant `cluster` created.
     pub async fn start(storage: Arc<dyn Storage>, cluster: &str) -> Result<Self, LocalServerError> {
+        Self::start_with_limits(storage, cluster, ConnectionLimits::default()).await
+    }
+
+    /// [`LocalServer::start`] with the given connection limits (tests of the limits).
+    pub async fn start_with_limits(
+        storage: Arc<dyn Storage>,
+        cluster: &str,
+        limits: ConnectionLimits,
+    ) -> Result<Self, LocalServerError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let server = ApiServer::new(storage, &address.to_string())?;
@@ -67,9 +76,15 @@ impl LocalServer {
         let url = format!("https://{address}/clusters/{cluster}");
         let kubeconfig = kubeconfig(cluster, &url, &ca.cert_pem, "kubernetes-admin", &admin);
         let (shutdown, stop) = oneshot::channel::<()>();
-        let serving = tokio::spawn(serve_tls(listener, tls, server.router(), async move {
-            let _ = stop.await;
-        }));
+        let serving = tokio::spawn(serve_tls_with(
+            listener,
+            tls,
+            server.router(),
+            async move {
+                let _ = stop.await;
+            },
+            limits,
+        ));
         Ok(LocalServer {
             server,
             address,

@@ -605,8 +605,9 @@ impl Store {
         }
     }
 
-    /// NotOlderThan on a revision the store has not reached: upstream waits up to 3 s, then 504.
-    async fn wait_for_revision(&self, revision: Revision) -> Result<(), ApiError> {
+    /// Waits up to 3 s for the store to reach `revision` (upstream's `waitUntilFreshAndBlock`),
+    /// then answers "Too large resource version" (504).
+    pub(crate) async fn wait_for_revision(&self, revision: Revision) -> Result<(), ApiError> {
         if revision == 0 {
             return Ok(());
         }

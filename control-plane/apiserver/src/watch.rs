@@ -130,7 +130,12 @@ pub async fn start(
     // at one revision, and the watch continues right after it: no gap, no duplicate.
     let mut initial = Vec::new();
     let start_after = match (options.from, options.send_initial_events) {
-        (Some(from), None | Some(false)) => from,
+        // A revision the store has not reached: waited for briefly, then refused, as upstream
+        // (a watch from it would otherwise hang with nothing ever to send).
+        (Some(from), None | Some(false)) => {
+            store.wait_for_revision(from).await?;
+            from
+        }
         (None, Some(false)) => storage.current_revision().await?,
         _ => {
             let page = storage
@@ -288,4 +293,52 @@ fn error_status(err: StorageError, revision: Revision) -> Value {
         other => ApiError::from(other),
     };
     serde_json::to_value(api_error.to_status()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Security review, finding 9: a watch from a resourceVersion the store has not reached
+    /// is refused after upstream's wait (it used to hang with nothing ever to send).
+    #[tokio::test]
+    async fn a_watch_from_a_future_resource_version_is_refused_with_504() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage =
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("open");
+        let store = Store::new(Arc::new(storage));
+        let resources = crate::resources::Resources::builtin();
+        let configmaps = Box::leak(Box::new(resources))
+            .find("", "v1", "configmaps")
+            .expect("configmaps");
+        let options = WatchOptions {
+            from: Some(1_000_000),
+            selection: Default::default(),
+            allow_bookmarks: false,
+            send_initial_events: None,
+            timeout: Duration::from_secs(60),
+        };
+        let refused = start(
+            &store,
+            &Tenant::new("t"),
+            configmaps,
+            Some("default"),
+            options,
+            Representation::Json,
+            IncludeObject::Metadata,
+        )
+        .await;
+        let Err(err) = refused else {
+            panic!("a watch from a future resourceVersion started");
+        };
+        assert_eq!((err.code, err.reason), (504, "Timeout"));
+        assert!(
+            err.message
+                .starts_with("Timeout: Too large resource version: 1000000"),
+            "{}",
+            err.message
+        );
+    }
 }

@@ -1191,3 +1191,128 @@ async fn object_sizes_are_limited_as_upstream() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Security review, finding 6: a connection that never finishes its TLS handshake, or
+/// trickles its request headers, is closed; one address may hold only so many connections
+/// that have sent no request. (Short limits here; the defaults are upstream's 10 s and 32 s.)
+#[tokio::test]
+async fn unauthenticated_connections_are_bounded() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir()?;
+    let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::open(dir.path().join("s.redb"))?);
+    let limits = flotilla_apiserver::serve::ConnectionLimits {
+        handshake_timeout: Duration::from_secs(1),
+        header_read_timeout: Duration::from_secs(1),
+        max_unauthenticated_per_address: 3,
+        ..Default::default()
+    };
+    let server = LocalServer::start_with_limits(storage, "demo", limits).await?;
+    let address = server.address;
+    // Reads until the server closes the connection; how long that took.
+    async fn closed_after<S: tokio::io::AsyncRead + Unpin>(mut stream: S) -> Option<Duration> {
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 256];
+        let read = async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .ok()
+            .map(|()| started.elapsed())
+    }
+
+    // Silent after connecting: closed at the handshake timeout.
+    let silent = tokio::net::TcpStream::connect(address).await?;
+    ensure!(
+        closed_after(silent).await.is_some(),
+        "a silent connection stayed open"
+    );
+
+    // Three silent connections fill this address's allowance; a fourth is closed at once.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(address).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fourth = tokio::net::TcpStream::connect(address).await?;
+    let after = closed_after(fourth)
+        .await
+        .context("the fourth stayed open")?;
+    ensure!(
+        after < Duration::from_millis(900),
+        "closed only after {after:?}"
+    );
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Headers trickled after a good handshake: closed at the header timeout.
+    let kubeconfig: Value = serde_yaml::from_str(&server.kubeconfig)?;
+    let ca = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"]
+            .as_str()
+            .context("ca")?,
+    )?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        roots.add(cert?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(address).await?;
+    let mut tls = connector
+        .connect(
+            rustls_pki_types::ServerName::try_from("127.0.0.1")?.to_owned(),
+            tcp,
+        )
+        .await?;
+    tls.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\n")
+        .await?;
+    let trickle = async {
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if tls.write_all(b"X-Slow: 1\r\n").await.is_err() {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(8), trickle).await;
+    ensure!(
+        closed_after(tls).await.is_some(),
+        "a connection trickling headers stayed open"
+    );
+    let _ = server.stop().await;
+    Ok(())
+}
+
+/// Security review, finding 9: percent-escaped path segments name what they decode to.
+#[tokio::test]
+async fn escaped_paths_answer_as_upstream() -> anyhow::Result<()> {
+    let h = start().await?;
+    let api: Api<ConfigMap> = Api::namespaced(h.client.clone(), "default");
+    api.create(&PostParams::default(), &config_map("secret-a-1", "v"))
+        .await?;
+    let (code, object, _) = raw(
+        &h,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/secret%2Da%2D1",
+        "application/json",
+        Vec::new(),
+    )
+    .await?;
+    ensure!(
+        code == 200 && object["metadata"]["name"] == "secret-a-1",
+        "escaped path: {code} {object}"
+    );
+    Ok(())
+}

@@ -344,6 +344,7 @@ impl Management {
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/v1/openapi.json", get(openapi_document))
+            .route("/metrics", get(service_metrics))
             .route("/v1/accounts", get(list_accounts).post(create_account))
             .route(
                 "/v1/accounts/{account}/apikeys",
@@ -946,6 +947,21 @@ fn cluster_answer(m: &Management, cluster: Cluster) -> Response {
 
 async fn openapi_document() -> Response {
     json(StatusCode::OK, &*openapi::DOCUMENT)
+}
+
+/// The whole service's request metrics (every tenant's counts): the operator's only.
+async fn service_metrics(State(m): Service, headers: HeaderMap) -> Result<Response> {
+    if m.authenticate(&headers).await? != Caller::Operator {
+        return Err(ManagementError::access_denied(
+            "only the operator reads the service's metrics",
+        ));
+    }
+    Ok((
+        StatusCode::OK,
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        m.api.render_metrics(),
+    )
+        .into_response())
 }
 
 async fn list_accounts(State(m): Service, headers: HeaderMap) -> Result<Response> {
