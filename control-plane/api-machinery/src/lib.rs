@@ -9,6 +9,7 @@
 //! Names follow upstream `k8s.io/apimachinery` and `sigs.k8s.io/structured-merge-diff` so a
 //! reader who knows Kubernetes can find things.
 
+pub mod cidr;
 pub mod errors;
 pub mod field;
 pub mod managed_fields;

@@ -48,6 +48,78 @@ const PREFERRED_ADDRESS_TYPES: [&str; 5] = [
     "Hostname",
 ];
 
+/// The private ranges node networks are in unless the operator names them: RFC 1918, the
+/// shared address space (RFC 6598) and IPv6 unique local addresses.
+const DEFAULT_NODE_NETWORKS: [&str; 5] = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "fc00::/7",
+];
+
+/// Where the API server may dial a kubelet. A tenant writes its Nodes' addresses, so without
+/// this a tenant could point `logs` at any port the control plane can reach (the management
+/// port, etcd) and tell open from closed by the error.
+#[derive(Debug, Clone, Default)]
+pub struct KubeletNetworks {
+    /// The node networks (VPC CIDRs, the local fabric); empty: [`DEFAULT_NODE_NETWORKS`].
+    pub allowed: Vec<flotilla_api_machinery::cidr::Cidr>,
+    /// This service's own addresses, never dialled whatever network they are in.
+    pub own: Vec<std::net::IpAddr>,
+}
+
+impl KubeletNetworks {
+    /// Whether a kubelet at `address` may be dialled: inside a node network, and not
+    /// loopback, unspecified, link-local, multicast, broadcast or one of the service's own.
+    pub fn permits(&self, address: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let address = match address {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+            v4 => v4,
+        };
+        let special = match address {
+            IpAddr::V4(v4) => {
+                v4.is_loopback()
+                    || v4.is_unspecified()
+                    || v4.is_link_local()
+                    || v4.is_multicast()
+                    || v4.is_broadcast()
+            }
+            IpAddr::V6(v6) => {
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || v6.is_unicast_link_local()
+            }
+        };
+        if special || self.own.contains(&address) {
+            return false;
+        }
+        if self.allowed.is_empty() {
+            DEFAULT_NODE_NETWORKS
+                .iter()
+                .filter_map(|cidr| cidr.parse::<flotilla_api_machinery::cidr::Cidr>().ok())
+                .any(|cidr| cidr.contains(address))
+        } else {
+            self.allowed.iter().any(|cidr| cidr.contains(address))
+        }
+    }
+}
+
+/// What a tenant is told of any failure to reach its kubelet: the same words whatever went
+/// wrong (refused, filtered, timed out, a bad certificate), so the answer says nothing of the
+/// network behind the address; the detail goes to the server's log.
+fn kubelet_unreachable(state: &TenantState, node: &Value, detail: &str) -> ApiError {
+    tracing::warn!(
+        tenant = %state.record.id,
+        node = meta::name(node),
+        %detail,
+        "kubelet unreachable"
+    );
+    ApiError::internal("error dialing backend: kubelet unreachable")
+}
+
 /// Each tenant's TLS client configuration towards kubelets, made once per client CA.
 #[derive(Default)]
 pub struct KubeletClients {
@@ -400,13 +472,27 @@ async fn dial(
 > {
     let (host, port) = kubelet_endpoint(node)?;
     let config = server.kubelet_clients.config(state)?;
-    let address = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
+    let unreachable = |detail: String| kubelet_unreachable(state, node, &detail);
+    // A name is resolved here and the checked address dialled, so what is checked is what is
+    // reached.
+    let target = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => std::net::SocketAddr::new(ip, port),
+        Err(_) => {
+            tokio::time::timeout(DIAL_TIMEOUT, tokio::net::lookup_host((host.as_str(), port)))
+                .await
+                .map_err(|_| unreachable(format!("resolving {host}: timeout")))?
+                .map_err(|err| unreachable(format!("resolving {host}: {err}")))?
+                .find(|candidate| server.kubelet_networks.permits(candidate.ip()))
+                .ok_or_else(|| unreachable(format!("{host} resolves to no node network address")))?
+        }
     };
-    let unreachable = |err: String| ApiError::internal(format!("error dialing backend: {err}"));
-    let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect(&address))
+    if !server.kubelet_networks.permits(target.ip()) {
+        return Err(unreachable(format!(
+            "{target} is outside the node networks (or loopback, link-local or this service's own)"
+        )));
+    }
+    let address = target.to_string();
+    let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect(target))
         .await
         .map_err(|_| unreachable(format!("dial tcp {address}: i/o timeout")))?
         .map_err(|err| unreachable(format!("dial tcp {address}: {err}")))?;
@@ -829,6 +915,83 @@ mod tests {
         for want in ["pods/log", "pods/exec", "pods/attach", "pods/portforward"] {
             assert!(names.contains(&want), "{want} not discovered");
         }
+    }
+
+    /// Security review, finding 8: a tenant's Node pointing at the control plane's own
+    /// network (loopback, link-local) is never dialled, and every failure reads the same.
+    #[tokio::test]
+    async fn node_addresses_outside_the_node_networks_are_not_dialled() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let port = listener.local_addr().expect("address").port();
+        let node = |name: &str, ip: &str| {
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                "status": {"addresses": [{"type": "InternalIP", "address": ip}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}})
+        };
+        let pod = |name: &str, node: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})
+        };
+        let nodes = "/clusters/t/api/v1/nodes";
+        let pods = "/clusters/t/api/v1/namespaces/default/pods";
+        let answers = ask(
+            vec![
+                (nodes, node("loop", "127.0.0.1")),
+                (nodes, node("metadata", "169.254.169.254")),
+                (pods, pod("on-loop", "loop")),
+                (pods, pod("on-metadata", "metadata")),
+            ],
+            vec![
+                (Method::GET, &format!("{pods}/on-loop/log"), vec![]),
+                (Method::GET, &format!("{pods}/on-metadata/log"), vec![]),
+            ],
+            "admin",
+            &["system:masters"],
+        )
+        .await;
+        for (code, status) in &answers {
+            assert_eq!(*code, 500, "{status}");
+            assert_eq!(
+                status["message"],
+                "Internal error occurred: error dialing backend: kubelet unreachable"
+            );
+        }
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err(), "the loopback 'kubelet' was dialled");
+    }
+
+    #[test]
+    fn only_node_networks_are_dialled() {
+        let default = KubeletNetworks {
+            allowed: Vec::new(),
+            own: vec!["10.0.0.1".parse().expect("ip")],
+        };
+        for (ip, permitted) in [
+            ("10.1.2.3", true),
+            ("192.168.4.5", true),
+            ("fd00::5", true),
+            ("10.0.0.1", false),
+            ("127.0.0.1", false),
+            ("::1", false),
+            ("::ffff:127.0.0.1", false),
+            ("169.254.169.254", false),
+            ("fe80::1", false),
+            ("0.0.0.0", false),
+            ("224.0.0.1", false),
+            ("8.8.8.8", false),
+        ] {
+            let address: std::net::IpAddr = ip.parse().expect("ip");
+            assert_eq!(default.permits(address), permitted, "{ip}");
+        }
+        let fabric = KubeletNetworks {
+            allowed: vec!["10.199.3.0/24".parse().expect("cidr")],
+            own: vec!["10.199.3.1".parse().expect("ip")],
+        };
+        assert!(fabric.permits("10.199.3.7".parse().expect("ip")));
+        assert!(!fabric.permits("10.199.3.1".parse().expect("ip")));
+        assert!(!fabric.permits("10.1.0.1".parse().expect("ip")));
     }
 
     #[tokio::test]

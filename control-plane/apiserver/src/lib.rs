@@ -77,6 +77,8 @@ pub struct ServerOptions {
     pub serving_ca_pem: String,
     /// Seals every stored record that holds a private key.
     pub key_encryption: Arc<KeyEncryptionKey>,
+    /// Where kubelets may be dialled for `logs`, `exec`, `attach` and `portforward`.
+    pub kubelet_networks: kubelet::KubeletNetworks,
 }
 
 /// The whole API surface of the process: every tenant's Kubernetes API.
@@ -91,6 +93,7 @@ pub struct ApiServer {
     pub(crate) limits: TenantLimits,
     pub(crate) serving_ca_pem: String,
     pub(crate) kubelet_clients: kubelet::KubeletClients,
+    pub(crate) kubelet_networks: kubelet::KubeletNetworks,
     metrics: Metrics,
     key_encryption: Arc<KeyEncryptionKey>,
 }
@@ -111,6 +114,7 @@ impl ApiServer {
                 limits: TenantLimits::UNLIMITED,
                 serving_ca_pem: String::new(),
                 key_encryption: Arc::new(KeyEncryptionKey::ephemeral()?),
+                kubelet_networks: Default::default(),
             },
         ))
     }
@@ -123,6 +127,7 @@ impl ApiServer {
             limits,
             serving_ca_pem,
             key_encryption,
+            kubelet_networks,
         } = options;
         let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
@@ -137,6 +142,7 @@ impl ApiServer {
             limits,
             serving_ca_pem,
             kubelet_clients: kubelet::KubeletClients::default(),
+            kubelet_networks,
             metrics: Metrics::default(),
         })
     }

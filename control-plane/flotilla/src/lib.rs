@@ -239,6 +239,13 @@ pub struct ServeArgs {
         default_value = "./flotilla-key-encryption-key"
     )]
     pub key_encryption_key_file: PathBuf,
+    /// The networks worker nodes live in (comma-separated CIDRs: the VPCs' ranges): the only
+    /// addresses dialled for `kubectl logs/exec/attach/port-forward`, never loopback,
+    /// link-local or this service's own. Default: the private ranges (10/8, 172.16/12,
+    /// 192.168/16, 100.64/10, fc00::/7) — name the node networks when the control plane's own
+    /// network is private too.
+    #[arg(long, value_delimiter = ',')]
+    pub kubelet_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
     /// Sustained requests per second each cluster's API accepts before answering 429 with
     /// Retry-After (0: no limit).
     #[arg(long, default_value_t = 200.0)]

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
+use flotilla_api_machinery::cidr::Cidr;
+use flotilla_apiserver::kubelet::KubeletNetworks;
 use flotilla_apiserver::limits::TenantLimits;
 use flotilla_apiserver::pki::CertificateAuthority;
 use flotilla_apiserver::serve::ServerConfig;
@@ -184,6 +186,7 @@ async fn start(
     public_url: Option<String>,
     limits: TenantLimits,
     placement_options: PlacementOptions,
+    node_networks: Vec<Cidr>,
 ) -> anyhow::Result<Started> {
     let listener = TcpListener::bind(listen)
         .await
@@ -202,6 +205,9 @@ async fn start(
         sans.push(ip.to_string());
     }
     let ca = serving_ca(&storage, &key_encryption).await?;
+    // The service's own addresses are never a kubelet's, whatever a tenant's Node says.
+    let mut own: Vec<std::net::IpAddr> = sans.iter().filter_map(|s| s.parse().ok()).collect();
+    own.push(local.ip());
     let server = ApiServer::with_options(
         storage.clone(),
         ServerOptions {
@@ -210,6 +216,10 @@ async fn start(
             limits,
             serving_ca_pem: ca.cert_pem.clone(),
             key_encryption: Arc::new(key_encryption),
+            kubelet_networks: KubeletNetworks {
+                allowed: node_networks,
+                own,
+            },
         },
     );
     let serving = ca.issue_serving("flotilla", &serving_hosts(local, &sans))?;
@@ -343,6 +353,11 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // Local nodes' kubelets live on the fabric; without nodes, the private ranges.
+    let node_networks = match fabric_ip {
+        Some(ip) => vec![format!("{ip}/24").parse::<Cidr>()?],
+        None => Vec::new(),
+    };
     // One user on one machine: no per-cluster request limit.
     let started = start(
         storage,
@@ -357,6 +372,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             lease_duration: DEFAULT_LEASE,
             enabled: !args.external_control_loops,
         },
+        node_networks,
     )
     .await?;
     let management = &started.management;
@@ -521,6 +537,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.public_url,
         limits,
         placement_options,
+        args.kubelet_networks.clone(),
     )
     .await?;
     operator_config(&started.management, &args.operator_config, &started).await?;
