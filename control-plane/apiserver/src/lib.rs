@@ -10,6 +10,7 @@ pub mod authn;
 pub mod authz;
 pub mod certificates;
 pub mod discovery;
+pub mod endpoint_access;
 pub mod error;
 pub mod eviction;
 pub mod handler;
@@ -55,7 +56,7 @@ use crate::limits::TenantLimits;
 use crate::metrics::Metrics;
 use crate::openapi::OpenApi;
 use crate::resources::{ResourceInfo, Resources};
-use crate::serve::PeerCertificates;
+use crate::serve::{ClientAddress, PeerCertificates};
 use crate::storage::envelope::{EnvelopeError, KeyEncryptionKey};
 use crate::store::Store;
 use crate::tenants::Tenants;
@@ -79,6 +80,8 @@ pub struct ServerOptions {
     pub key_encryption: Arc<KeyEncryptionKey>,
     /// Where kubelets may be dialled for `logs`, `exec`, `attach` and `portforward`.
     pub kubelet_networks: kubelet::KubeletNetworks,
+    /// The networks a cluster's private endpoint answers (`endpointAccess.private`).
+    pub private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
 }
 
 /// The whole API surface of the process: every tenant's Kubernetes API.
@@ -94,6 +97,7 @@ pub struct ApiServer {
     pub(crate) serving_ca_pem: String,
     pub(crate) kubelet_clients: kubelet::KubeletClients,
     pub(crate) kubelet_networks: kubelet::KubeletNetworks,
+    private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
     metrics: Metrics,
     key_encryption: Arc<KeyEncryptionKey>,
 }
@@ -115,6 +119,7 @@ impl ApiServer {
                 serving_ca_pem: String::new(),
                 key_encryption: Arc::new(KeyEncryptionKey::ephemeral()?),
                 kubelet_networks: Default::default(),
+                private_networks: Vec::new(),
             },
         ))
     }
@@ -128,6 +133,7 @@ impl ApiServer {
             serving_ca_pem,
             key_encryption,
             kubelet_networks,
+            private_networks,
         } = options;
         let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
@@ -143,6 +149,7 @@ impl ApiServer {
             serving_ca_pem,
             kubelet_clients: kubelet::KubeletClients::default(),
             kubelet_networks,
+            private_networks,
             metrics: Metrics::default(),
         })
     }
@@ -244,6 +251,16 @@ impl ApiServer {
         let Some(tenant) = self.tenants.get(cluster).await else {
             return ApiError::no_such_path().into_response();
         };
+        // The cluster's endpoint access, before any credential is looked at; requests from
+        // inside the process (the hosted control loops) come over no network.
+        if let Some(ClientAddress(client)) = parts.extensions.get::<ClientAddress>()
+            && let Err(why) = tenant
+                .record
+                .endpoint_access
+                .admits(client.ip(), &self.private_networks)
+        {
+            return ApiError::forbidden_message("", "", "", why).into_response();
+        }
         // Health, version and the OIDC documents a cloud IAM reads are open to anyone.
         let public = matches!(
             rest,

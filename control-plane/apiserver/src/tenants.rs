@@ -14,6 +14,7 @@ use serde_json::json;
 use tokio::sync::RwLock;
 
 use crate::authn::SigningKey;
+use crate::endpoint_access::EndpointAccess;
 use crate::error::ApiError;
 use crate::pki::{
     CertificateAuthority, CertificateIdentity, IssuedCertificate, certificate_identity,
@@ -26,8 +27,8 @@ use crate::store::{Store, Tenant, WriteOptions};
 const TENANT_RECORDS: &str = "/flotilla/tenants/";
 
 /// How long a loaded tenant is served before its record is read again, so a cluster deleted
-/// through another replica stops answering here within this time.
-const TENANT_RECHECK: Duration = Duration::from_secs(5);
+/// or given another endpoint access through another replica is seen here within this time.
+const TENANT_RECHECK: Duration = Duration::from_secs(1);
 /// How many times (50 ms apart) a failed bootstrap create looks for a concurrent one's object.
 const CONCURRENT_BOOTSTRAP_CHECKS: usize = 40;
 
@@ -48,6 +49,9 @@ pub struct TenantRecord {
     /// Which generation of default objects the cluster has (see [`BOOTSTRAP_VERSION`]).
     #[serde(default)]
     pub bootstrap_version: u32,
+    /// Who may reach the cluster's endpoint (the management API's `endpointAccess`).
+    #[serde(default)]
+    pub endpoint_access: EndpointAccess,
 }
 
 /// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
@@ -232,7 +236,8 @@ impl Tenants {
         let state = match loaded.get(id) {
             Some((state, _))
                 if state.record.client_ca == record.client_ca
-                    && state.record.service_account_key == record.service_account_key =>
+                    && state.record.service_account_key == record.service_account_key
+                    && state.record.endpoint_access == record.endpoint_access =>
             {
                 state.clone()
             }
@@ -375,6 +380,7 @@ impl Tenants {
                     .map_err(ApiError::internal)?,
                 service_account_key: SigningKey::generate()?,
                 bootstrap_version: 0,
+                endpoint_access: EndpointAccess::default(),
             };
             let key = format!("{TENANT_RECORDS}{id}");
             let bytes = self.encode(&key, &record)?;
@@ -394,6 +400,39 @@ impl Tenants {
             .bootstrapped
             .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(state)
+    }
+
+    /// Sets who may reach tenant `id`'s endpoint (idempotent); this replica applies it at
+    /// once, the others on their next read of the record (within [`TENANT_RECHECK`]).
+    pub async fn set_endpoint_access(
+        &self,
+        id: &str,
+        access: &EndpointAccess,
+    ) -> Result<(), ApiError> {
+        let key = format!("{TENANT_RECORDS}{id}");
+        for _ in 0..16 {
+            let Some(kv) = self.store.storage().get(&key).await? else {
+                return Err(ApiError::internal(format!("tenant {id} vanished")));
+            };
+            let (mut record, _) = self.decode(&key, &kv.value)?;
+            if record.endpoint_access == *access {
+                return Ok(());
+            }
+            record.endpoint_access = access.clone();
+            let bytes = self.encode(&key, &record)?;
+            if let flotilla_storage::Outcome::Done(_) = self
+                .store
+                .storage()
+                .update(&key, bytes, kv.mod_revision)
+                .await?
+            {
+                self.loaded.write().await.remove(id);
+                return Ok(());
+            }
+        }
+        Err(ApiError::service_unavailable(format!(
+            "tenant {id}'s record kept changing"
+        )))
     }
 
     /// Marks tenant `id`'s record as holding the current default objects.

@@ -202,6 +202,10 @@ pub struct UpArgs {
     /// mode 0600); created when absent. Default: DIR/key-encryption-key.
     #[arg(long, env = "FLOTILLA_KEY_ENCRYPTION_KEY_FILE")]
     pub key_encryption_key_file: Option<PathBuf>,
+    /// The networks a cluster with `endpointAccess.private` answers (comma-separated CIDRs),
+    /// besides the local nodes' fabric.
+    #[arg(long, value_delimiter = ',')]
+    pub private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
 }
 
 /// `flotilla serve`.
@@ -246,6 +250,10 @@ pub struct ServeArgs {
     /// network is private too.
     #[arg(long, value_delimiter = ',')]
     pub kubelet_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
+    /// The networks a cluster with `endpointAccess.private` answers (comma-separated CIDRs:
+    /// the VPCs'); a cluster with `public: false` answers nothing else.
+    #[arg(long, value_delimiter = ',')]
+    pub private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
     /// Sustained requests per second each cluster's API accepts before answering 429 with
     /// Retry-After (0: no limit).
     #[arg(long, default_value_t = 200.0)]

@@ -186,7 +186,7 @@ async fn start(
     public_url: Option<String>,
     limits: TenantLimits,
     placement_options: PlacementOptions,
-    node_networks: Vec<Cidr>,
+    networks: Networks,
 ) -> anyhow::Result<Started> {
     let listener = TcpListener::bind(listen)
         .await
@@ -217,9 +217,10 @@ async fn start(
             serving_ca_pem: ca.cert_pem.clone(),
             key_encryption: Arc::new(key_encryption),
             kubelet_networks: KubeletNetworks {
-                allowed: node_networks,
+                allowed: networks.nodes,
                 own,
             },
+            private_networks: networks.private,
         },
     );
     let serving = ca.issue_serving("flotilla", &serving_hosts(local, &sans))?;
@@ -267,6 +268,14 @@ async fn start(
         public_url,
         serving_ca: ca,
     })
+}
+
+/// The networks the service distinguishes.
+struct Networks {
+    /// Where kubelets live (empty: the private ranges).
+    nodes: Vec<Cidr>,
+    /// What a cluster's private endpoint answers.
+    private: Vec<Cidr>,
 }
 
 /// How this replica takes part in running clusters' control loops.
@@ -353,10 +362,18 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    // Local nodes' kubelets live on the fabric; without nodes, the private ranges.
-    let node_networks = match fabric_ip {
+    // Local nodes' kubelets live on the fabric (without nodes: the private ranges), and the
+    // fabric is the private network a private endpoint answers, with any given.
+    let fabric = match fabric_ip {
         Some(ip) => vec![format!("{ip}/24").parse::<Cidr>()?],
         None => Vec::new(),
+    };
+    let networks = Networks {
+        nodes: fabric.clone(),
+        private: fabric
+            .into_iter()
+            .chain(args.private_networks.clone())
+            .collect(),
     };
     // One user on one machine: no per-cluster request limit.
     let started = start(
@@ -372,7 +389,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             lease_duration: DEFAULT_LEASE,
             enabled: !args.external_control_loops,
         },
-        node_networks,
+        networks,
     )
     .await?;
     let management = &started.management;
@@ -537,7 +554,10 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.public_url,
         limits,
         placement_options,
-        args.kubelet_networks.clone(),
+        Networks {
+            nodes: args.kubelet_networks.clone(),
+            private: args.private_networks.clone(),
+        },
     )
     .await?;
     operator_config(&started.management, &args.operator_config, &started).await?;

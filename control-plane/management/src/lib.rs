@@ -864,6 +864,7 @@ impl Management {
             ClusterStatus::Creating => {
                 match self.api.tenants.ensure(&self.api, &cluster.id).await {
                     Ok(_) => {
+                        self.apply_endpoint_access(&cluster).await?;
                         cluster.status = ClusterStatus::Active;
                         cluster.status_reason = None;
                     }
@@ -880,7 +881,10 @@ impl Management {
                 }
                 self.swap(&key, &cluster, revision).await?;
             }
-            ClusterStatus::Active => self.reconcile_node_pools(&cluster, pools, false).await?,
+            ClusterStatus::Active => {
+                self.apply_endpoint_access(&cluster).await?;
+                self.reconcile_node_pools(&cluster, pools, false).await?
+            }
             ClusterStatus::Deleting => {
                 let pools_left = !pools.is_empty();
                 self.reconcile_node_pools(&cluster, pools, true).await?;
@@ -896,6 +900,24 @@ impl Management {
             ClusterStatus::Failed => {}
         }
         Ok(())
+    }
+
+    /// Gives the cluster's API the cluster's `endpointAccess`, when it has another.
+    async fn apply_endpoint_access(&self, cluster: &Cluster) -> Result<()> {
+        let wanted = flotilla_apiserver::endpoint_access::EndpointAccess {
+            public: cluster.endpoint_access.public,
+            private: cluster.endpoint_access.private,
+            public_access_cidrs: cluster.endpoint_access.public_access_cidrs.clone(),
+        };
+        let current = self.api.tenants.get(&cluster.id).await;
+        if current.is_some_and(|state| state.record.endpoint_access == wanted) {
+            return Ok(());
+        }
+        self.api
+            .tenants
+            .set_endpoint_access(&cluster.id, &wanted)
+            .await
+            .map_err(|err| ManagementError::internal(err.message))
     }
 
     /// Without a cloud, node pools are records only: `ACTIVE` once recorded, removed when
@@ -1085,6 +1107,10 @@ async fn update_cluster(
             },
         )
         .await?;
+    // Applied here at once; other replicas read it within a second.
+    if cluster.status == ClusterStatus::Active {
+        m.apply_endpoint_access(&cluster).await?;
+    }
     Ok(cluster_answer(&m, cluster))
 }
 

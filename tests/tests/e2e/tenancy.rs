@@ -1118,3 +1118,94 @@ fn simulated_nodes_run_their_pods() -> anyhow::Result<()> {
     let _ = simulator.wait();
     outcome
 }
+
+/// Retries `check` for up to `within` (a setting applied by the service takes effect then).
+fn eventually(
+    within: Duration,
+    mut check: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match check() {
+            Ok(()) => return Ok(()),
+            Err(err) if std::time::Instant::now() >= deadline => return Err(err),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Security review, findings 7 and 9: a cluster's `endpointAccess` is enforced on its API
+/// (publicAccessCidrs, then a private-only endpoint, then open again), each change applied
+/// within seconds with a 403 that names the rule; `/metrics` is the operator's alone.
+#[test]
+fn endpoint_access_is_enforced_and_metrics_need_the_operator() -> anyhow::Result<()> {
+    let etcd = Etcd::start()?;
+    let service = Serve::start(&etcd.endpoint)?;
+    let x = service.account("x")?;
+    let cluster = create_cluster(&service, &x, "guarded")?;
+    cluster.kubectl.ok(&["get", "ns", "default"])?;
+
+    let set = |access: Value| -> anyhow::Result<()> {
+        let (code, body) = management_call(
+            &x,
+            "PATCH",
+            "/v1/clusters/guarded",
+            Some(&json!({ "endpointAccess": access })),
+            true,
+        )?;
+        ensure!(code == 200, "PATCH endpointAccess: {code} {body}");
+        Ok(())
+    };
+    set(json!({"publicAccessCidrs": ["10.1.0.0/16"]}))?;
+    eventually(Duration::from_secs(3), || {
+        let refused = cluster.kubectl.fails(&["get", "ns", "default"])?;
+        contains(&refused, "Forbidden")?;
+        contains(&refused, "does not answer 127.0.0.1")?;
+        contains(&refused, "publicAccessCidrs [10.1.0.0/16]")
+    })?;
+    set(json!({"public": false, "private": true}))?;
+    eventually(Duration::from_secs(3), || {
+        contains(
+            &cluster.kubectl.fails(&["get", "ns", "default"])?,
+            "the cluster's endpoint is private",
+        )
+    })?;
+    // The management API still answers for the cluster (its access is the account's key).
+    let (code, _) = management_call(&x, "GET", "/v1/clusters/guarded", None, true)?;
+    ensure!(code == 200, "management GET: {code}");
+    set(json!({"publicAccessCidrs": ["127.0.0.0/8"]}))?;
+    eventually(Duration::from_secs(3), || {
+        cluster.kubectl.ok(&["get", "ns", "default"]).map(drop)
+    })?;
+
+    // /metrics: 401 without a credential, 403 for an account, 200 for the operator.
+    let (code, _) = management_call(&x, "GET", "/metrics", None, false)?;
+    ensure!(code == 401, "anonymous /metrics: {code}");
+    let (code, _) = management_call(&x, "GET", "/metrics", None, true)?;
+    ensure!(code == 403, "account /metrics: {code}");
+    let operator = service.operator();
+    let settings = operator.settings()?;
+    let ca = service.dir().join("operator-ca.pem");
+    std::fs::write(&ca, settings["caPem"].as_str().context("caPem")?)?;
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(&ca)
+        .args([
+            "-H",
+            &format!(
+                "Authorization: Bearer {}",
+                settings["apiKey"].as_str().context("apiKey")?
+            ),
+        ])
+        .arg(format!(
+            "{}/metrics",
+            settings["endpoint"].as_str().context("endpoint")?
+        ))
+        .output()?;
+    ensure!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("# TYPE"),
+        "operator /metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
