@@ -61,6 +61,9 @@ pub struct Call {
     /// The connection's upgrade, for the streaming subresources (`exec`, `attach`,
     /// `portforward`); absent on the in-memory transport.
     pub upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// Sent by the tenant's own control loops hosted in this process: not counted against
+    /// the tenant's limits (upstream gives system components their own priority levels).
+    pub hosted_loop: bool,
 }
 
 impl Call {
@@ -418,9 +421,14 @@ async fn resource_request(
     match (&call.method, target.name, target.subresource) {
         (&Method::GET, None, None) => {
             if call.flag("watch") || target.watch_path {
+                let slot = match call.hosted_loop {
+                    true => None,
+                    false => Some(state.watches.open(&server.limits)?),
+                };
                 return watch_request(
                     server,
                     tenant,
+                    slot,
                     resource,
                     target.namespace,
                     call,
@@ -846,9 +854,11 @@ pub(crate) fn set_propagation(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn watch_request(
     server: &ApiServer,
     tenant: &Tenant,
+    slot: Option<crate::limits::WatchSlot>,
     resource: &'static ResourceInfo,
     namespace: Option<&str>,
     call: &Call,
@@ -915,9 +925,11 @@ async fn watch_request(
         allow_bookmarks: call.flag("allowWatchBookmarks"),
         send_initial_events,
         timeout,
+        slot,
     };
     let body = watch::start(
         &server.store,
+        &server.watch_snapshots,
         tenant,
         resource,
         namespace,

@@ -98,6 +98,8 @@ pub struct ApiServer {
     pub(crate) kubelet_clients: kubelet::KubeletClients,
     pub(crate) kubelet_networks: kubelet::KubeletNetworks,
     private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
+    /// The initial states watches are sending, shared between watches.
+    pub(crate) watch_snapshots: watch::Snapshots,
     metrics: Metrics,
     key_encryption: Arc<KeyEncryptionKey>,
 }
@@ -150,6 +152,7 @@ impl ApiServer {
             kubelet_clients: kubelet::KubeletClients::default(),
             kubelet_networks,
             private_networks,
+            watch_snapshots: Default::default(),
             metrics: Metrics::default(),
         })
     }
@@ -169,6 +172,12 @@ impl ApiServer {
     /// counts, so whoever serves them must allow only the operator.
     pub fn render_metrics(&self) -> String {
         self.metrics.render()
+    }
+
+    /// How many initial states open watches are sending from (one per key prefix and
+    /// second, however many watches share it).
+    pub fn watch_snapshots_live(&self) -> usize {
+        self.watch_snapshots.live()
     }
 
     /// The generic store.
@@ -389,6 +398,7 @@ impl ApiServer {
             user,
             raw_query,
             upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+            hosted_loop,
         };
         if connect {
             return kubelet::connect_subresource(

@@ -26,6 +26,9 @@ pub struct TenantLimits {
     pub max_queued: usize,
     /// Most keys a tenant may store (objects and their allocations); `None` for no quota.
     pub max_objects: Option<usize>,
+    /// Watches a tenant may have open at once; `None` for no limit. Each holds a connection,
+    /// a task and its place in the initial state it is sending.
+    pub max_watches: Option<usize>,
 }
 
 impl TenantLimits {
@@ -36,6 +39,7 @@ impl TenantLimits {
         max_in_flight: None,
         max_queued: 0,
         max_objects: None,
+        max_watches: None,
     };
 }
 
@@ -152,6 +156,47 @@ impl Seats {
             // Timed out, or the semaphore closed (it never is).
             _ => Err(too_many_requests()),
         }
+    }
+}
+
+/// One tenant's open watches.
+#[derive(Debug, Default)]
+pub struct Watches {
+    open: Arc<AtomicUsize>,
+}
+
+/// One open watch's place in its tenant's count, given back when the watch ends.
+#[derive(Debug)]
+pub struct WatchSlot {
+    open: Option<Arc<AtomicUsize>>,
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        if let Some(open) = &self.open {
+            open.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Watches {
+    /// A place for one more watch, or upstream's 429 when the tenant has as many as allowed.
+    pub fn open(&self, limits: &TenantLimits) -> Result<WatchSlot, ApiError> {
+        let Some(limit) = limits.max_watches else {
+            return Ok(WatchSlot { open: None });
+        };
+        if self.open.fetch_add(1, Ordering::AcqRel) >= limit {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            return Err(too_many_requests());
+        }
+        Ok(WatchSlot {
+            open: Some(self.open.clone()),
+        })
+    }
+
+    /// How many are open now.
+    pub fn count(&self) -> usize {
+        self.open.load(Ordering::Acquire)
     }
 }
 
@@ -272,6 +317,23 @@ mod tests {
         for _ in 0..10_000 {
             assert!(limiter.admit(&TenantLimits::UNLIMITED).is_ok());
         }
+    }
+
+    #[test]
+    fn watches_are_counted_until_they_end() {
+        let limits = TenantLimits {
+            max_watches: Some(2),
+            ..TenantLimits::UNLIMITED
+        };
+        let watches = Watches::default();
+        let first = watches.open(&limits).expect("first");
+        let _second = watches.open(&limits).expect("second");
+        let refused = watches.open(&limits).expect_err("third");
+        assert_eq!((refused.code, refused.reason), (429, "TooManyRequests"));
+        drop(first);
+        assert_eq!(watches.count(), 1);
+        assert!(watches.open(&limits).is_ok());
+        assert!(watches.open(&TenantLimits::UNLIMITED).is_ok());
     }
 
     #[tokio::test]

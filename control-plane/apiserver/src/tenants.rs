@@ -80,6 +80,8 @@ pub struct TenantState {
     pub limiter: crate::limits::RateLimiter,
     /// Its requests executing and queued.
     pub seats: crate::limits::Seats,
+    /// Its open watches.
+    pub watches: crate::limits::Watches,
 }
 
 impl TenantState {
@@ -115,6 +117,7 @@ impl TenantState {
             object_count: Default::default(),
             limiter: Default::default(),
             seats: Default::default(),
+            watches: Default::default(),
         })
     }
 

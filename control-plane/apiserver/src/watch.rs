@@ -1,7 +1,9 @@
 //! Watch streams: initial state, live changes translated per selector, bookmarks, timeouts and
 //! the 410 `Expired` error event, in the newline-delimited JSON form clients read.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,9 +22,91 @@ use crate::table::{IncludeObject, table};
 
 /// How often a bookmark is sent when the client allows them (upstream: about once a minute).
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+/// How old an initial state may be and still start another watch (as upstream's watch cache
+/// serves `resourceVersion=0` from a state a little behind the store): the watch continues
+/// from its revision, so no change is missed.
+const SNAPSHOT_REUSE: Duration = Duration::from_secs(1);
+
+/// The state of one key prefix at one revision, read once and sent by every watch that
+/// starts from it while any of them still sends from it (one copy however many watchers).
+#[derive(Debug)]
+pub struct Snapshot {
+    revision: Revision,
+    objects: Vec<Value>,
+}
+
+/// A snapshot being read or read: concurrent watches wait for the one read.
+#[derive(Debug)]
+struct SharedSnapshot {
+    taken: std::time::Instant,
+    snapshot: tokio::sync::OnceCell<Snapshot>,
+}
+
+/// The initial states watches are sending, by key prefix; an entry lives as long as a watch
+/// holds it.
+#[derive(Debug, Default)]
+pub struct Snapshots {
+    by_prefix: Mutex<HashMap<String, Weak<SharedSnapshot>>>,
+}
+
+impl Snapshots {
+    /// The state of `prefix`: one read by a recent watch, or a new read. The watch keeps
+    /// what this returns while it sends from it; the entry lives as long as one does.
+    async fn state(
+        &self,
+        storage: &Arc<dyn flotilla_storage::Storage>,
+        prefix: &str,
+    ) -> Result<Arc<SharedSnapshot>, ApiError> {
+        let shared = {
+            let mut by_prefix = self
+                .by_prefix
+                .lock()
+                .map_err(|_| ApiError::internal("the watch snapshot table is poisoned"))?;
+            match by_prefix.get(prefix).and_then(Weak::upgrade) {
+                Some(shared) if shared.taken.elapsed() < SNAPSHOT_REUSE => shared,
+                _ => {
+                    by_prefix.retain(|_, entry| entry.strong_count() > 0);
+                    let shared = Arc::new(SharedSnapshot {
+                        taken: std::time::Instant::now(),
+                        snapshot: tokio::sync::OnceCell::new(),
+                    });
+                    by_prefix.insert(prefix.to_string(), Arc::downgrade(&shared));
+                    shared
+                }
+            }
+        };
+        shared
+            .snapshot
+            .get_or_try_init(|| async {
+                let page = storage
+                    .range(RangeRequest {
+                        prefix: prefix.to_string(),
+                        start_key: None,
+                        limit: 0,
+                        revision: 0,
+                    })
+                    .await?;
+                let objects = page.kvs.iter().map(decode).collect::<Result<_, _>>()?;
+                Ok::<_, ApiError>(Snapshot {
+                    revision: page.revision,
+                    objects,
+                })
+            })
+            .await?;
+        Ok(shared)
+    }
+
+    /// How many snapshots watches hold now.
+    pub fn live(&self) -> usize {
+        self.by_prefix
+            .lock()
+            .map(|by_prefix| by_prefix.values().filter(|e| e.strong_count() > 0).count())
+            .unwrap_or(0)
+    }
+}
 
 /// What a watch request asked for.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WatchOptions {
     /// `resourceVersion`: `None` (unset or "0") starts with the current state as ADDED events.
     pub from: Option<Revision>,
@@ -35,6 +119,8 @@ pub struct WatchOptions {
     pub send_initial_events: Option<bool>,
     /// `timeoutSeconds` (or the server's default).
     pub timeout: Duration,
+    /// The watch's place in its tenant's count, held until it ends.
+    pub slot: Option<crate::limits::WatchSlot>,
 }
 
 struct Encoder {
@@ -102,11 +188,18 @@ impl Encoder {
 }
 
 /// A running watch: the body stream a handler returns.
-pub type WatchBody = tokio_stream::wrappers::ReceiverStream<Result<Bytes, Infallible>>;
+pub type WatchBody =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, Infallible>> + Send>>;
+
+/// How many bytes of events a watch may have queued for its client: a client that does not
+/// read holds this much, whatever the size or number of the objects it watches.
+const WATCH_BUFFER_BYTES: usize = 256 * 1024;
 
 /// Starts a watch of `resource` in `namespace` (all when `None`).
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     store: &Store,
+    snapshots: &Snapshots,
     tenant: &Tenant,
     resource: &'static ResourceInfo,
     namespace: Option<&str>,
@@ -124,11 +217,15 @@ pub async fn start(
         api_version: resource.api_version(),
         columns: resource.strategy.columns(),
     };
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    // Each queued event holds permits of its size from the watch's byte budget until the
+    // body hands it on; one larger than the whole budget takes all of it.
+    let (tx, rx) = mpsc::channel::<(tokio::sync::OwnedSemaphorePermit, Bytes)>(64);
+    let budget = Arc::new(tokio::sync::Semaphore::new(WATCH_BUFFER_BYTES));
 
-    // The initial state (unset/"0" RV, or sendInitialEvents) is read before the watch starts,
-    // at one revision, and the watch continues right after it: no gap, no duplicate.
-    let mut initial = Vec::new();
+    // The initial state (unset/"0" RV, or sendInitialEvents) is one revision's, shared with
+    // the watches that start from it, and the watch continues right after it: no gap, no
+    // duplicate. It is filtered by this watch's selection as it is sent.
+    let mut initial = None;
     let start_after = match (options.from, options.send_initial_events) {
         // A revision the store has not reached: waited for briefly, then refused, as upstream
         // (a watch from it would otherwise hang with nothing ever to send).
@@ -138,35 +235,42 @@ pub async fn start(
         }
         (None, Some(false)) => storage.current_revision().await?,
         _ => {
-            let page = storage
-                .range(RangeRequest {
-                    prefix: prefix.clone(),
-                    start_key: None,
-                    limit: 0,
-                    revision: 0,
-                })
-                .await?;
-            for kv in &page.kvs {
-                let obj = decode(kv)?;
-                if options.selection.matches(&obj, resource) {
-                    initial.push(obj);
-                }
-            }
-            page.revision
+            let shared = snapshots.state(&storage, &prefix).await?;
+            let revision = shared
+                .snapshot
+                .get()
+                .map(|snapshot| snapshot.revision)
+                .ok_or_else(|| ApiError::internal("a watch snapshot was not read"))?;
+            initial = Some(shared);
+            revision
         }
     };
     let live = storage.watch(&prefix, start_after + 1).await;
 
     tokio::spawn(async move {
+        let _slot = options.slot;
         let send = |bytes: Bytes| {
             let tx = tx.clone();
-            async move { tx.send(Ok(bytes)).await.is_ok() }
+            let budget = budget.clone();
+            async move {
+                let cost = u32::try_from(bytes.len().clamp(1, WATCH_BUFFER_BYTES)).unwrap_or(1);
+                let Ok(permit) = budget.acquire_many_owned(cost).await else {
+                    return false;
+                };
+                tx.send((permit, bytes)).await.is_ok()
+            }
         };
-        for obj in initial {
-            if !send(encoder.event("ADDED", obj)).await {
-                return;
+        if let Some(snapshot) = initial.as_ref().and_then(|shared| shared.snapshot.get()) {
+            for obj in &snapshot.objects {
+                if options.selection.matches(obj, resource)
+                    && !send(encoder.event("ADDED", obj.clone())).await
+                {
+                    return;
+                }
             }
         }
+        // Sent: this watch no longer keeps the state alive.
+        drop(initial);
         if options.send_initial_events == Some(true)
             && options.allow_bookmarks
             && !send(encoder.bookmark(start_after, true)).await
@@ -222,7 +326,12 @@ pub async fn start(
             }
         }
     });
-    Ok(tokio_stream::wrappers::ReceiverStream::new(rx))
+    Ok(Box::pin(
+        tokio_stream::wrappers::ReceiverStream::new(rx).map(|(permit, bytes)| {
+            drop(permit);
+            Ok(bytes)
+        }),
+    ))
 }
 
 /// Maps one storage event to a watch event under the selection: objects moving into the
@@ -297,9 +406,108 @@ fn error_status(err: StorageError, revision: Revision) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
+
+    fn options(from: Option<Revision>) -> WatchOptions {
+        WatchOptions {
+            from,
+            selection: Default::default(),
+            allow_bookmarks: false,
+            send_initial_events: None,
+            timeout: Duration::from_secs(60),
+            slot: None,
+        }
+    }
+
+    /// The resident memory of this process, from /proc (Linux).
+    fn resident_bytes() -> u64 {
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|statm| statm.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .map_or(0, |pages| pages * 4096)
+    }
+
+    /// Security review, finding 4: watches from resourceVersion 0 whose clients do not read
+    /// share one copy of the initial state (it was one each: 100 watches over 5 MiB held
+    /// 275 MB), and each still sends all of it.
+    #[tokio::test]
+    async fn watches_that_start_together_share_one_initial_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage =
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("open");
+        let store = Store::new(Arc::new(storage));
+        let resources = Box::leak(Box::new(crate::resources::Resources::builtin()));
+        let configmaps = resources.find("", "v1", "configmaps").expect("configmaps");
+        let tenant = Tenant::new("t");
+        let prefix = tenant.list_prefix(configmaps, Some("default"));
+        let value = "v".repeat(16 * 1024);
+        for i in 0..320 {
+            let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("big-{i}"), "namespace": "default"},
+                "data": {"v": value}});
+            store
+                .storage()
+                .create(
+                    &format!("{prefix}big-{i}"),
+                    Bytes::from(serde_json::to_vec(&object).expect("json")),
+                )
+                .await
+                .expect("create");
+        }
+        let snapshots = Snapshots::default();
+        let before = resident_bytes();
+        let mut bodies = Vec::new();
+        for _ in 0..100 {
+            // Never read: each watch's task stops at its channel's 64 events, holding its
+            // place in the initial state.
+            let body = start(
+                &store,
+                &snapshots,
+                &tenant,
+                configmaps,
+                Some("default"),
+                options(None),
+                Representation::Json,
+                IncludeObject::Metadata,
+            )
+            .await;
+            let Ok(body) = body else {
+                panic!("watch refused");
+            };
+            bodies.push(body);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let grown = resident_bytes().saturating_sub(before);
+        println!(
+            "100 unread watches over 5 MiB: {} initial state(s), resident memory +{:.1} MiB",
+            snapshots.live(),
+            grown as f64 / 1_048_576.0
+        );
+        assert!(
+            (1..=2).contains(&snapshots.live()),
+            "{} initial states for 100 watches",
+            snapshots.live()
+        );
+        let mut first = bodies.swap_remove(0);
+        let mut added = 0;
+        while added < 320 {
+            let line = tokio::time::timeout(Duration::from_secs(10), first.next())
+                .await
+                .expect("in time")
+                .expect("an event")
+                .unwrap_or_default();
+            assert!(line.starts_with(br#"{"type":"ADDED""#));
+            added += 1;
+        }
+        drop(first);
+        drop(bodies);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            snapshots.live(),
+            0,
+            "the state is freed with its last watch"
+        );
+    }
 
     /// Security review, finding 9: a watch from a resourceVersion the store has not reached
     /// is refused after upstream's wait (it used to hang with nothing ever to send).
@@ -313,15 +521,10 @@ mod tests {
         let configmaps = Box::leak(Box::new(resources))
             .find("", "v1", "configmaps")
             .expect("configmaps");
-        let options = WatchOptions {
-            from: Some(1_000_000),
-            selection: Default::default(),
-            allow_bookmarks: false,
-            send_initial_events: None,
-            timeout: Duration::from_secs(60),
-        };
+        let options = options(Some(1_000_000));
         let refused = start(
             &store,
+            &Snapshots::default(),
             &Tenant::new("t"),
             configmaps,
             Some("default"),

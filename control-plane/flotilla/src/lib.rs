@@ -274,6 +274,10 @@ pub struct ServeArgs {
     /// 0: no quota).
     #[arg(long, default_value_t = 100_000)]
     pub tenant_max_objects: usize,
+    /// Watches each cluster may have open at once before more are answered 429 with
+    /// Retry-After (0: no limit); its own control loops hosted here are not counted.
+    #[arg(long, default_value_t = 1000)]
+    pub tenant_max_watches: usize,
     /// How long a replica's hold on a cluster's control loops lasts without renewal; another
     /// replica takes them over this long after the holder dies.
     #[arg(long, default_value_t = 15)]

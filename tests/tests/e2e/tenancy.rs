@@ -1209,3 +1209,59 @@ fn endpoint_access_is_enforced_and_metrics_need_the_operator() -> anyhow::Result
     );
     Ok(())
 }
+
+/// Security review, finding 4: a cluster may hold only `--tenant-max-watches` watches at once
+/// (429 beyond, as upstream's other limits); its own hosted control loops are not counted,
+/// and a watch that ends gives its place back.
+#[test]
+fn a_cluster_at_its_watch_limit_gets_429() -> anyhow::Result<()> {
+    let etcd = Etcd::start()?;
+    let service = Serve::start_with(&etcd.endpoint, &["--tenant-max-watches", "2"])?;
+    let x = service.account("x")?;
+    let a = create_cluster(&service, &x, "watched")?;
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let watches: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    a.kubectl.raw_get(
+                        "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=3",
+                    )
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        let (status, body) = a
+            .kubectl
+            .raw_get("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1")?;
+        ensure!(status == 429, "a third watch: {status} {body}");
+        ensure_too_many_requests(&body)?;
+        // Other requests are served meanwhile.
+        let (status, _) = a.kubectl.raw_get("/api/v1/namespaces")?;
+        ensure!(status == 200, "a list beside the watches: {status}");
+        for watch in watches {
+            let (status, _) = watch
+                .join()
+                .map_err(|_| anyhow::anyhow!("watch thread"))??;
+            ensure!(status == 200, "a watch: {status}");
+        }
+        Ok(())
+    })?;
+    let (status, body) = a
+        .kubectl
+        .raw_get("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1")?;
+    ensure!(
+        status == 200,
+        "a watch after the others ended: {status} {body}"
+    );
+    // The cluster's own control loops kept working: a ReplicaSet still gets its pods.
+    a.kubectl.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=flotilla.local/busybox:1",
+    ])?;
+    eventually(Duration::from_secs(20), || {
+        contains(&a.kubectl.ok(&["get", "rs", "-o", "name"])?, "replicaset")
+    })?;
+    Ok(())
+}
