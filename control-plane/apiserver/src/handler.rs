@@ -64,6 +64,9 @@ pub struct Call {
     /// Sent by the tenant's own control loops hosted in this process: not counted against
     /// the tenant's limits (upstream gives system components their own priority levels).
     pub hosted_loop: bool,
+    /// The body, parsed already (a large one, on the heavy-work threads) in the format its
+    /// request's content type names; taken by the first reader.
+    pub parsed: std::sync::Mutex<Option<Value>>,
 }
 
 impl Call {
@@ -138,6 +141,14 @@ impl Call {
 
     fn body_json(&self) -> Result<Value, ApiError> {
         let format = negotiate::body_format(self.header(header::CONTENT_TYPE))?;
+        self.body_in(format)
+    }
+
+    /// The body as `format`: the value parsed already, or a parse now.
+    pub fn body_in(&self, format: negotiate::BodyFormat) -> Result<Value, ApiError> {
+        if let Some(parsed) = self.parsed.lock().ok().and_then(|mut parsed| parsed.take()) {
+            return Ok(parsed);
+        }
         negotiate::parse_body(&self.body, format)
     }
 }

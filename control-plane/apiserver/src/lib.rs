@@ -14,6 +14,7 @@ pub mod endpoint_access;
 pub mod error;
 pub mod eviction;
 pub mod handler;
+pub mod heavy;
 pub mod kubelet;
 pub mod limits;
 pub mod local;
@@ -100,6 +101,8 @@ pub struct ApiServer {
     private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
     /// The initial states watches are sending, shared between watches.
     pub(crate) watch_snapshots: watch::Snapshots,
+    /// Where large bodies are parsed.
+    heavy_work: heavy::HeavyWork,
     metrics: Metrics,
     key_encryption: Arc<KeyEncryptionKey>,
 }
@@ -153,6 +156,7 @@ impl ApiServer {
             kubelet_networks,
             private_networks,
             watch_snapshots: Default::default(),
+            heavy_work: Default::default(),
             metrics: Metrics::default(),
         })
     }
@@ -385,6 +389,32 @@ impl ApiServer {
                 return err.into_response();
             }
         }
+        // A large body is parsed on the heavy-work threads, one at a time per tenant, while
+        // this request holds its seat: the worst bodies a tenant can send cost it a share of
+        // one core, not the workers every tenant is answered on.
+        let mut parsed = None;
+        if body.len() > heavy::HEAVY_BODY_BYTES
+            && let Some(format) = negotiate::request_body_format(&parts.method, content_type)
+        {
+            let _turn = match tenant.heavy_work.acquire().await {
+                Ok(turn) => turn,
+                Err(_) => {
+                    return ApiError::internal("the tenant's heavy-work turn closed")
+                        .into_response();
+                }
+            };
+            let bytes = body.clone();
+            match self
+                .heavy_work
+                .run(move |abandoned| {
+                    negotiate::parse_body_unless_abandoned(&bytes, format, abandoned)
+                })
+                .await
+            {
+                Ok(value) => parsed = Some(value),
+                Err(err) => return err.into_response(),
+            }
+        }
         let rbac_write =
             parts.method != http::Method::GET && rest.contains(&"rbac.authorization.k8s.io");
         let raw_query = form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
@@ -399,6 +429,7 @@ impl ApiServer {
             raw_query,
             upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
             hosted_loop,
+            parsed: std::sync::Mutex::new(parsed),
         };
         if connect {
             return kubelet::connect_subresource(

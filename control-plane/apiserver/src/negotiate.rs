@@ -1,6 +1,8 @@
 //! Content negotiation: which representation (`Accept`) a response takes, and which body
 //! format (`Content-Type`) a request carries.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
@@ -80,11 +82,15 @@ pub const MAX_BODY_DEPTH: usize = 128;
 /// to the first one too deep. libyaml (under serde_yaml) keeps a simple-key slot per open flow
 /// collection and visits every slot on every token: `[` × 70,000 cost it minutes. Stopping at
 /// the limit bounds that work by the body's length × the limit.
-fn check_yaml_depth(text: &str) -> Result<(), ApiError> {
+fn check_yaml_depth(text: &str, abandoned: &AtomicBool) -> Result<(), ApiError> {
     use yaml_rust2::parser::{Event, Parser};
     let mut parser = Parser::new_from_str(text);
     let mut depth = 0usize;
-    loop {
+    for events in 0u64.. {
+        // The client went away: stop reading for nobody (checked now and then, it is cheap).
+        if events % 4096 == 0 && abandoned.load(Ordering::Relaxed) {
+            return Err(ApiError::bad_request("the client went away"));
+        }
         let (event, _) = parser.next_token().map_err(|e| {
             ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
         })?;
@@ -102,12 +108,13 @@ fn check_yaml_depth(text: &str) -> Result<(), ApiError> {
             _ => {}
         }
     }
+    Ok(())
 }
 
 /// Parses a YAML body: JSON first when it looks like JSON (what kubectl sends even as
 /// `application/apply-patch+yaml`; linear, and depth-limited by serde_json), otherwise YAML
 /// once its depth is checked.
-fn parse_yaml(body: &[u8]) -> Result<Value, ApiError> {
+fn parse_yaml(body: &[u8], abandoned: &AtomicBool) -> Result<Value, ApiError> {
     let looks_like_json = body
         .iter()
         .find(|b| !b.is_ascii_whitespace())
@@ -117,13 +124,22 @@ fn parse_yaml(body: &[u8]) -> Result<Value, ApiError> {
     }
     let text = std::str::from_utf8(body)
         .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))?;
-    check_yaml_depth(text)?;
+    check_yaml_depth(text, abandoned)?;
     serde_yaml::from_str::<Value>(text)
         .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))
 }
 
 /// Parses a request body as JSON or YAML into a JSON value, with upstream-style messages.
 pub fn parse_body(body: &[u8], format: BodyFormat) -> Result<Value, ApiError> {
+    parse_body_unless_abandoned(body, format, &AtomicBool::new(false))
+}
+
+/// [`parse_body`], giving up early once `abandoned` is set (its client went away).
+pub fn parse_body_unless_abandoned(
+    body: &[u8],
+    format: BodyFormat,
+    abandoned: &AtomicBool,
+) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request(
             "couldn't get version/kind; json parse error: unexpected end of JSON input",
@@ -133,10 +149,26 @@ pub fn parse_body(body: &[u8], format: BodyFormat) -> Result<Value, ApiError> {
         BodyFormat::Json => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
         }),
-        BodyFormat::Yaml => parse_yaml(body),
+        BodyFormat::Yaml => parse_yaml(body, abandoned),
         BodyFormat::Protobuf => flotilla_protobuf::decode(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding protobuf: {e}"))),
     }
+}
+
+/// The format a request's body is read in: a PATCH's by its patch type (JSON, or YAML for
+/// an apply), any other's by its `Content-Type`; `None` when the type is not one served.
+pub fn request_body_format(method: &http::Method, content_type: &str) -> Option<BodyFormat> {
+    if method == http::Method::PATCH {
+        let mime = content_type.split(';').next().unwrap_or("").trim();
+        return match mime {
+            "application/apply-patch+yaml" => Some(BodyFormat::Yaml),
+            "application/json-patch+json"
+            | "application/merge-patch+json"
+            | "application/strategic-merge-patch+json" => Some(BodyFormat::Json),
+            _ => None,
+        };
+    }
+    body_format(content_type).ok()
 }
 
 /// The body format of a create/update `Content-Type`.

@@ -10,7 +10,7 @@ use flotilla_api_machinery::schema::PatchMeta;
 use crate::error::{ApiError, Path};
 use crate::handler::Call;
 use crate::meta;
-use crate::negotiate::{self, BodyFormat};
+use crate::negotiate::BodyFormat;
 use crate::resources::ResourceInfo;
 use crate::store::UpdateTarget;
 
@@ -60,7 +60,7 @@ impl PatchRequest {
         } else {
             BodyFormat::Json
         };
-        let body = negotiate::parse_body(&call.body, format)?;
+        let body = call.body_in(format)?;
         let force = matches!(
             call.query.get("force").map(String::as_str),
             Some("true") | Some("1")

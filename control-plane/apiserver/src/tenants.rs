@@ -82,6 +82,8 @@ pub struct TenantState {
     pub seats: crate::limits::Seats,
     /// Its open watches.
     pub watches: crate::limits::Watches,
+    /// Its turn on the heavy-work threads: one large body parsed at a time.
+    pub heavy_work: tokio::sync::Semaphore,
 }
 
 impl TenantState {
@@ -118,6 +120,7 @@ impl TenantState {
             limiter: Default::default(),
             seats: Default::default(),
             watches: Default::default(),
+            heavy_work: tokio::sync::Semaphore::new(1),
         })
     }
 
