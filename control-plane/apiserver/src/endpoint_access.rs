@@ -39,13 +39,12 @@ impl EndpointAccess {
             return Ok(());
         }
         if self.public {
-            let everyone = self.public_access_cidrs.iter().any(|c| c == "0.0.0.0/0");
-            let listed = self
-                .public_access_cidrs
-                .iter()
-                .filter_map(|c| c.parse::<Cidr>().ok())
-                .any(|cidr| cidr.contains(client));
-            if everyone || listed {
+            // Open to everyone (the default) is decided without parsing anything: this runs
+            // on every request.
+            let admitted = self.public_access_cidrs.iter().any(|c| {
+                c == "0.0.0.0/0" || c.parse::<Cidr>().is_ok_and(|cidr| cidr.contains(client))
+            });
+            if admitted {
                 return Ok(());
             }
             return Err(format!(

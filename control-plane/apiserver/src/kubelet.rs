@@ -2,7 +2,9 @@
 //! `LogREST`, `ExecREST`, `AttachREST`, `PortForwardREST`): the pod and container are checked
 //! here (`validateContainer`), the kubelet is found from the Node (`NodeConnectionInfoGetter`),
 //! reached over HTTPS with a client certificate the tenant's client CA signs for the API
-//! server (`kube-apiserver-kubelet-client`, `system:masters`); `log` is streamed back, and the
+//! server (`kube-apiserver-kubelet-client`, `system:masters`), only at addresses inside the node
+//! networks and only when the kubelet's serving certificate chains to that CA; `log` is
+//! streamed back, and the
 //! upgrade requests (`exec`, `attach`, `portforward`) are forwarded as they came and, once
 //! the kubelet switched protocols, spliced byte for byte (upstream `UpgradeAwareHandler`), so
 //! every streaming protocol the kubelet speaks passes through unchanged.
@@ -17,9 +19,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
 
 use crate::ApiServer;
@@ -146,15 +147,20 @@ impl KubeletClients {
                 .map_err(ApiError::internal)?;
         let key =
             PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).map_err(ApiError::internal)?;
+        // The kubelet's serving certificate must chain to the cluster CA (upstream's
+        // `--kubelet-certificate-authority`): kubelets get theirs through a kubelet-serving
+        // CertificateSigningRequest, which that CA signs.
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(ca.cert_pem.as_bytes()) {
+            roots
+                .add(certificate.map_err(ApiError::internal)?)
+                .map_err(ApiError::internal)?;
+        }
         let provider = crate::serve::crypto_provider();
-        let verifier = Arc::new(AnyServerCertificate {
-            algorithms: provider.signature_verification_algorithms,
-        });
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(ApiError::internal)?
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
+            .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
             .map_err(ApiError::internal)?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -163,49 +169,6 @@ impl KubeletClients {
             configs.insert(id.clone(), (ca.cert_pem.clone(), config.clone()));
         }
         Ok(config)
-    }
-}
-
-/// Upstream's default without `--kubelet-certificate-authority`: the kubelet's serving
-/// certificate (self-signed unless the node was given one) is not verified; the handshake's
-/// signatures still are.
-#[derive(Debug)]
-struct AnyServerCertificate {
-    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AnyServerCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.algorithms.supported_schemes()
     }
 }
 
@@ -960,6 +923,66 @@ mod tests {
         }
         let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
         assert!(accepted.is_err(), "the loopback 'kubelet' was dialled");
+    }
+
+    /// Security review, finding 8: the API server talks only to a kubelet whose serving
+    /// certificate the cluster CA signed (a self-signed one, or another CA's, is refused).
+    #[tokio::test]
+    async fn kubelet_serving_certificates_must_chain_to_the_cluster_ca() {
+        let dir = tempfile::tempdir().expect("dir");
+        let storage: Arc<dyn flotilla_storage::Storage> = Arc::new(
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("store"),
+        );
+        let server = ApiServer::new(storage, "127.0.0.1:6443").expect("server");
+        let state = server.tenants.ensure(&server, "t").await.expect("tenant");
+        let client_config = server.kubelet_clients.config(&state).expect("config");
+        let ip = "10.199.0.2";
+        let handshake = |cert_pem: String, key_pem: String| {
+            let client_config = client_config.clone();
+            async move {
+                let certs: Vec<CertificateDer<'static>> =
+                    CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+                        .collect::<Result<_, _>>()
+                        .expect("certs");
+                let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("key");
+                let server_config =
+                    rustls::ServerConfig::builder_with_provider(crate::serve::crypto_provider())
+                        .with_safe_default_protocol_versions()
+                        .expect("versions")
+                        .with_no_client_auth()
+                        .with_single_cert(certs, key)
+                        .expect("server config");
+                let (near, far) = tokio::io::duplex(64 * 1024);
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+                let accepting = tokio::spawn(async move { acceptor.accept(far).await.is_ok() });
+                let name = ServerName::try_from(ip).expect("name").to_owned();
+                let connected = tokio_rustls::TlsConnector::from(client_config)
+                    .connect(name, near)
+                    .await
+                    .is_ok();
+                let _ = accepting.await;
+                connected
+            }
+        };
+        // Signed by the cluster CA for the node's address: accepted.
+        let issued = state
+            .record
+            .client_ca
+            .issue_serving("system:node:n1", &[ip.to_string()])
+            .expect("issued");
+        assert!(handshake(issued.cert_pem, issued.key_pem).await);
+        // Another CA's, or one for another address: refused.
+        let other = crate::pki::CertificateAuthority::generate("other").expect("ca");
+        let foreign = other
+            .issue_serving("system:node:n1", &[ip.to_string()])
+            .expect("foreign");
+        assert!(!handshake(foreign.cert_pem, foreign.key_pem).await);
+        let elsewhere = state
+            .record
+            .client_ca
+            .issue_serving("system:node:n1", &["10.199.0.3".to_string()])
+            .expect("elsewhere");
+        assert!(!handshake(elsewhere.cert_pem, elsewhere.key_pem).await);
     }
 
     #[test]

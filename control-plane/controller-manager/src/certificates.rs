@@ -1,8 +1,11 @@
 //! The certificate controllers of node TLS bootstrap: `csrapproving` (upstream
 //! `pkg/controller/certificates/approver`, sarapprove) approves kubelet client requests whose
-//! requester a SubjectAccessReview allows to ask for them, and `csrsigning` (upstream
+//! requester a SubjectAccessReview allows to ask for them, and a kubelet's request for its own
+//! serving certificate (upstream leaves that to an external approver; the API server verifies
+//! kubelets' serving certificates here, so each kubelet needs one), and `csrsigning` (upstream
 //! `pkg/controller/certificates/signer`) signs approved requests for the
-//! `kube-apiserver-client-kubelet` and `kube-apiserver-client` signers with the cluster CA.
+//! `kube-apiserver-client-kubelet`, `kubelet-serving` and `kube-apiserver-client` signers with
+//! the cluster CA.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,6 +26,8 @@ use crate::informers::{Informer, Informers, Triggers};
 const RESYNC: Duration = Duration::from_secs(30);
 /// `kubernetes.io/kube-apiserver-client-kubelet`: kubelets' client certificates.
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// `kubernetes.io/kubelet-serving`: kubelets' serving certificates.
+pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// `kubernetes.io/kube-apiserver-client`: any client certificate, approved by people.
 pub const API_SERVER_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 /// Upstream's `--cluster-signing-duration` default: one year.
@@ -145,6 +150,57 @@ pub fn validate_kubelet_client(
     Ok(())
 }
 
+/// `ValidateKubeletServingCSR`: CN `system:node:…`, O exactly `system:nodes`, at least one DNS
+/// or IP subjectAltName and no email or URI ones, usages {digital signature, server auth}, with
+/// or without key encipherment.
+pub fn validate_kubelet_serving(
+    request: &RequestedSubject,
+    usages: &[String],
+) -> Result<(), String> {
+    if request.organizations != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    if request.dns_names == 0 && request.ips == 0 {
+        return Err("DNS or IP subjectAltName is required".into());
+    }
+    if request.emails > 0 {
+        return Err("Email subjectAltNames are not allowed".into());
+    }
+    if request.uris > 0 {
+        return Err("URI subjectAltNames are not allowed".into());
+    }
+    let given: BTreeSet<&str> = usages.iter().map(String::as_str).collect();
+    let required: BTreeSet<&str> = ["digital signature", "key encipherment", "server auth"].into();
+    let required_no_rsa: BTreeSet<&str> = ["digital signature", "server auth"].into();
+    if given != required && given != required_no_rsa {
+        return Err("usages did not match [digital signature key encipherment server auth]".into());
+    }
+    if !request.common_name.starts_with("system:node:") {
+        return Err("subject common name does not begin with system:node:".into());
+    }
+    Ok(())
+}
+
+/// Whether a kubelet-serving request is approved at once: a node asking for its own serving
+/// certificate (requester = CN, in `system:nodes`), or an administrator (`system:masters`, who
+/// could approve it anyway) asking for a kubelet it runs.
+pub fn approves_serving(
+    signer: &str,
+    username: &str,
+    groups: &[String],
+    request: &RequestedSubject,
+    usages: &[String],
+) -> bool {
+    if signer != KUBELET_SERVING_SIGNER || validate_kubelet_serving(request, usages).is_err() {
+        return false;
+    }
+    let in_group = |group: &str| groups.iter().any(|g| g == group);
+    (username == request.common_name && in_group("system:nodes")) || in_group("system:masters")
+}
+
+/// The Approved condition's message of a kubelet-serving request.
+const SERVING_APPROVAL: &str = "Auto approving the kubelet's own serving certificate.";
+
 /// One way sarapprove may approve a request: the subresource of `certificatesigningrequests`
 /// the requester must be allowed to create, and the approval message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,10 +302,33 @@ async fn approve(
         return Ok(());
     };
     let username = csr.spec.username.as_deref().unwrap_or("");
+    let groups = csr.spec.groups.clone().unwrap_or_default();
+    if approves_serving(
+        &csr.spec.signer_name,
+        username,
+        &groups,
+        &request,
+        &usages(csr),
+    ) {
+        return record_approval(client, csr, "serving", SERVING_APPROVAL).await;
+    }
     for recognizer in recognize(&csr.spec.signer_name, username, &request, &usages(csr)) {
         if !authorize(client, csr, recognizer.subresource).await? {
             continue;
         }
+        return record_approval(client, csr, recognizer.subresource, recognizer.message).await;
+    }
+    Ok(())
+}
+
+/// Writes the Approved condition (a request changed meanwhile is seen on the next pass).
+async fn record_approval(
+    client: &kube::Client,
+    csr: &CertificateSigningRequest,
+    via: &str,
+    message: &str,
+) -> Result<(), kube::Error> {
+    {
         let mut approved = csr.clone();
         approved
             .status
@@ -260,7 +339,7 @@ async fn approve(
                 type_: "Approved".into(),
                 status: "True".into(),
                 reason: Some("AutoApproved".into()),
-                message: Some(recognizer.message.into()),
+                message: Some(message.into()),
                 last_update_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
                 ..Default::default()
             });
@@ -270,12 +349,11 @@ async fn approve(
             .replace_subresource("approval", &name, &PostParams::default(), &approved)
             .await
         {
-            Ok(_) => tracing::info!(csr = %name, via = recognizer.subresource, "approved"),
+            Ok(_) => tracing::info!(csr = %name, via, "approved"),
             // Changed since it was cached: the next pass sees the new state.
             Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {}
             Err(err) => return Err(err),
         }
-        return Ok(());
     }
     Ok(())
 }
@@ -331,6 +409,7 @@ pub fn check_signer(
 ) -> Option<Result<(), String>> {
     match signer {
         KUBELET_CLIENT_SIGNER => Some(validate_kubelet_client(request, usages)),
+        KUBELET_SERVING_SIGNER => Some(validate_kubelet_serving(request, usages)),
         API_SERVER_CLIENT_SIGNER => Some(
             match usages.iter().find(|u| {
                 !matches!(
@@ -616,6 +695,63 @@ mod tests {
                 &usages
             )
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_node_gets_its_own_serving_certificate_approved() {
+        let usages = strings(&["digital signature", "server auth"]);
+        let mut node = subject("system:node:n1", &["system:nodes"]);
+        node.ips = 1;
+        let nodes = strings(&["system:nodes", "system:authenticated"]);
+        assert!(approves_serving(
+            KUBELET_SERVING_SIGNER,
+            "system:node:n1",
+            &nodes,
+            &node,
+            &usages
+        ));
+        // Another node's, without names, with client usages, or another signer: no.
+        assert!(!approves_serving(
+            KUBELET_SERVING_SIGNER,
+            "system:node:n2",
+            &nodes,
+            &node,
+            &usages
+        ));
+        let no_names = subject("system:node:n1", &["system:nodes"]);
+        assert!(!approves_serving(
+            KUBELET_SERVING_SIGNER,
+            "system:node:n1",
+            &nodes,
+            &no_names,
+            &usages
+        ));
+        assert!(!approves_serving(
+            KUBELET_SERVING_SIGNER,
+            "system:node:n1",
+            &nodes,
+            &node,
+            &strings(&["digital signature", "client auth"])
+        ));
+        assert!(!approves_serving(
+            KUBELET_CLIENT_SIGNER,
+            "system:node:n1",
+            &nodes,
+            &node,
+            &usages
+        ));
+        // An administrator's request for a kubelet it runs.
+        assert!(approves_serving(
+            KUBELET_SERVING_SIGNER,
+            "kubernetes-admin",
+            &strings(&["system:masters"]),
+            &node,
+            &usages
+        ));
+        assert_eq!(
+            check_signer(KUBELET_SERVING_SIGNER, &node, &usages),
+            Some(Ok(()))
         );
     }
 

@@ -3,7 +3,9 @@
 //! `system:node:<name>` (O `system:nodes`) through a CertificateSigningRequest, waits for the
 //! cluster to approve and sign it, keeps key and certificate in the cert directory, and from
 //! then on talks to the API as that node. A valid certificate already there is reused. One
-//! flow for the real kubelet and for `flotilla simulate-nodes --node-config`.
+//! flow for the real kubelet and for `flotilla simulate-nodes --node-config`. The kubelet's
+//! serving certificate is requested the same way (`kubelet-serving` signer, the node's names
+//! and addresses as subjectAltNames), so the API server can verify the kubelet it dials.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,6 +27,7 @@ const SIGNING_TIMEOUT: Duration = Duration::from_secs(120);
 /// A certificate this close to its expiry is requested anew.
 const RENEW_MARGIN: Duration = Duration::from_secs(60);
 const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
 /// Joins as node `name` with the bootstrap document at `path`, keeping the credential in
 /// `cert_dir`: a client acting as `system:node:<name>`, and the document (its labels and
@@ -158,9 +161,22 @@ fn request_key(cert_dir: &Path) -> anyhow::Result<rcgen::KeyPair> {
     Ok(key)
 }
 
-/// The PEM PKCS#10 request for `system:node:<name>` in `system:nodes`.
-fn certificate_request(name: &str, key: &rcgen::KeyPair) -> anyhow::Result<String> {
+/// The PEM PKCS#10 request for `system:node:<name>` in `system:nodes`, naming `hosts` (IP
+/// addresses or DNS names) as subjectAltNames.
+fn certificate_request(
+    name: &str,
+    hosts: &[String],
+    key: &rcgen::KeyPair,
+) -> anyhow::Result<String> {
     let mut params = rcgen::CertificateParams::default();
+    for host in hosts {
+        params
+            .subject_alt_names
+            .push(match host.parse::<std::net::IpAddr>() {
+                Ok(ip) => rcgen::SanType::IpAddress(ip),
+                Err(_) => rcgen::SanType::DnsName(host.clone().try_into()?),
+            });
+    }
     params.distinguished_name = rcgen::DistinguishedName::new();
     params
         .distinguished_name
@@ -181,23 +197,69 @@ async fn bootstrap(
     let token = json!({"token": config.spec.kubelet.bootstrap_token});
     let client = client(config, ca_pem, token).await?;
     let key = request_key(cert_dir)?;
-    let request = certificate_request(name, &key)?;
+    let request = certificate_request(name, &[], &key)?;
+    let cert = issued(
+        client,
+        &request,
+        KUBELET_CLIENT_SIGNER,
+        &["digital signature", "client auth"],
+        "node-csr-",
+    )
+    .await
+    .context("the node's client certificate (requested with the bootstrap token)")?;
+    Ok(Pair {
+        cert,
+        key: key.serialize_pem(),
+    })
+}
+
+/// The kubelet's serving certificate for node `name`, reached at `hosts` (its addresses and
+/// names): requested with the node's own `client` and waited for. Returns (certificate, key)
+/// as PEM. The key is new each time and never leaves memory.
+pub async fn serving_certificate(
+    client: kube::Client,
+    name: &str,
+    hosts: &[String],
+) -> anyhow::Result<(String, String)> {
+    let key = rcgen::KeyPair::generate()?;
+    let request = certificate_request(name, hosts, &key)?;
+    let cert = issued(
+        client,
+        &request,
+        KUBELET_SERVING_SIGNER,
+        &["digital signature", "server auth"],
+        "kubelet-serving-",
+    )
+    .await
+    .context("the kubelet's serving certificate")?;
+    Ok((cert, key.serialize_pem()))
+}
+
+/// Creates a CertificateSigningRequest for the PEM `request` and waits until it is issued:
+/// the certificate, as PEM.
+async fn issued(
+    client: kube::Client,
+    request: &str,
+    signer: &str,
+    usages: &[&str],
+    generate_name: &str,
+) -> anyhow::Result<String> {
     let csr: CertificateSigningRequest = serde_json::from_value(json!({
         "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-        "metadata": {"generateName": "node-csr-"},
+        "metadata": {"generateName": generate_name},
         "spec": {
-            "request": b64(&request),
-            "signerName": KUBELET_CLIENT_SIGNER,
-            "usages": ["digital signature", "client auth"],
+            "request": b64(request),
+            "signerName": signer,
+            "usages": usages,
         },
     }))?;
     let csrs: Api<CertificateSigningRequest> = Api::all(client);
     let created = csrs
         .create(&PostParams::default(), &csr)
         .await
-        .context("creating the node's CertificateSigningRequest with the bootstrap token")?;
+        .context("creating the CertificateSigningRequest")?;
     let csr_name = created.metadata.name.clone().unwrap_or_default();
-    tracing::info!(csr = %csr_name, "requested the node certificate");
+    tracing::info!(csr = %csr_name, signer, "requested a certificate");
     let started = Instant::now();
     loop {
         let current = csrs
@@ -219,12 +281,7 @@ async fn bootstrap(
             );
         }
         if let Some(certificate) = status.certificate.filter(|c| !c.0.is_empty()) {
-            let cert =
-                String::from_utf8(certificate.0).context("the issued certificate is not PEM")?;
-            return Ok(Pair {
-                cert,
-                key: key.serialize_pem(),
-            });
+            return String::from_utf8(certificate.0).context("the issued certificate is not PEM");
         }
         if started.elapsed() > SIGNING_TIMEOUT {
             bail!(
@@ -244,7 +301,7 @@ mod tests {
     #[test]
     fn requests_name_the_node_in_system_nodes() {
         let key = rcgen::KeyPair::generate().expect("key");
-        let pem = certificate_request("n1", &key).expect("csr");
+        let pem = certificate_request("n1", &["10.0.0.5".into(), "n1".into()], &key).expect("csr");
         let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).expect("pem");
         assert_eq!(block.label, "CERTIFICATE REQUEST");
         use x509_parser::prelude::FromDer;

@@ -154,6 +154,38 @@ fn local_ip_towards(server: &str) -> Option<IpAddr> {
     Some(socket.local_addr().ok()?.ip())
 }
 
+/// How long the kubelet waits for the cluster to issue its serving certificate before it
+/// serves a self-signed one (which the API server will not accept: logs and exec fail until a
+/// restart gets one).
+const SERVING_CERTIFICATE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The serving certificate the cluster issues for this node, or `None` (with a warning) when it
+/// does not come in time.
+async fn serving_certificate(
+    client: &kube::Client,
+    name: &str,
+    hostnames: &[String],
+) -> Option<(String, String)> {
+    let request = flotilla_node_bootstrap::serving_certificate(client.clone(), name, hostnames);
+    match tokio::time::timeout(SERVING_CERTIFICATE_WAIT, request).await {
+        Ok(Ok(pair)) => {
+            tracing::info!("serving with the certificate the cluster issued");
+            Some(pair)
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(err = %format!("{err:#}"), "no serving certificate from the cluster; serving a self-signed one");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                "the cluster did not issue a serving certificate within {}s (is the controller-manager running?); serving a self-signed one",
+                SERVING_CERTIFICATE_WAIT.as_secs()
+            );
+            None
+        }
+    }
+}
+
 async fn run(args: Args) -> anyhow::Result<()> {
     let name = args.node_name.clone().unwrap_or_else(hostname);
     let thresholds = eviction::parse_thresholds(&args.eviction_hard)
@@ -191,14 +223,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut cri = cri::Cri::connect(&args.container_runtime_endpoint).await?;
     let version = cri.version().await?;
+    let tls_files = args
+        .tls_cert_file
+        .clone()
+        .zip(args.tls_private_key_file.clone());
+    let hostnames = vec![name.clone(), node_ip.to_string()];
+    // Without certificate files, the cluster issues the serving certificate (upstream's
+    // serverTLSBootstrap): the API server verifies the kubelet against the cluster CA.
+    let issued = match tls_files {
+        Some(_) => None,
+        None => serving_certificate(&client, &name, &hostnames).await,
+    };
     let server_config = server::ServerConfig {
         address: std::net::SocketAddr::new(args.address.unwrap_or(node_ip), args.port),
-        tls_files: args
-            .tls_cert_file
-            .clone()
-            .zip(args.tls_private_key_file.clone()),
+        tls_files,
+        issued,
         client_ca_file: args.client_ca_file.clone(),
-        hostnames: vec![name.clone(), node_ip.to_string()],
+        hostnames,
     };
     // The API may not answer yet (a node booting beside its network): retry for a while
     // rather than exit, as upstream's kubelet keeps retrying.

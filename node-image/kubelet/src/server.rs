@@ -80,8 +80,11 @@ pub enum ServerError {
 pub struct ServerConfig {
     /// `--address`:`--port` (port 0 picks a free one).
     pub address: SocketAddr,
-    /// `--tls-cert-file` and `--tls-private-key-file`; a self-signed pair when absent.
+    /// `--tls-cert-file` and `--tls-private-key-file`.
     pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// A serving pair the cluster issued (certificate, key; PEM), used without files; a
+    /// self-signed pair when neither is there (the API server then refuses to talk to it).
+    pub issued: Option<(String, String)>,
     /// `--client-ca-file`; when absent the cluster's published client CA is read.
     pub client_ca_file: Option<PathBuf>,
     /// Names for the self-signed certificate (node name, node IP).
@@ -180,7 +183,7 @@ pub async fn client_ca(
         .ok_or_else(|| ServerError::ClientCa(format!("{namespace}/{name} has no {key}")))
 }
 
-/// The rustls configuration: the serving pair (given or self-signed) and client
+/// The rustls configuration: the serving pair (given, issued or self-signed) and client
 /// certificates verified against `client_ca_pem`, optional at the TLS level so that an
 /// anonymous request gets its 401 from HTTP.
 pub fn tls_config(
@@ -194,7 +197,10 @@ pub fn tls_config(
             std::fs::read_to_string(key)
                 .map_err(|e| ServerError::Certificate(format!("{}: {e}", key.display())))?,
         ),
-        None => self_signed(&config.hostnames)?,
+        None => match &config.issued {
+            Some(pair) => pair.clone(),
+            None => self_signed(&config.hostnames)?,
+        },
     };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .collect::<Result<_, _>>()
