@@ -415,44 +415,46 @@ impl Tenants {
         id: &str,
         access: &EndpointAccess,
     ) -> Result<(), ApiError> {
-        let key = format!("{TENANT_RECORDS}{id}");
-        for _ in 0..16 {
-            let Some(kv) = self.store.storage().get(&key).await? else {
-                return Err(ApiError::internal(format!("tenant {id} vanished")));
-            };
-            let (mut record, _) = self.decode(&key, &kv.value)?;
-            if record.endpoint_access == *access {
-                return Ok(());
-            }
-            record.endpoint_access = access.clone();
-            let bytes = self.encode(&key, &record)?;
-            if let flotilla_storage::Outcome::Done(_) = self
-                .store
-                .storage()
-                .update(&key, bytes, kv.mod_revision)
-                .await?
-            {
-                self.loaded.write().await.remove(id);
-                return Ok(());
-            }
+        let changed = self
+            .update_record(id, |record| {
+                let changed = record.endpoint_access != *access;
+                record.endpoint_access = access.clone();
+                changed
+            })
+            .await?;
+        if changed {
+            self.loaded.write().await.remove(id);
         }
-        Err(ApiError::service_unavailable(format!(
-            "tenant {id}'s record kept changing"
-        )))
+        Ok(())
     }
 
     /// Marks tenant `id`'s record as holding the current default objects.
     async fn record_bootstrapped(&self, id: &str) -> Result<(), ApiError> {
+        self.update_record(id, |record| {
+            let behind = record.bootstrap_version < BOOTSTRAP_VERSION;
+            record.bootstrap_version = record.bootstrap_version.max(BOOTSTRAP_VERSION);
+            behind
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Changes tenant `id`'s record by compare-and-swap: `change` edits it and says whether it
+    /// changed anything (nothing is written then). Whether a change was written.
+    async fn update_record(
+        &self,
+        id: &str,
+        change: impl Fn(&mut TenantRecord) -> bool,
+    ) -> Result<bool, ApiError> {
         let key = format!("{TENANT_RECORDS}{id}");
         for _ in 0..16 {
             let Some(kv) = self.store.storage().get(&key).await? else {
                 return Err(ApiError::internal(format!("tenant {id} vanished")));
             };
             let (mut record, _) = self.decode(&key, &kv.value)?;
-            if record.bootstrap_version >= BOOTSTRAP_VERSION {
-                return Ok(());
+            if !change(&mut record) {
+                return Ok(false);
             }
-            record.bootstrap_version = BOOTSTRAP_VERSION;
             let bytes = self.encode(&key, &record)?;
             if let flotilla_storage::Outcome::Done(_) = self
                 .store
@@ -460,7 +462,7 @@ impl Tenants {
                 .update(&key, bytes, kv.mod_revision)
                 .await?
             {
-                return Ok(());
+                return Ok(true);
             }
         }
         Err(ApiError::service_unavailable(format!(
