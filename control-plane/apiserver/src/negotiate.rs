@@ -1,6 +1,7 @@
 //! Content negotiation: which representation (`Accept`) a response takes, and which body
 //! format (`Content-Type`) a request carries.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
@@ -78,32 +79,61 @@ pub enum BodyFormat {
 /// the same for YAML (upstream allows 10,000; no Kubernetes object comes near 128).
 pub const MAX_BODY_DEPTH: usize = 128;
 
-/// Refuses a YAML body that nests deeper than [`MAX_BODY_DEPTH`], reading its events only up
-/// to the first one too deep. libyaml (under serde_yaml) keeps a simple-key slot per open flow
-/// collection and visits every slot on every token: `[` × 70,000 cost it minutes. Stopping at
-/// the limit bounds that work by the body's length × the limit.
-fn check_yaml_depth(text: &str, abandoned: &AtomicBool) -> Result<(), ApiError> {
+/// How many nodes aliases may add to a YAML body in all, counting an alias as the whole node
+/// it repeats (goyaml's "excessive aliasing" guard, simpler): without it ten lines of nested
+/// aliases expand to a billion nodes.
+pub const MAX_YAML_ALIAS_NODES: u64 = 100_000;
+
+/// Refuses a YAML body that nests deeper than [`MAX_BODY_DEPTH`] or whose aliases would add
+/// more than [`MAX_YAML_ALIAS_NODES`] nodes, reading its events only up to the first one over
+/// a limit. libyaml (under serde_yaml) keeps a simple-key slot per open flow collection and
+/// visits every slot on every token: `[` × 70,000 cost it minutes. Stopping at the limit
+/// bounds that work by the body's length × the limit.
+fn check_yaml(text: &str, abandoned: &AtomicBool) -> Result<(), ApiError> {
     use yaml_rust2::parser::{Event, Parser};
+    let refuse =
+        |why: String| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {why}"));
     let mut parser = Parser::new_from_str(text);
-    let mut depth = 0usize;
+    // Open collections: (anchor, nodes counted when it opened); nodes counted so far, aliases
+    // expanded; each anchor's size in nodes.
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    let (mut nodes, mut aliased) = (0u64, 0u64);
+    let mut anchors: HashMap<usize, u64> = HashMap::new();
     for events in 0u64.. {
         // The client went away: stop reading for nobody (checked now and then, it is cheap).
         if events % 4096 == 0 && abandoned.load(Ordering::Relaxed) {
             return Err(ApiError::bad_request("the client went away"));
         }
-        let (event, _) = parser.next_token().map_err(|e| {
-            ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
-        })?;
+        let (event, _) = parser.next_token().map_err(|e| refuse(e.to_string()))?;
         match event {
-            Event::SequenceStart(..) | Event::MappingStart(..) => {
-                depth += 1;
-                if depth > MAX_BODY_DEPTH {
-                    return Err(ApiError::bad_request(format!(
-                        "error converting YAML to JSON: yaml: exceeded max depth of {MAX_BODY_DEPTH}"
-                    )));
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                open.push((anchor, nodes));
+                nodes += 1;
+                if open.len() > MAX_BODY_DEPTH {
+                    return Err(refuse(format!("exceeded max depth of {MAX_BODY_DEPTH}")));
                 }
             }
-            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((anchor, start)) = open.pop()
+                    && anchor > 0
+                {
+                    anchors.insert(anchor, nodes - start);
+                }
+            }
+            Event::Scalar(_, _, anchor, _) => {
+                nodes += 1;
+                if anchor > 0 {
+                    anchors.insert(anchor, 1);
+                }
+            }
+            Event::Alias(anchor) => {
+                let size = anchors.get(&anchor).copied().unwrap_or(1);
+                nodes += size;
+                aliased += size;
+                if aliased > MAX_YAML_ALIAS_NODES {
+                    return Err(refuse("document contains excessive aliasing".into()));
+                }
+            }
             Event::StreamEnd => return Ok(()),
             _ => {}
         }
@@ -124,7 +154,7 @@ fn parse_yaml(body: &[u8], abandoned: &AtomicBool) -> Result<Value, ApiError> {
     }
     let text = std::str::from_utf8(body)
         .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))?;
-    check_yaml_depth(text, abandoned)?;
+    check_yaml(text, abandoned)?;
     serde_yaml::from_str::<Value>(text)
         .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}")))
 }
@@ -297,6 +327,34 @@ mod tests {
                 .expect_err("too deep")
                 .code,
             400
+        );
+    }
+
+    /// Ten lines of nested aliases would expand to a billion nodes (serde_yaml's own
+    /// repetition limit grows with the body, so padding the body let them through).
+    #[test]
+    fn aliases_that_multiply_nodes_are_refused() {
+        let mut bomb = String::from("pad: [");
+        bomb.push_str(&"1,".repeat(200_000));
+        bomb.push_str("1]\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        let mut previous = "a".to_string();
+        for name in ["b", "c", "d", "e", "f", "g", "h", "i"] {
+            let refs = vec![format!("*{previous}"); 9].join(", ");
+            bomb.push_str(&format!("{name}: &{name} [{refs}]\n"));
+            previous = name.to_string();
+        }
+        let err = parse_body(bomb.as_bytes(), BodyFormat::Yaml).expect_err("refused");
+        assert_eq!(err.code, 400);
+        assert!(
+            err.message.contains("excessive aliasing"),
+            "{}",
+            err.message
+        );
+        // A few aliases, as hand-written manifests use them, are fine.
+        let modest = "base: &base {cpu: 1}\na: *base\nb: *base\n";
+        assert_eq!(
+            parse_body(modest.as_bytes(), BodyFormat::Yaml).ok(),
+            Some(json!({"base": {"cpu": 1}, "a": {"cpu": 1}, "b": {"cpu": 1}}))
         );
     }
 
