@@ -26,9 +26,13 @@ use crate::store::{Store, Tenant, WriteOptions};
 /// Where tenant records live: outside every tenant's own prefix.
 const TENANT_RECORDS: &str = "/flotilla/tenants/";
 
-/// How long a loaded tenant is served before its record is read again, so a cluster deleted
-/// or given another endpoint access through another replica is seen here within this time.
-const TENANT_RECHECK: Duration = Duration::from_secs(1);
+/// How long a loaded tenant is served before its record is read again. A change to a record
+/// (a cluster deleted, or given another endpoint access, through any replica) drops it from
+/// the cache at once through [`Tenants::follow_records`]; this bounds how stale a missed
+/// change can be.
+const TENANT_RECHECK: Duration = Duration::from_secs(5);
+/// How long [`Tenants::follow_records`] waits before watching again after its watch failed.
+const RECORD_WATCH_RETRY: Duration = Duration::from_secs(1);
 /// How many times (50 ms apart) a failed bootstrap create looks for a concurrent one's object.
 const CONCURRENT_BOOTSTRAP_CHECKS: usize = 40;
 
@@ -253,6 +257,43 @@ impl Tenants {
         Some(state)
     }
 
+    /// Drops a tenant from the cache whenever its record changes, in any replica, so the next
+    /// request reads it anew: endpoint access and deletions apply within a watch's latency,
+    /// without reading every record every second. Runs until the task is aborted; after a
+    /// failed watch (compaction, etcd away) it forgets everything loaded and watches again.
+    pub async fn follow_records(&self) {
+        use futures::StreamExt;
+        loop {
+            let from = match self.store.storage().current_revision().await {
+                Ok(revision) => revision + 1,
+                Err(err) => {
+                    tracing::warn!(%err, "watching tenant records");
+                    tokio::time::sleep(RECORD_WATCH_RETRY).await;
+                    continue;
+                }
+            };
+            // Whatever changed before the watch started is read anew.
+            self.loaded.write().await.clear();
+            let mut changes = match self.store.storage().watch(TENANT_RECORDS, from).await {
+                Ok(changes) => changes,
+                Err(err) => {
+                    tracing::warn!(%err, "watching tenant records");
+                    tokio::time::sleep(RECORD_WATCH_RETRY).await;
+                    continue;
+                }
+            };
+            while let Some(Ok(batch)) = changes.next().await {
+                let mut loaded = self.loaded.write().await;
+                for event in batch.events {
+                    if let Some(id) = event.kv.key.strip_prefix(TENANT_RECORDS) {
+                        loaded.remove(id);
+                    }
+                }
+            }
+            tokio::time::sleep(RECORD_WATCH_RETRY).await;
+        }
+    }
+
     /// The ids of every tenant in storage.
     pub async fn ids(&self) -> Result<Vec<String>, ApiError> {
         let mut ids = Vec::new();
@@ -408,24 +449,20 @@ impl Tenants {
         Ok(state)
     }
 
-    /// Sets who may reach tenant `id`'s endpoint (idempotent); this replica applies it at
-    /// once, the others on their next read of the record (within [`TENANT_RECHECK`]).
+    /// Sets who may reach tenant `id`'s endpoint (idempotent); every replica following the
+    /// records ([`Tenants::follow_records`]) applies it as soon as its watch delivers it.
     pub async fn set_endpoint_access(
         &self,
         id: &str,
         access: &EndpointAccess,
     ) -> Result<(), ApiError> {
-        let changed = self
-            .update_record(id, |record| {
-                let changed = record.endpoint_access != *access;
-                record.endpoint_access = access.clone();
-                changed
-            })
-            .await?;
-        if changed {
-            self.loaded.write().await.remove(id);
-        }
-        Ok(())
+        self.update_record(id, |record| {
+            let changed = record.endpoint_access != *access;
+            record.endpoint_access = access.clone();
+            changed
+        })
+        .await
+        .map(drop)
     }
 
     /// Marks tenant `id`'s record as holding the current default objects.

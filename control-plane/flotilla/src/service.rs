@@ -223,6 +223,11 @@ async fn start(
             private_networks: networks.private,
         },
     );
+    // Tenant records changed through any replica (deletions, endpoint access) apply here at once.
+    tokio::spawn({
+        let server = server.clone();
+        async move { server.tenants.follow_records().await }
+    });
     let serving = ca.issue_serving("flotilla", &serving_hosts(local, &sans))?;
     let chain = format!("{}{}", serving.cert_pem, ca.cert_pem);
     let tls = flotilla_apiserver::serve::server_config(&chain, &serving.key_pem)?;

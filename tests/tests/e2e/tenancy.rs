@@ -1134,7 +1134,8 @@ fn eventually(
     }
 }
 
-/// Security review, findings 7 and 9: a cluster's `endpointAccess` is enforced on its API
+/// Security review, findings 1, 7 and 9: on etcd no private key is stored in plain; a
+/// cluster's `endpointAccess` is enforced on its API
 /// (publicAccessCidrs, then a private-only endpoint, then open again), each change applied
 /// within seconds with a 403 that names the rule; `/metrics` is the operator's alone.
 #[test]
@@ -1144,6 +1145,30 @@ fn endpoint_access_is_enforced_and_metrics_need_the_operator() -> anyhow::Result
     let x = service.account("x")?;
     let cluster = create_cluster(&service, &x, "guarded")?;
     cluster.kubectl.ok(&["get", "ns", "default"])?;
+
+    // Finding 1 on etcd: no private key in any stored value; the records holding keys sealed.
+    let dump = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", &etcd.endpoint, "get", "", "--from-key"])
+        .output()
+        .context("etcdctl (etcd-client) is needed")?;
+    ensure!(
+        dump.status.success(),
+        "etcdctl get: {}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    ensure!(
+        !dump.contains("PRIVATE KEY"),
+        "a private key is stored in plain in etcd"
+    );
+    ensure!(
+        dump.contains(&format!(
+            "/flotilla/tenants/{}\nk8s:enc:aesgcm:v1:",
+            cluster.id
+        )) && dump.contains("/flotilla/pki/serving-ca\nk8s:enc:aesgcm:v1:"),
+        "tenant record or serving CA not sealed"
+    );
 
     let set = |access: Value| -> anyhow::Result<()> {
         let (code, body) = management_call(
