@@ -20,6 +20,15 @@ pub struct CidrError {
     why: &'static str,
 }
 
+/// An address as its family sees it: an IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, what a
+/// dual-stack listener reports for an IPv4 client) is its IPv4 address.
+pub fn canonical(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 impl Cidr {
     /// The block of exactly one address.
     pub fn host(address: IpAddr) -> Self {
@@ -33,6 +42,25 @@ impl Cidr {
         match address {
             IpAddr::V4(_) => 32,
             IpAddr::V6(_) => 128,
+        }
+    }
+
+    /// The block's first address as written.
+    pub fn address(&self) -> IpAddr {
+        self.address
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether the address is the block's first (no host bits set), as a network is written.
+    pub fn is_network(&self) -> bool {
+        let host_bits = u32::from(Self::bits(self.address) - self.prefix);
+        match self.address {
+            IpAddr::V4(v4) => u32::from(v4) & !u32::MAX.checked_shl(host_bits).unwrap_or(0) == 0,
+            IpAddr::V6(v6) => u128::from(v6) & !u128::MAX.checked_shl(host_bits).unwrap_or(0) == 0,
         }
     }
 
@@ -121,6 +149,17 @@ mod tests {
             assert_eq!(cidr.contains(ip(address)), inside, "{block} ∋ {address}");
         }
         assert!(Cidr::host(ip("10.0.0.5")).contains(ip("10.0.0.5")));
+        for (block, network) in [
+            ("10.1.0.0/16", true),
+            ("10.1.0.1/16", false),
+            ("0.0.0.0/0", true),
+            ("10.0.0.5/32", true),
+            ("fd00::/8", true),
+            ("fd00::1/64", false),
+        ] {
+            let cidr: Cidr = block.parse().expect("cidr");
+            assert_eq!(cidr.is_network(), network, "{block}");
+        }
         assert_eq!(Cidr::host(ip("10.0.0.5")).to_string(), "10.0.0.5/32");
     }
 

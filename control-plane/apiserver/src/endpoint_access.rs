@@ -31,10 +31,7 @@ impl Default for EndpointAccess {
 impl EndpointAccess {
     /// Whether `client` may reach the endpoint; the refusal says which rule refused it.
     pub fn admits(&self, client: IpAddr, private_networks: &[Cidr]) -> Result<(), String> {
-        let client = match client {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
-            v4 => v4,
-        };
+        let client = flotilla_api_machinery::cidr::canonical(client);
         if self.private && private_networks.iter().any(|net| net.contains(client)) {
             return Ok(());
         }

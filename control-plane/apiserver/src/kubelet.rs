@@ -51,13 +51,19 @@ const PREFERRED_ADDRESS_TYPES: [&str; 5] = [
 
 /// The private ranges node networks are in unless the operator names them: RFC 1918, the
 /// shared address space (RFC 6598) and IPv6 unique local addresses.
-const DEFAULT_NODE_NETWORKS: [&str; 5] = [
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "100.64.0.0/10",
-    "fc00::/7",
-];
+static DEFAULT_NODE_NETWORKS: std::sync::LazyLock<Vec<flotilla_api_machinery::cidr::Cidr>> =
+    std::sync::LazyLock::new(|| {
+        [
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "100.64.0.0/10",
+            "fc00::/7",
+        ]
+        .iter()
+        .filter_map(|cidr| cidr.parse().ok())
+        .collect()
+    });
 
 /// Where the API server may dial a kubelet. A tenant writes its Nodes' addresses, so without
 /// this a tenant could point `logs` at any port the control plane can reach (the management
@@ -75,10 +81,7 @@ impl KubeletNetworks {
     /// loopback, unspecified, link-local, multicast, broadcast or one of the service's own.
     pub fn permits(&self, address: std::net::IpAddr) -> bool {
         use std::net::IpAddr;
-        let address = match address {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
-            v4 => v4,
-        };
+        let address = flotilla_api_machinery::cidr::canonical(address);
         let special = match address {
             IpAddr::V4(v4) => {
                 v4.is_loopback()
@@ -100,7 +103,6 @@ impl KubeletNetworks {
         if self.allowed.is_empty() {
             DEFAULT_NODE_NETWORKS
                 .iter()
-                .filter_map(|cidr| cidr.parse::<flotilla_api_machinery::cidr::Cidr>().ok())
                 .any(|cidr| cidr.contains(address))
         } else {
             self.allowed.iter().any(|cidr| cidr.contains(address))

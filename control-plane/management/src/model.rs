@@ -1,8 +1,8 @@
 //! The management API's wire types (camelCase JSON, field names after EKS CreateCluster and
 //! CreateNodegroup) and their validation. Stored records are these same types.
 
+use flotilla_api_machinery::cidr::Cidr;
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -470,20 +470,14 @@ fn validate_cidr(field: &str, cidr: &str, max_prefix: u8) -> Result<(), Manageme
     let bad = |why: &str| {
         ManagementError::invalid_parameter(format!("{field} {cidr:?} is invalid: {why}"))
     };
-    let (ip, prefix) = cidr
-        .split_once('/')
-        .ok_or_else(|| bad("expected a.b.c.d/n"))?;
-    let ip: Ipv4Addr = ip.parse().map_err(|_| bad("not an IPv4 address"))?;
-    let prefix: u8 = prefix.parse().map_err(|_| bad("bad prefix length"))?;
-    if prefix > max_prefix {
+    let parsed: Cidr = cidr.parse().map_err(|_| bad("expected a.b.c.d/n"))?;
+    if !parsed.address().is_ipv4() {
+        return Err(bad("not an IPv4 address"));
+    }
+    if parsed.prefix() > max_prefix {
         return Err(bad(&format!("prefix length must be at most /{max_prefix}")));
     }
-    let mask = if prefix == 0 {
-        0
-    } else {
-        u32::MAX << (32 - prefix)
-    };
-    if u32::from(ip) & !mask != 0 {
+    if !parsed.is_network() {
         return Err(bad("host bits must be zero"));
     }
     Ok(())
