@@ -117,6 +117,16 @@ pub fn parse_request(pem: &[u8]) -> Result<RequestedSubject, String> {
     Ok(parsed)
 }
 
+/// Whether `usages` are exactly `required`, with or without key encipherment (which RSA keys
+/// need and others do not), as upstream's `…RequiredUsages` and `…RequiredUsagesNoRSA`.
+fn usages_are(usages: &[String], required: &[&str]) -> bool {
+    let given: BTreeSet<&str> = usages.iter().map(String::as_str).collect();
+    let without: BTreeSet<&str> = required.iter().copied().collect();
+    let mut with = without.clone();
+    with.insert("key encipherment");
+    given == without || given == with
+}
+
 /// `ValidateKubeletClientCSR`: CN `system:node:…`, O exactly `system:nodes`, no SANs, usages
 /// {digital signature, client auth}, with or without key encipherment.
 pub fn validate_kubelet_client(
@@ -141,10 +151,7 @@ pub fn validate_kubelet_client(
     if !request.common_name.starts_with("system:node:") {
         return Err("subject common name does not begin with system:node:".into());
     }
-    let given: BTreeSet<&str> = usages.iter().map(String::as_str).collect();
-    let required: BTreeSet<&str> = ["client auth", "digital signature", "key encipherment"].into();
-    let required_no_rsa: BTreeSet<&str> = ["client auth", "digital signature"].into();
-    if given != required && given != required_no_rsa {
+    if !usages_are(usages, &["client auth", "digital signature"]) {
         return Err("usages did not match [client auth digital signature key encipherment]".into());
     }
     Ok(())
@@ -169,10 +176,7 @@ pub fn validate_kubelet_serving(
     if request.uris > 0 {
         return Err("URI subjectAltNames are not allowed".into());
     }
-    let given: BTreeSet<&str> = usages.iter().map(String::as_str).collect();
-    let required: BTreeSet<&str> = ["digital signature", "key encipherment", "server auth"].into();
-    let required_no_rsa: BTreeSet<&str> = ["digital signature", "server auth"].into();
-    if given != required && given != required_no_rsa {
+    if !usages_are(usages, &["digital signature", "server auth"]) {
         return Err("usages did not match [digital signature key encipherment server auth]".into());
     }
     if !request.common_name.starts_with("system:node:") {

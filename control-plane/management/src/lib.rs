@@ -482,6 +482,15 @@ impl Management {
     }
 
     async fn range_all<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<(T, i64)>> {
+        self.range_kvs(prefix)
+            .await?
+            .iter()
+            .map(|kv| Ok((self.open(kv)?, kv.mod_revision)))
+            .collect()
+    }
+
+    /// Every stored record under `prefix`, read page by page.
+    async fn range_kvs(&self, prefix: &str) -> Result<Vec<KeyValue>> {
         let mut out = Vec::new();
         let mut start_key = None;
         loop {
@@ -494,12 +503,14 @@ impl Management {
                     revision: 0,
                 })
                 .await?;
-            for kv in &page.kvs {
-                out.push((self.open(kv)?, kv.mod_revision));
-            }
-            match (page.more, page.kvs.last()) {
-                (true, Some(last)) => start_key = Some(format!("{}\0", last.key)),
-                _ => return Ok(out),
+            let next = match (page.more, page.kvs.last()) {
+                (true, Some(last)) => Some(format!("{}\0", last.key)),
+                _ => None,
+            };
+            out.extend(page.kvs);
+            match next {
+                Some(key) => start_key = Some(key),
+                None => return Ok(out),
             }
         }
     }
