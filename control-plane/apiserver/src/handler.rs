@@ -215,10 +215,16 @@ pub async fn tenant_request(
     rest: &[&str],
     call: Call,
 ) -> Response {
-    match route(&server, &tenant, rest, &call).await {
+    let started = std::time::Instant::now();
+    let verb = call.method.as_str().to_string();
+    let response = match route(&server, &tenant, rest, &call).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
-    }
+    };
+    tenant
+        .metrics
+        .observe(&verb, response.status().as_u16(), started.elapsed());
+    response
 }
 
 async fn route(
@@ -236,6 +242,14 @@ async fn route(
     }
     match rest {
         ["version"] => Ok(plain_json(&discovery::version())),
+        // This cluster's own request metrics (authorized as `get` on the `/metrics`
+        // non-resource URL); the whole service's are the operator's, on the management API.
+        ["metrics"] => Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            state.metrics.render(),
+        )
+            .into_response()),
         ["healthz"] | ["livez"] | ["readyz"] => Ok((StatusCode::OK, "ok").into_response()),
         [".well-known", "openid-configuration"] => Ok(plain_json(
             &crate::authn::openid_configuration(&state.issuer()),

@@ -88,6 +88,8 @@ pub struct TenantState {
     pub watches: crate::limits::Watches,
     /// Its turn on the heavy-work threads: one large body parsed at a time.
     pub heavy_work: tokio::sync::Semaphore,
+    /// Its own request metrics (the requests that reached its API, after authorization).
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl TenantState {
@@ -125,6 +127,7 @@ impl TenantState {
             seats: Default::default(),
             watches: Default::default(),
             heavy_work: tokio::sync::Semaphore::new(1),
+            metrics: Default::default(),
         })
     }
 

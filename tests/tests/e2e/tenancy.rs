@@ -1203,7 +1203,13 @@ fn endpoint_access_is_enforced_and_metrics_need_the_operator() -> anyhow::Result
         cluster.kubectl.ok(&["get", "ns", "default"]).map(drop)
     })?;
 
-    // /metrics: 401 without a credential, 403 for an account, 200 for the operator.
+    // The cluster's own /metrics, under its RBAC: its admin may read them.
+    let (status, body) = cluster.kubectl.raw_get("/metrics")?;
+    ensure!(
+        status == 200 && body.contains("# TYPE"),
+        "cluster /metrics: {status} {body}"
+    );
+    // The service's /metrics: 401 without a credential, 403 for an account, 200 for the operator.
     let (code, _) = management_call(&x, "GET", "/metrics", None, false)?;
     ensure!(code == 401, "anonymous /metrics: {code}");
     let (code, _) = management_call(&x, "GET", "/metrics", None, true)?;
