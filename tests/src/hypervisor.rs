@@ -105,7 +105,7 @@ fn boot(
         .arg(&instance.private_ip)
         .arg("--cert-dir")
         .arg(home.join("pki"))
-        .env("FLOTILLA_LOG", "warn")
+        .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .spawn()

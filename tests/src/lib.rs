@@ -111,7 +111,7 @@ pub fn jsonpath(kubectl: &Kubectl, args: &[&str], path: &str) -> anyhow::Result<
 pub fn flotilla_process(args: &[&str]) -> anyhow::Result<Process> {
     let child = Command::new(flotilla_bin()?)
         .args(args)
-        .env("FLOTILLA_LOG", "warn")
+        .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -129,7 +129,7 @@ pub fn cloud_controller_command(args: &[&str]) -> anyhow::Result<Command> {
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_REGION", "us-east-1")
-        .env("FLOTILLA_LOG", "info")
+        .env("RUST_LOG", "info")
         .stdout(Stdio::null());
     Ok(command)
 }
@@ -272,6 +272,11 @@ impl Flotilla {
             port,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
+        // `up` starts a local node when the machine can host one; the suites that want nodes
+        // ask for them, the others get the control plane alone.
+        if !flotilla.extra_args.iter().any(|arg| arg == "--nodes") {
+            flotilla.extra_args.extend(["--nodes".into(), "0".into()]);
+        }
         flotilla.start()?;
         Ok(flotilla)
     }
@@ -285,7 +290,7 @@ impl Flotilla {
             .arg("--listen")
             .arg(format!("{}:{}", self.host, self.port))
             .args(&self.extra_args)
-            .env("FLOTILLA_LOG", "warn")
+            .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Backend::Etcd(endpoint) = &self.backend {
@@ -654,7 +659,7 @@ impl Serve {
             .arg("--key-encryption-key-file")
             .arg(shared_key_encryption_key(&self.etcd))
             .args(&self.args)
-            .env("FLOTILLA_LOG", "warn")
+            .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

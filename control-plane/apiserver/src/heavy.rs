@@ -1,7 +1,7 @@
 //! CPU-heavy request work (parsing a large body) off the async workers: on a few threads of
-//! their own at the lowest scheduling priority, at most one job per tenant at a time, so one
-//! tenant's worst bodies take at most a share of one core and never hold up the workers that
-//! answer every other tenant.
+//! their own under `SCHED_IDLE`, at most one job per tenant at a time, so one tenant's worst
+//! bodies run on cores nobody else wants and never hold up the workers that answer every other
+//! tenant.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -10,12 +10,25 @@ use crate::error::ApiError;
 
 /// Bodies larger than this are parsed on the heavy-work threads; smaller ones where they are.
 pub const HEAVY_BODY_BYTES: usize = 64 * 1024;
-/// The heavy-work threads' nice value, the lowest priority short of SCHED_IDLE: the async
-/// workers win every contended core (at nice 10, another tenant's GET p99 rose 1.55× while
-/// one tenant sent the worst bodies; see the tenancy bench).
+/// The heavy-work threads' nice value where `SCHED_IDLE` is refused.
 const HEAVY_NICE: i32 = 19;
 
 type Job = Box<dyn FnOnce() + Send>;
+
+/// Puts the calling thread under `SCHED_IDLE`: a waking worker of normal policy preempts it at
+/// once, where a nice-19 thread keeps its slice (at nice 19, another tenant's GET p99 still
+/// rose 2.4× while one tenant sent the worst bodies; see the tenancy bench). Best effort: where
+/// the policy is refused, nice 19; where that is refused too, the workers' priority.
+fn lower_this_threads_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param` only for the call's duration; pid 0 is the
+    // calling thread. rustix does not wrap this syscall.
+    #[allow(unsafe_code)]
+    let refused = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0;
+    if refused {
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), HEAVY_NICE);
+    }
+}
 
 /// The heavy-work threads.
 pub struct HeavyWork {
@@ -48,12 +61,7 @@ impl HeavyWork {
             let spawned = std::thread::Builder::new()
                 .name(format!("heavy-{index}"))
                 .spawn(move || {
-                    // Best effort: without the right to renice, the work still runs, at the
-                    // workers' priority.
-                    let _ = rustix::process::setpriority_process(
-                        Some(rustix::thread::gettid()),
-                        HEAVY_NICE,
-                    );
+                    lower_this_threads_priority();
                     loop {
                         let job = match queue.lock() {
                             Ok(queue) => queue.recv(),

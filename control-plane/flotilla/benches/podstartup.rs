@@ -67,7 +67,7 @@ fn start_service(dir: &Path) -> anyhow::Result<(Service, String)> {
         .args(["up", "--listen", "127.0.0.1:0", "--nodes", "1"])
         .arg("--data-dir")
         .arg(dir)
-        .env("FLOTILLA_LOG", "warn")
+        .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

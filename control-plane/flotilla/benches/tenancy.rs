@@ -101,7 +101,7 @@ impl Service {
             .arg(&operator)
             .arg("--key-encryption-key-file")
             .arg(dir.path().join("key-encryption-key"))
-            .env("FLOTILLA_LOG", "warn")
+            .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -1,9 +1,12 @@
-//! The `flotilla` command line: the service (`up`, `serve`) and the management API's client
-//! commands (`account`, `cluster`, `nodepool`).
+//! The `flotilla` command line: the service (`up`, `serve`), the management API's client
+//! commands (`account`, `cluster`, `nodepool`), the components that also run alone
+//! (`scheduler`, `controller-manager`, `cloud-controller`, `kubelet`, `proxy`) and the CLI's
+//! own (`version`, `completion`).
 
 pub mod client;
 mod cloud;
 mod commands;
+mod completion;
 mod inprocess;
 mod join;
 mod localnodes;
@@ -12,19 +15,32 @@ mod private_files;
 mod service;
 mod simulator;
 mod standalone;
+mod version;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// What `--help` ends with: exit codes and the environment.
+const AFTER_HELP: &str = "\
+Exit codes: 0 success, 1 error (one line on standard error says why), 2 bad usage.
+Logs go to standard error; RUST_LOG filters them (e.g. RUST_LOG=debug).
+
+Start here:
+  flotilla up                          # a cluster on this machine; prints its kubeconfig
+  flotilla completion bash > /etc/bash_completion.d/flotilla";
+
 /// Flotilla: hosted Kubernetes control planes.
 #[derive(Debug, Parser)]
-#[command(name = "flotilla", version, about)]
+#[command(name = "flotilla", version, about, after_help = AFTER_HELP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// How the process logs.
+    #[command(flatten)]
+    pub log: flotilla_logging::LogArgs,
 }
 
 /// The subcommands.
@@ -33,10 +49,20 @@ pub enum Command {
     /// Run the whole service on this machine with a `demo` cluster; writes DIR/kubeconfig,
     /// DIR/flotilla.json (the `default` account's client configuration for the other
     /// commands) and DIR/operator.json (the operator's).
+    #[command(after_help = "Examples:
+  flotilla up                                  # embedded store, one local node when possible
+  flotilla up --nodes 0                        # the control plane alone
+  flotilla up --etcd http://127.0.0.1:2379 --data-dir ./flotilla-data")]
     Up(UpArgs),
     /// Run the hosted service on an etcd cluster.
+    #[command(after_help = "Example:
+  flotilla serve --etcd http://10.0.0.5:2379 --tls-san api.example.com \\
+    --operator-config /etc/flotilla/operator.json \\
+    --key-encryption-key-file /etc/flotilla/key-encryption-key")]
     Serve(ServeArgs),
     /// Accounts (operator only).
+    #[command(after_help = "Example:
+  FLOTILLA_CONFIG=./flotilla-data/operator.json flotilla account create acme")]
     Account {
         /// Where the management API is and who calls it.
         #[command(flatten)]
@@ -46,6 +72,10 @@ pub enum Command {
         command: AccountCommand,
     },
     /// Clusters of your account.
+    #[command(after_help = "Examples:
+  flotilla cluster create prod --wait
+  flotilla cluster kubeconfig prod --file prod.kubeconfig
+  flotilla cluster list -o yaml")]
     Cluster {
         /// Where the management API is and who calls it.
         #[command(flatten)]
@@ -55,18 +85,31 @@ pub enum Command {
         command: ClusterCommand,
     },
     /// The scheduler against any cluster (leader-elected on kube-system/kube-scheduler).
+    #[command(after_help = "Example:
+  flotilla scheduler --kubeconfig admin.kubeconfig")]
     Scheduler(StandaloneArgs),
     /// The controllers against any cluster (leader-elected on
     /// kube-system/kube-controller-manager).
+    #[command(after_help = "Example:
+  flotilla controller-manager --kubeconfig admin.kubeconfig \\
+    --cluster-signing-cert-file ca.crt --cluster-signing-key-file ca.key")]
     ControllerManager(ControllerManagerArgs),
     /// The cloud controllers (nodes, load balancers, volumes) against any cluster, on AWS or
     /// an endpoint override such as LocalStack (leader-elected on
     /// kube-system/cloud-controller-manager).
+    #[command(after_help = "Example:
+  flotilla cloud-controller --kubeconfig admin.kubeconfig --cluster-id prod \\
+    --vpc-id vpc-0abc --subnet-ids subnet-a,subnet-b --endpoint-override http://127.0.0.1:4566")]
     CloudController(CloudControllerArgs),
     /// Simulated nodes (kwok-style) for tests and benchmarks: registers nodes, heartbeats,
     /// and runs the pods bound to them. Not the real kubelet.
+    #[command(after_help = "Example:
+  flotilla simulate-nodes --kubeconfig admin.kubeconfig --count 100 --prefix sim")]
     SimulateNodes(SimulateArgs),
     /// Node pools of a cluster.
+    #[command(after_help = "Examples:
+  flotilla nodepool create prod workers --instance-type t3.large --desired 3 --wait
+  flotilla nodepool scale prod workers --desired 5")]
     Nodepool {
         /// Where the management API is and who calls it.
         #[command(flatten)]
@@ -75,6 +118,43 @@ pub enum Command {
         #[command(subcommand)]
         command: NodePoolCommand,
     },
+    /// A worker node's kubelet on containerd's CRI (what `flotilla up` runs for its local
+    /// nodes; the node image ships it as `flotilla-kubelet`).
+    #[command(after_help = "Example:
+  flotilla kubelet --node-config /etc/flotilla/node.yaml --cert-dir /var/lib/flotilla-kubelet/pki \\
+    --node-name ip-10-0-1-5 --node-ip 10.0.1.5")]
+    Kubelet(flotilla_kubelet::KubeletArgs),
+    /// A worker node's proxy, kube-proxy's nftables mode (the node image ships it as
+    /// `flotilla-proxy`).
+    #[command(after_help = "Example:
+  flotilla proxy --kubeconfig proxy.kubeconfig --cluster-cidr 10.244.0.0/16")]
+    Proxy(flotilla_proxy::command::ProxyArgs),
+    /// Print the client's version and, when a service is configured and reachable, the
+    /// server's (as `kubectl version`).
+    #[command(after_help = "Examples:
+  flotilla version
+  flotilla version --client -o json")]
+    Version(VersionArgs),
+    /// Print a shell completion script.
+    #[command(after_help = "Examples:
+  flotilla completion bash > /etc/bash_completion.d/flotilla
+  flotilla completion zsh > \"${fpath[1]}/_flotilla\"
+  flotilla completion fish > ~/.config/fish/completions/flotilla.fish")]
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `flotilla version`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VersionArgs {
+    /// Where the management API is (the server's version is read from it).
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Only the client's version: no server is asked.
+    #[arg(long = "client")]
+    pub client_only: bool,
 }
 
 /// `flotilla scheduler` / `flotilla controller-manager`.
@@ -328,13 +408,16 @@ pub enum Output {
 #[derive(Debug, Subcommand)]
 pub enum AccountCommand {
     /// Create an account; prints its first API key.
+    #[command(after_help = "Example:\n  flotilla account create acme")]
     Create {
         /// Account id (a DNS label).
         id: String,
     },
     /// List accounts.
+    #[command(after_help = "Example:\n  flotilla account list -o json")]
     List,
     /// Issue another API key for an account.
+    #[command(after_help = "Example:\n  flotilla account new-key acme")]
     NewKey {
         /// Account id.
         id: String,
@@ -345,15 +428,21 @@ pub enum AccountCommand {
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Create a cluster.
+    #[command(after_help = "Examples:
+  flotilla cluster create prod --tag team=infra --wait
+  flotilla cluster create edge --public-access-cidr 203.0.113.0/24")]
     Create(Box<ClusterCreateArgs>),
     /// List clusters.
+    #[command(after_help = "Example:\n  flotilla cluster list -o json")]
     List,
     /// Show one cluster.
+    #[command(after_help = "Example:\n  flotilla cluster get demo -o yaml")]
     Get {
         /// Cluster name.
         name: String,
     },
     /// Delete a cluster with all of its objects, credentials and node pools.
+    #[command(after_help = "Example:\n  flotilla cluster delete prod --wait")]
     Delete {
         /// Cluster name.
         name: String,
@@ -362,6 +451,9 @@ pub enum ClusterCommand {
         wait: bool,
     },
     /// Print (or write) an admin kubeconfig.
+    #[command(after_help = "Examples:
+  flotilla cluster kubeconfig prod --file prod.kubeconfig
+  flotilla cluster kubeconfig prod --exec --file prod-exec.kubeconfig")]
     Kubeconfig {
         /// Cluster name.
         name: String,
@@ -374,6 +466,9 @@ pub enum ClusterCommand {
         exec: bool,
     },
     /// Print a 15-minute admin token as a kubectl ExecCredential.
+    #[command(
+        after_help = "Example (what kubectl's exec plugin runs):\n  flotilla cluster token prod"
+    )]
     Token {
         /// Cluster name.
         name: String,
@@ -442,13 +537,20 @@ pub struct ClusterCreateArgs {
 #[derive(Debug, Subcommand)]
 pub enum NodePoolCommand {
     /// Create a node pool.
+    #[command(after_help = "Example:
+  flotilla nodepool create prod workers --instance-type t3.large --min 1 --max 5 --desired 3 \\
+    --label tier=web --taint dedicated=gpu:NO_SCHEDULE --wait")]
     Create(NodePoolCreateArgs),
     /// List a cluster's node pools.
+    #[command(after_help = "Example:\n  flotilla nodepool list prod")]
     List {
         /// Cluster name.
         cluster: String,
     },
     /// Change a node pool's size.
+    #[command(
+        after_help = "Example:\n  flotilla nodepool scale prod workers --desired 5 --max 8 --wait"
+    )]
     Scale {
         /// Cluster name.
         cluster: String,
@@ -468,6 +570,7 @@ pub enum NodePoolCommand {
         wait: bool,
     },
     /// Delete a node pool.
+    #[command(after_help = "Example:\n  flotilla nodepool delete prod workers --wait")]
     Delete {
         /// Cluster name.
         cluster: String,
@@ -528,6 +631,13 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 /// Runs a parsed command line to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Kubelet(args) => flotilla_kubelet::run_until_signalled(args).await,
+        Command::Proxy(args) => flotilla_proxy::command::run_until_signalled(args).await,
+        Command::Version(args) => version::print(&args).await,
+        Command::Completion { shell } => {
+            completion::write(shell, &mut std::io::stdout());
+            Ok(())
+        }
         Command::Up(args) => service::up(args).await,
         Command::Serve(args) => service::serve(args).await,
         Command::Account { client, command } => commands::account(&client, command).await,

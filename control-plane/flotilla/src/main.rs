@@ -1,6 +1,9 @@
-//! The `flotilla` binary: parses the command line and hands a config to [`flotilla::run`].
+//! The `flotilla` binary: parses the command line, sets up logging and hands the command to
+//! [`flotilla::run`]. Exit codes: 0 success, 1 error (one line on standard error), 2 bad usage
+//! (clap's).
 
 use clap::Parser;
+use flotilla::Command;
 
 /// jemalloc rather than glibc's malloc: the API server allocates and frees many short-lived
 /// JSON trees, and glibc spent over a third of its CPU in malloc, free and chunk consolidation
@@ -10,13 +13,12 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = flotilla::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FLOTILLA_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let default_filter = match &cli.command {
+        Command::Kubelet(_) => flotilla_kubelet::DEFAULT_LOG_FILTER,
+        Command::Proxy(_) => flotilla_proxy::command::DEFAULT_LOG_FILTER,
+        _ => "info",
+    };
+    flotilla_logging::init(&cli.log, default_filter);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {

@@ -344,6 +344,7 @@ impl Management {
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/v1/openapi.json", get(openapi_document))
+            .route("/v1/version", get(service_version))
             .route("/metrics", get(service_metrics))
             .route("/v1/accounts", get(list_accounts).post(create_account))
             .route(
@@ -980,6 +981,20 @@ fn cluster_answer(m: &Management, cluster: Cluster) -> Response {
 
 async fn openapi_document() -> Response {
     json(StatusCode::OK, &*openapi::DOCUMENT)
+}
+
+/// The service's version and the Kubernetes version its clusters speak: public, as upstream's
+/// `/version` is, so a client can report it before it has a credential.
+async fn service_version() -> Response {
+    json(StatusCode::OK, &service_version_document())
+}
+
+/// What `GET /v1/version` answers.
+pub fn service_version_document() -> serde_json::Value {
+    serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "kubernetes": flotilla_apiserver::discovery::version(),
+    })
 }
 
 /// The whole service's request metrics (every tenant's counts): the operator's only.

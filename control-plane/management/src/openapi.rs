@@ -48,6 +48,9 @@ fn build() -> Value {
         },
         "security": [{"apiKey": []}],
         "paths": {
+            "/v1/version": {
+                "get": {"summary": "The service's version and its clusters' Kubernetes version (no credential needed)", "security": [], "responses": {"200": {"description": "{version, kubernetes}", "content": {"application/json": {"schema": {"type": "object", "required": ["version", "kubernetes"], "properties": {"version": {"type": "string"}, "kubernetes": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}},
+            },
             "/v1/accounts": {
                 "get": {"summary": "List accounts (operator)", "responses": answer("Account")},
                 "post": {"summary": "Create an account and its first API key (operator)", "requestBody": body("CreateAccountRequest"), "responses": answer("IssuedApiKey")},

@@ -2,9 +2,11 @@
 //! Services and EndpointSlices (`model`), a sans-IO renderer to nft scripts with incremental
 //! per-Service updates (`render`), the `nft -f -` applier (`nft`) with its netlink fast path
 //! for partial syncs (`batch` encodes, `netlink` commits), the health and metrics servers
-//! (`health`), and the kube-rs loop tying them together (`proxier`).
+//! (`health`), the kube-rs loop tying them together (`proxier`) and the command line that
+//! runs it (`command`).
 
 pub mod batch;
+pub mod command;
 pub mod health;
 pub mod model;
 pub mod netlink;

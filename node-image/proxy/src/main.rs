@@ -1,229 +1,26 @@
-//! `flotilla-proxy`: the node proxy (kube-proxy's nftables mode). Parses flags, serves
-//! `/healthz` and `/metrics`, and programs table `ip kube-proxy` from Services and
-//! EndpointSlices until SIGINT/SIGTERM (leaving the rules in place); `--cleanup` deletes the
-//! table and exits.
+//! `flotilla-proxy`, the node image's proxy binary: parses flags, sets up logging and runs
+//! [`flotilla_proxy::command::run_until_signalled`].
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
-
-use anyhow::Context;
 use clap::Parser;
-use flotilla_proxy::health::{self, Metrics, ProxyHealth};
-use flotilla_proxy::model::Cidr;
-use flotilla_proxy::netlink::Netlink;
-use flotilla_proxy::nft::Nft;
-use flotilla_proxy::proxier::{self, BridgeMasquerade, NodePortAddresses, ProxierConfig};
-use flotilla_proxy::render;
+use flotilla_proxy::command;
 
-/// Parses `500ms`, `1s`, `30m`, `1h` (Go-style durations, one unit).
-fn parse_duration(value: &str) -> Result<Duration, String> {
-    let value = value.trim();
-    let split = value
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .ok_or_else(|| format!("duration {value:?} has no unit"))?;
-    let (number, unit) = value.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {value:?}"))?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return Err(format!("invalid duration unit in {value:?}")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|err| err.to_string())
-}
-
-/// The proxy's flags (upstream kube-proxy's names where it has them).
+/// The proxy's flags and the logging flags every Flotilla binary takes.
 #[derive(Debug, Parser)]
-#[command(name = "flotilla-proxy", about = "The Flotilla node proxy (nftables)")]
-struct Args {
-    /// A kubeconfig to talk to the API with (default: the usual kubeconfig search).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The Node's name (default: the hostname); endpoints on it are local.
-    #[arg(long)]
-    hostname_override: Option<String>,
-    /// The node's IP (default: the Node's first IPv4 InternalIP).
-    #[arg(long)]
-    node_ip: Option<Ipv4Addr>,
-    /// The pods' CIDR: traffic from outside it to a ClusterIP is masqueraded.
-    #[arg(long)]
-    cluster_cidr: Option<Cidr>,
-    /// The Service CIDR: traffic to unallocated ClusterIPs in it is dropped (upstream reads
-    /// ServiceCIDR objects).
-    #[arg(long)]
-    service_cluster_ip_range: Option<Cidr>,
-    /// Where NodePorts answer: `primary` (the node IP), or CIDRs (`0.0.0.0/0`: everywhere).
-    #[arg(long, default_value = "primary")]
-    nodeport_addresses: NodePortAddresses,
-    /// Masquerade pod traffic to endpoints on this node's bridge: auto = only when
-    /// br_netfilter is not active.
-    #[arg(long, value_enum, default_value = "auto")]
-    bridge_masquerade: BridgeMasquerade,
-    /// This node's pod CIDR for --bridge-masquerade (default: the Node's spec.podCIDR).
-    #[arg(long)]
-    pod_cidr: Option<Cidr>,
-    /// Masquerade all traffic to ClusterIPs.
-    #[arg(long)]
-    masquerade_all: bool,
-    /// The fwmark bit marking packets to masquerade.
-    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
-    masquerade_bit: u8,
-    /// `/healthz`, `/livez` and `/metrics`.
-    #[arg(long, default_value = "0.0.0.0:10256")]
-    healthz_bind_address: SocketAddr,
-    /// The shortest interval between syncs.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    min_sync_period: Duration,
-    /// Retry delay after a failed sync; /healthz turns 503 when a change waits twice this.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    sync_period: Duration,
-    /// How often the whole table is rebuilt.
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
-    full_sync_period: Duration,
-    /// How many tables share the Services' NAT chains (0: all in table kube-proxy, as
-    /// upstream); each change makes the kernel re-check one table's rules.
-    #[arg(long, default_value_t = render::DEFAULT_SERVICE_TABLES,
-          value_parser = clap::value_parser!(u16).range(0..=i64::from(render::MAX_SERVICE_TABLES)))]
-    service_tables: u16,
-    /// Delete the proxy's tables and exit.
-    #[arg(long)]
-    cleanup: bool,
+#[command(
+    name = "flotilla-proxy",
+    version,
+    about = "The Flotilla node proxy (nftables)"
+)]
+struct Cli {
+    #[command(flatten)]
+    proxy: command::ProxyArgs,
+    #[command(flatten)]
+    log: flotilla_logging::LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn,tower=warn,h2=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let args = Args::parse();
-    if args.cleanup {
-        Nft::default()
-            .delete_table()
-            .context("error cleaning up nftables rules")?;
-        return Ok(());
-    }
-    tokio::select! {
-        outcome = run(args) => outcome,
-        _ = shutdown() => {
-            tracing::info!("shutting down; the rules stay in place");
-            Ok(())
-        }
-    }
-}
-
-async fn shutdown() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_lowercase())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
-async fn run(args: Args) -> anyhow::Result<()> {
-    let mut nft = Nft::default();
-    let version = nft.version().context("nft is required")?;
-    tracing::info!(%version, "using nft");
-    // Partial syncs go through netlink when it opens; nft -f remains the way otherwise.
-    match Netlink::open() {
-        Ok(netlink) => nft = nft.with_netlink(netlink),
-        Err(err) => tracing::warn!(%err, "partial syncs will run nft"),
-    }
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::from_yaml(&text)?,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .context("the kubeconfig is not usable")?;
-            kube::Client::try_from(config)?
-        }
-        None => kube::Client::try_default().await?,
-    };
-    let health = Arc::new(ProxyHealth::new(args.sync_period * 2));
-    let metrics = Arc::new(Metrics::default());
-    let server =
-        health::serve_healthz(args.healthz_bind_address, health.clone(), metrics.clone()).await?;
-    let config = ProxierConfig {
-        hostname: args.hostname_override.unwrap_or_else(hostname),
-        node_ip: args.node_ip,
-        render: render::Config {
-            cluster_cidr: args.cluster_cidr,
-            masquerade_all: args.masquerade_all,
-            masquerade_bit: args.masquerade_bit,
-            service_cidrs: args.service_cluster_ip_range.into_iter().collect(),
-            service_tables: args.service_tables,
-            ..render::Config::default()
-        },
-        node_port_addresses: args.nodeport_addresses,
-        bridge_masquerade: args.bridge_masquerade,
-        pod_cidr: args.pod_cidr,
-        min_sync_period: args.min_sync_period,
-        sync_period: args.sync_period,
-        full_sync_period: args.full_sync_period,
-        nft,
-    };
-    tracing::info!(node = %config.hostname, healthz = %args.healthz_bind_address, "starting the proxy");
-    let outcome = proxier::run(client, config, health, metrics).await;
-    server.abort();
-    outcome
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("5").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
-
-    #[test]
-    fn flags() {
-        let args = Args::try_parse_from([
-            "flotilla-proxy",
-            "--kubeconfig",
-            "/k",
-            "--hostname-override",
-            "n1",
-            "--cluster-cidr",
-            "10.244.0.0/16",
-            "--healthz-bind-address",
-            "10.199.7.2:10256",
-        ])
-        .expect("flags");
-        assert_eq!(args.hostname_override.as_deref(), Some("n1"));
-        assert_eq!(args.nodeport_addresses, NodePortAddresses::Primary);
-        assert_eq!(args.min_sync_period, Duration::from_secs(1));
-        assert_eq!(args.service_tables, render::DEFAULT_SERVICE_TABLES);
-        assert!(
-            Args::try_parse_from(["flotilla-proxy", "--service-tables", "33"]).is_err(),
-            "at most MAX_SERVICE_TABLES"
-        );
-    }
+    let cli = Cli::parse();
+    flotilla_logging::init(&cli.log, command::DEFAULT_LOG_FILTER);
+    command::run_until_signalled(cli.proxy).await
 }
