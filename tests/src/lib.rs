@@ -243,6 +243,12 @@ pub struct Flotilla {
     host: String,
     port: u16,
     extra_args: Vec<String>,
+    /// Every line `flotilla up` printed on standard output, in order.
+    stdout: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Where standard error goes (inherited when `None`).
+    stderr_file: Option<PathBuf>,
+    /// Environment variables set for the process.
+    env: Vec<(String, String)>,
     /// The admin kubeconfig `flotilla up` wrote.
     pub kubeconfig: PathBuf,
 }
@@ -261,9 +267,43 @@ impl Flotilla {
     /// Starts `flotilla up` listening on `host` (e.g. a fabric's host address, so that nodes in
     /// network namespaces reach it); its kubeconfig names that address.
     pub fn up_at(backend: Backend, host: &str, extra_args: &[&str]) -> anyhow::Result<Self> {
+        let mut args: Vec<&str> = extra_args.to_vec();
+        // `up` starts a local node when the machine can host one; the suites that want nodes
+        // ask for them, the others get the control plane alone.
+        if !args.contains(&"--nodes") {
+            args.extend(["--nodes", "0"]);
+        }
+        let mut flotilla = Self::prepare(backend, host, &args, None)?;
+        flotilla.start()?;
+        Ok(flotilla)
+    }
+
+    /// Starts `flotilla up` exactly as a user types it, with `extra_args` only (no `--nodes`
+    /// added) and `env` set, its standard error written to `stderr_file` when given.
+    pub fn up_as_typed(
+        backend: Backend,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        stderr_file: Option<PathBuf>,
+    ) -> anyhow::Result<Self> {
+        let mut flotilla = Self::prepare(backend, "127.0.0.1", extra_args, stderr_file)?;
+        flotilla.env = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        flotilla.start()?;
+        Ok(flotilla)
+    }
+
+    fn prepare(
+        backend: Backend,
+        host: &str,
+        extra_args: &[&str],
+        stderr_file: Option<PathBuf>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
-        let mut flotilla = Flotilla {
+        let flotilla = Flotilla {
             process: None,
             kubeconfig: dir.path().join("kubeconfig"),
             dir,
@@ -271,13 +311,10 @@ impl Flotilla {
             host: host.to_string(),
             port,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            stdout: Default::default(),
+            stderr_file,
+            env: Vec::new(),
         };
-        // `up` starts a local node when the machine can host one; the suites that want nodes
-        // ask for them, the others get the control plane alone.
-        if !flotilla.extra_args.iter().any(|arg| arg == "--nodes") {
-            flotilla.extra_args.extend(["--nodes".into(), "0".into()]);
-        }
-        flotilla.start()?;
         Ok(flotilla)
     }
 
@@ -291,22 +328,43 @@ impl Flotilla {
             .arg(format!("{}:{}", self.host, self.port))
             .args(&self.extra_args)
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdout(Stdio::piped());
+        match &self.stderr_file {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                command.stderr(file);
+            }
+            None => {
+                command.stderr(Stdio::inherit());
+            }
+        }
         if let Backend::Etcd(endpoint) = &self.backend {
             command.arg("--etcd").arg(endpoint);
         }
         let mut child = command.spawn().context("starting flotilla up")?;
         let stdout = child.stdout.take().context("flotilla stdout")?;
         let process = Process { child };
-        // `flotilla up` prints the kubeconfig path once it is listening.
+        // `flotilla up` prints the kubeconfig path once it is listening, then the rest.
         let (tx, rx) = std::sync::mpsc::channel();
+        let printed = self.stdout.clone();
         std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
+            for (index, line) in BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .enumerate()
+            {
+                if index == 0 {
+                    let _ = tx.send(line.clone());
+                }
+                if let Ok(mut printed) = printed.lock() {
+                    printed.push(line);
+                }
             }
-            for _ in lines {}
         });
         let line = rx
             .recv_timeout(READY_TIMEOUT)
@@ -314,6 +372,14 @@ impl Flotilla {
         self.kubeconfig = PathBuf::from(line.trim());
         self.process = Some(process);
         Ok(())
+    }
+
+    /// Every line `flotilla up` has printed on standard output so far.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout
+            .lock()
+            .map(|lines| lines.clone())
+            .unwrap_or_default()
     }
 
     /// Stops the service (SIGKILL when `hard`, else SIGTERM) and starts it again on the same

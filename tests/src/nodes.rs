@@ -337,11 +337,18 @@ impl LocalCluster {
     /// Starts `flotilla up --nodes count` on the embedded store.
     pub fn start(count: u8) -> anyhow::Result<Self> {
         require_runtime()?;
-        node_bin("flotilla-kubelet")?;
-        node_bin("flotilla-proxy")?;
         let flotilla =
             crate::Flotilla::up_with(crate::Backend::Embedded, &["--nodes", &count.to_string()])?;
         Ok(LocalCluster { flotilla, count })
+    }
+
+    /// Starts `flotilla up` with no flag at all, as a new user does, its standard error in
+    /// `stderr_file`: on a machine that can host a node, it runs one.
+    pub fn start_as_typed(stderr_file: PathBuf) -> anyhow::Result<Self> {
+        require_runtime()?;
+        let flotilla =
+            crate::Flotilla::up_as_typed(crate::Backend::Embedded, &[], &[], Some(stderr_file))?;
+        Ok(LocalCluster { flotilla, count: 1 })
     }
 
     /// Node `index`'s directory (1-based), as `flotilla up` lays it out.
@@ -419,8 +426,9 @@ impl Drop for LocalCluster {
                     continue;
                 };
                 let pid = pid.trim();
+                // `flotilla kubelet …` / `flotilla proxy …`, still running after the stop.
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                if String::from_utf8_lossy(&cmdline).contains("flotilla-") {
+                if cmdline.split(|byte| *byte == 0).nth(1) == Some(daemon.as_bytes()) {
                     let _ = Command::new("kill").args(["-9", pid]).status();
                 }
             }

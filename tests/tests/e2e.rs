@@ -18,6 +18,8 @@ mod controllers;
 mod deployment;
 #[path = "e2e/eviction.rs"]
 mod eviction;
+#[path = "e2e/firsthour.rs"]
+mod firsthour;
 #[path = "e2e/jobs.rs"]
 mod jobs;
 #[path = "e2e/kubelet.rs"]

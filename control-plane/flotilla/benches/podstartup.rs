@@ -3,7 +3,7 @@
 //! busybox-static and nftables installed, as `tests/run` does).
 //!
 //! Runs `flotilla up --nodes 1` (one network-namespace node with its own containerd,
-//! `flotilla-kubelet` and `flotilla-proxy`) and measures, through a pod watch, the time from
+//! `flotilla kubelet` and `flotilla proxy`) and measures, through a pod watch, the time from
 //! each pod's create request to the watch seeing it Running, for 100 pods of the local busybox
 //! image (already on the node, so no pull: the Kubernetes SLO's definition), three times:
 //! created one after another (each once the previous one runs, as upstream's sequential
@@ -217,10 +217,12 @@ fn cpu_by_role(service: u32, dir: &Path) -> HashMap<&'static str, f64> {
             .flatten()
             .filter_map(|f| f.parse::<f64>().ok())
             .sum();
+        // The nodes' kubelets and proxies are `flotilla kubelet …` and `flotilla proxy …`.
+        let component = cmdline.split(' ').nth(1).unwrap_or_default();
         let role = match comm {
-            "flotilla" => "API server and controllers",
-            c if c.starts_with("flotilla-kubel") => "kubelet",
-            c if c.starts_with("flotilla-proxy") => "proxy",
+            "flotilla" if pid == service => "API server and controllers",
+            "flotilla" if component == "kubelet" => "kubelet",
+            "flotilla" if component == "proxy" => "proxy",
             c if c.starts_with("containerd") || c == "runc" => "runtime",
             _ => "other",
         };

@@ -11,7 +11,7 @@ use flotilla_cloud_controller::config::{CloudSettings, StaticCredentials};
 use flotilla_cloud_controller::nodepool::{
     ClusterEndpoint, NodePoolSpec, NodePools, PoolObservation,
 };
-use flotilla_management::model::{Cluster, ClusterStatus, NodePool, NodePoolIssue, NodePoolStatus};
+use flotilla_management::model::{Cluster, ClusterStatus, HealthIssue, NodePool, NodePoolStatus};
 use flotilla_management::{Management, NodePoolReport};
 use k8s_openapi::api::core::v1::{PersistentVolume, Service, Taint};
 use kube::api::{Api, ListParams};
@@ -209,7 +209,7 @@ fn report_of(observation: PoolObservation) -> NodePoolReport {
         issues: observation
             .issues
             .into_iter()
-            .map(|issue| NodePoolIssue {
+            .map(|issue| HealthIssue {
                 code: issue.code,
                 message: issue.message,
                 resource_ids: issue.resource_ids,

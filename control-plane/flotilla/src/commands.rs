@@ -79,7 +79,11 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
             let answer = client
                 .call_json(Method::GET, &cluster_path(&name), None)
                 .await?;
-            print_one(args.output, &answer["cluster"], &CLUSTER_COLUMNS)
+            print_one(args.output, &answer["cluster"], &CLUSTER_COLUMNS)?;
+            if args.output == Output::Table {
+                print!("{}", health_issues(&answer["cluster"]));
+            }
+            Ok(())
         }
         ClusterCommand::Delete { name, wait } => {
             let answer = client
@@ -471,6 +475,25 @@ const POOL_COLUMNS: [Column; 7] = [
 const ACCOUNT_COLUMNS: [Column; 2] = [("ID", &["id"]), ("CREATED", &["createdAt"])];
 const ACCOUNT_KEY_COLUMNS: [Column; 2] = [("ACCOUNT", &["accountId"]), ("API KEY", &["apiKey"])];
 
+/// The `health.issues` of a cluster or node pool as lines under its table row (none when
+/// healthy).
+fn health_issues(object: &Value) -> String {
+    let issues = object["health"]["issues"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    issues
+        .iter()
+        .map(|issue| {
+            format!(
+                "ISSUE {}: {}\n",
+                cell(issue, &["code"]),
+                cell(issue, &["message"])
+            )
+        })
+        .collect()
+}
+
 fn print_one(output: Output, object: &Value, columns: &[Column]) -> anyhow::Result<()> {
     match output {
         Output::Table => print_table(std::slice::from_ref(object), columns),
@@ -572,6 +595,20 @@ mod tests {
         );
         assert!(parse_taint("no-effect").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn health_issues_print_one_line_each() {
+        let cluster = json!({"health": {"issues": [
+            {"code": "NoLocalNodes", "message": "this machine lacks runc"},
+            {"code": "Other", "message": "m"},
+        ]}});
+        assert_eq!(
+            health_issues(&cluster),
+            "ISSUE NoLocalNodes: this machine lacks runc\nISSUE Other: m\n"
+        );
+        assert_eq!(health_issues(&json!({"health": {"issues": []}})), "");
+        assert_eq!(health_issues(&json!({})), "");
     }
 
     #[test]

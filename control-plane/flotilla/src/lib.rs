@@ -273,11 +273,12 @@ pub struct UpArgs {
     /// separate `flotilla scheduler` and `flotilla controller-manager` processes instead.
     #[arg(long)]
     pub external_control_loops: bool,
-    /// Run this many real worker nodes of the `demo` cluster on this machine (needs root,
-    /// containerd, runc, the CNI plugins, busybox-static and nftables): each a network
-    /// namespace with its own containerd, `flotilla-kubelet` and `flotilla-proxy`.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=200))]
-    pub nodes: u8,
+    /// Real worker nodes of the `demo` cluster on this machine, each a network namespace with
+    /// its own containerd, kubelet and proxy (needs root, containerd, runc, the CNI plugins,
+    /// busybox-static, nftables, iproute2 and python3). Default: one when this machine has all
+    /// of that, else none (`up` says what is missing); 0 runs the control plane alone.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=200))]
+    pub nodes: Option<u8>,
     /// The key every private key in the store is sealed under (base64 of 32 random bytes,
     /// mode 0600); created when absent. Default: DIR/key-encryption-key.
     #[arg(long, env = "FLOTILLA_KEY_ENCRYPTION_KEY_FILE")]

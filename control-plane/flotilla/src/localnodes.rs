@@ -1,6 +1,6 @@
 //! `flotilla up --nodes N`: real worker nodes on this machine. A fabric network joins the host
-//! and N nodes; each node is a network namespace with its own containerd, `flotilla-kubelet`
-//! (joined with a bootstrap token, so it acts as `system:node:<name>`) and `flotilla-proxy`,
+//! and N nodes; each node is a network namespace with its own containerd, `flotilla kubelet`
+//! (joined with a bootstrap token, so it acts as `system:node:<name>`) and `flotilla proxy`,
 //! with routes between the nodes' pod CIDRs. The node-image scripts that do the plumbing are
 //! embedded in the binary and written under `DIR/nodes/scripts`. Static pod manifests put in
 //! `DIR/nodes/node-i/manifests` run on node i.
@@ -84,19 +84,12 @@ fn run(root: &Path, name: &str, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// A binary installed beside this one.
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    let path = std::env::current_exe()?.with_file_name(name);
-    ensure!(
-        path.exists(),
-        "{name} not found at {}: build it beside flotilla (`cargo build --workspace --bins`)",
-        path.display()
-    );
-    Ok(path)
-}
+/// What installs every tool a local node needs (Debian's packages).
+pub(crate) const INSTALL_COMMAND: &str = "apt-get install -y containerd runc \
+     containernetworking-plugins busybox-static nftables iproute2 util-linux python3";
 
-/// Fails with what is missing unless this machine can run real nodes.
-fn require_runtime() -> anyhow::Result<()> {
+/// What this machine lacks to run local nodes: tools, CNI plugins, root. Empty when it can.
+pub(crate) fn missing_requirements() -> Vec<String> {
     let mut missing = Vec::new();
     for tool in [
         "containerd",
@@ -106,6 +99,7 @@ fn require_runtime() -> anyhow::Result<()> {
         "nsenter",
         "ip",
         "nft",
+        "python3",
     ] {
         let found = std::env::var_os("PATH")
             .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).exists()));
@@ -118,29 +112,33 @@ fn require_runtime() -> anyhow::Result<()> {
             missing.push(format!("/usr/lib/cni/{plugin}"));
         }
     }
+    if !rustix::process::geteuid().is_root() {
+        missing.push("root (containers and network namespaces need it)".to_string());
+    }
+    missing
+}
+
+/// Fails with what is missing unless this machine can run real nodes.
+fn require_runtime() -> anyhow::Result<()> {
+    let missing = missing_requirements();
     if !missing.is_empty() {
         bail!(
-            "--nodes needs {} (apt-get install -y containerd runc containernetworking-plugins \
-             busybox-static nftables)",
+            "--nodes needs {} (as root: {INSTALL_COMMAND})",
             missing.join(", ")
         );
     }
-    let uid = Command::new("id").arg("-u").output()?;
-    ensure!(
-        String::from_utf8_lossy(&uid.stdout).trim() == "0",
-        "--nodes runs containers and network namespaces: it needs root"
-    );
     Ok(())
 }
 
-/// Kills a daemon a previous run recorded in `pid_file`, if it still runs as `name`.
-fn kill_stale(pid_file: &Path, name: &str) {
+/// Kills a daemon a previous run recorded in `pid_file`, if it still runs as `flotilla
+/// COMPONENT`.
+fn kill_stale(pid_file: &Path, component: &str) {
     let Ok(pid) = std::fs::read_to_string(pid_file) else {
         return;
     };
     let pid = pid.trim();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if String::from_utf8_lossy(&cmdline).contains(name) {
+    if cmdline.split(|byte| *byte == 0).nth(1) == Some(component.as_bytes()) {
         let _ = Command::new("kill").args(["-9", pid]).status();
     }
     let _ = std::fs::remove_file(pid_file);
@@ -152,8 +150,6 @@ impl LocalNodes {
     /// left (killed without cleaning up) is removed first.
     pub(crate) fn prepare(data_dir: &Path, count: u8) -> anyhow::Result<Self> {
         require_runtime()?;
-        sibling("flotilla-kubelet")?;
-        sibling("flotilla-proxy")?;
         let root = std::path::absolute(data_dir.join("nodes"))?;
         std::fs::create_dir_all(root.join("scripts"))?;
         for (name, text) in SCRIPTS {
@@ -171,8 +167,8 @@ impl LocalNodes {
             })
             .collect();
         for node in &nodes {
-            kill_stale(&node.dir.join("kubelet.pid"), "flotilla-kubelet");
-            kill_stale(&node.dir.join("proxy.pid"), "flotilla-proxy");
+            kill_stale(&node.dir.join("kubelet.pid"), "kubelet");
+            kill_stale(&node.dir.join("proxy.pid"), "proxy");
             run(&root, "stop-containerd", &[&node.dir.to_string_lossy()])?;
         }
         let fabric = root.join("fabric");
@@ -260,7 +256,7 @@ impl LocalNodes {
             std::fs::write(&config_path, serde_yaml::to_string(&config)?)?;
             let kubelet = spawn(
                 node,
-                "flotilla-kubelet",
+                "kubelet",
                 &[
                     "--node-config",
                     &config_path.to_string_lossy(),
@@ -288,7 +284,7 @@ impl LocalNodes {
             self.daemons.push(kubelet);
             let proxy = spawn(
                 node,
-                "flotilla-proxy",
+                "proxy",
                 &[
                     "--kubeconfig",
                     &proxy_kubeconfig_path.to_string_lossy(),
@@ -342,24 +338,25 @@ fn node_command(node: &LocalNode, program: impl AsRef<std::ffi::OsStr>) -> anyho
     Ok(command)
 }
 
-/// Starts daemon `name` in `node`'s namespace, logging to `DIR/NAME.log`, its pid recorded.
-fn spawn(node: &LocalNode, name: &str, args: &[&str]) -> anyhow::Result<Child> {
-    let short = name.trim_start_matches("flotilla-");
-    let log = node.dir.join(format!("{short}.log"));
+/// Starts `flotilla COMPONENT` (`kubelet`, `proxy`) in `node`'s namespace, logging to
+/// `DIR/COMPONENT.log`, its pid recorded.
+fn spawn(node: &LocalNode, component: &str, args: &[&str]) -> anyhow::Result<Child> {
+    let log = node.dir.join(format!("{component}.log"));
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log)
         .with_context(|| format!("opening {}", log.display()))?;
-    let child = node_command(node, sibling(name)?)?
+    let child = node_command(node, std::env::current_exe()?)?
+        .arg(component)
         .args(args)
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
         .spawn()
-        .with_context(|| format!("starting {name} on {}", node.name))?;
+        .with_context(|| format!("starting the {component} of {}", node.name))?;
     std::fs::write(
-        node.dir.join(format!("{short}.pid")),
+        node.dir.join(format!("{component}.pid")),
         child.id().to_string(),
     )?;
     Ok(child)

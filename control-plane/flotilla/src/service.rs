@@ -16,9 +16,10 @@ use flotilla_apiserver::pki::CertificateAuthority;
 use flotilla_apiserver::serve::ServerConfig;
 use flotilla_apiserver::storage::envelope::KeyEncryptionKey;
 use flotilla_apiserver::{ApiServer, ServerOptions};
-use flotilla_management::model::CreateClusterRequest;
+use flotilla_management::model::{CreateClusterRequest, HealthIssue};
 use flotilla_management::{Management, PublicEndpoint};
 use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
+use k8s_openapi::api::core::v1::Event;
 use tokio::net::TcpListener;
 
 use crate::client::ClientConfig;
@@ -354,10 +355,26 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| args.data_dir.join(private_files::DATA_DIR_KEK)),
     )?;
     let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
-    let local_nodes = match args.nodes {
+    let plan = NodePlan::for_flag(args.nodes);
+    let mut no_nodes_reason = plan.missing_summary();
+    let local_nodes = match plan.count {
         0 => None,
-        count => Some(LocalNodes::prepare(&args.data_dir, count)?),
+        count => match LocalNodes::prepare(&args.data_dir, count) {
+            Ok(nodes) => Some(nodes),
+            // Asked for: a failure is the command's. By default: the control plane alone.
+            Err(err) if plan.asked => return Err(err.context("preparing the local nodes")),
+            Err(err) => {
+                no_nodes_reason = Some(format!("{err:#}"));
+                None
+            }
+        },
     };
+    if let Some(reason) = &no_nodes_reason {
+        eprintln!(
+            "flotilla up: no local node ({reason}); pods stay Pending until a node joins \
+             (--nodes 0 runs the control plane alone and silences this)"
+        );
+    }
     let fabric_ip = match &local_nodes {
         Some(nodes) => Some(
             nodes
@@ -410,14 +427,31 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     let kubeconfig = demo_kubeconfig(management).await?;
     let path = args.data_dir.join("kubeconfig");
     write_private(&path, &kubeconfig)?;
-    let absolute = std::fs::canonicalize(&path).unwrap_or(path);
-    println!("{}", absolute.display());
-    tracing::info!(
-        url = %format!("{}/clusters/{DEMO_CLUSTER}", started.public_url),
-        kubeconfig = %absolute.display(),
-        client_config = %client_config.display(),
-        "flotilla is up"
+    let kubeconfig_path = std::fs::canonicalize(&path).unwrap_or(path);
+    let client_config = std::fs::canonicalize(&client_config).unwrap_or(client_config);
+    // Why `kubectl get nodes` is empty, where a user looks: the cluster's health (set before
+    // `up` says it is ready) and an Event (recorded once the API serves).
+    let issues = match (&no_nodes_reason, plan.asked) {
+        (Some(reason), false) => vec![no_local_nodes_issue(reason)],
+        _ => Vec::new(),
+    };
+    management
+        .report_cluster_health(LOCAL_ACCOUNT, DEMO_CLUSTER, issues.clone())
+        .await?;
+    if let Some(issue) = issues.into_iter().next() {
+        tokio::spawn(record_no_nodes_event(kubeconfig.clone(), issue));
+    }
+    print!(
+        "{}",
+        UpSummary {
+            kubeconfig: &kubeconfig_path,
+            public_url: &started.public_url,
+            client_config: &client_config,
+            data_dir: &args.data_dir,
+        }
     );
+    use std::io::Write;
+    std::io::stdout().flush()?;
     let (Some(mut nodes), Some(fabric_ip)) = (local_nodes, fabric_ip) else {
         started.serve().await;
         return Ok(());
@@ -444,6 +478,124 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         Err(err) => return Err(err.context("starting the local nodes")),
     }
     Ok(())
+}
+
+/// How many local nodes `up` runs: `--nodes` when given, else one when this machine can.
+struct NodePlan {
+    count: u8,
+    /// `--nodes` was given (a failure to start them is an error, not a notice).
+    asked: bool,
+    /// What this machine lacks, when it cannot run the default node.
+    missing: Vec<String>,
+}
+
+impl NodePlan {
+    fn for_flag(nodes: Option<u8>) -> Self {
+        match nodes {
+            Some(count) => NodePlan {
+                count,
+                asked: true,
+                missing: Vec::new(),
+            },
+            None => {
+                let missing = crate::localnodes::missing_requirements();
+                NodePlan {
+                    count: u8::from(missing.is_empty()),
+                    asked: false,
+                    missing,
+                }
+            }
+        }
+    }
+
+    /// What is missing and how to install it, in one line; `None` when nothing is.
+    fn missing_summary(&self) -> Option<String> {
+        (!self.missing.is_empty()).then(|| {
+            format!(
+                "this machine lacks {}; as root: {}",
+                self.missing.join(", "),
+                crate::localnodes::INSTALL_COMMAND
+            )
+        })
+    }
+}
+
+/// The `health.issues[]` entry of a `demo` cluster without a node.
+fn no_local_nodes_issue(reason: &str) -> HealthIssue {
+    HealthIssue {
+        code: "NoLocalNodes".into(),
+        message: format!("flotilla up runs no node on this machine: {reason}"),
+        resource_ids: Vec::new(),
+    }
+}
+
+/// A Warning Event `NoLocalNodes` in `default` (what `kubectl get events` shows beside an
+/// empty `kubectl get nodes`), replaced on every start. Best effort: the health issue says
+/// the same.
+async fn record_no_nodes_event(admin_kubeconfig: String, issue: HealthIssue) {
+    let recorded = async {
+        let config = kube::config::Kubeconfig::from_yaml(&admin_kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(config, &Default::default()).await?;
+        let events: kube::Api<Event> =
+            kube::Api::namespaced(kube::Client::try_from(config)?, "default");
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let event: Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "flotilla-up.no-local-nodes", "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Namespace", "name": "default"},
+            "reason": issue.code,
+            "message": issue.message,
+            "type": "Warning",
+            "source": {"component": "flotilla-up"},
+            "reportingComponent": "flotilla-up",
+            "reportingInstance": "flotilla-up",
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+        }))?;
+        let _ = events
+            .delete(
+                &event.metadata.name.clone().unwrap_or_default(),
+                &Default::default(),
+            )
+            .await;
+        events.create(&Default::default(), &event).await?;
+        anyhow::Ok(())
+    };
+    if let Err(err) = recorded.await {
+        tracing::warn!(err = %format!("{err:#}"), "recording the NoLocalNodes event");
+    }
+}
+
+/// What `flotilla up` prints on standard output once the cluster answers, in this order.
+struct UpSummary<'a> {
+    kubeconfig: &'a Path,
+    public_url: &'a str,
+    client_config: &'a Path,
+    data_dir: &'a Path,
+}
+
+impl std::fmt::Display for UpSummary<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kubeconfig = self.kubeconfig.display();
+        let client_config = self.client_config.display();
+        writeln!(f, "{kubeconfig}")?;
+        writeln!(f, "export KUBECONFIG={kubeconfig}")?;
+        writeln!(
+            f,
+            "API endpoint: {}/clusters/{DEMO_CLUSTER}",
+            self.public_url
+        )?;
+        writeln!(f, "Management endpoint: {}/v1/", self.public_url)?;
+        writeln!(
+            f,
+            "Client configuration: {client_config} (export FLOTILLA_CONFIG={client_config})"
+        )?;
+        writeln!(
+            f,
+            "Stop with Ctrl-C (or SIGTERM); {} keeps everything for the next `flotilla up`",
+            self.data_dir.display()
+        )
+    }
 }
 
 /// Starts the local nodes of `up --nodes` against the demo cluster, which they reach on the

@@ -170,7 +170,7 @@ pub struct NodePoolReport {
     /// How many of their Nodes are Ready.
     pub ready_nodes: u32,
     /// What keeps it from its size.
-    pub issues: Vec<NodePoolIssue>,
+    pub issues: Vec<HealthIssue>,
 }
 
 /// The management service.
@@ -275,6 +275,30 @@ impl Management {
     /// The serving CA and public URL nodes are told to reach clusters at.
     pub fn public_endpoint(&self) -> &PublicEndpoint {
         &self.endpoint
+    }
+
+    /// Replaces a cluster's `health.issues` (what keeps it from working as asked, as whoever
+    /// runs it sees it: `flotilla up` reports a `demo` without a node). Writes only on change.
+    pub async fn report_cluster_health(
+        &self,
+        account: &str,
+        name: &str,
+        issues: Vec<HealthIssue>,
+    ) -> Result<()> {
+        let (cluster, _) = self.cluster_record(account, name).await?;
+        if cluster.health.issues == issues {
+            return Ok(());
+        }
+        self.modify(
+            &cluster_key(account, name),
+            || ManagementError::not_found(format!("no cluster named {name:?}")),
+            |record: &mut Cluster| {
+                record.health.issues = issues.clone();
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// Records what the cloud controller saw of a pool: its instances, Ready nodes and
@@ -613,6 +637,7 @@ impl Management {
             created_at: now(),
             certificate_authority: None,
             identity: None,
+            health: Health::default(),
             cloud_released: false,
         };
         match self
@@ -787,7 +812,7 @@ impl Management {
             status_reason: None,
             instance_ids: Vec::new(),
             ready_nodes: 0,
-            health: NodePoolHealth::default(),
+            health: Health::default(),
             client_request_token: request.client_request_token,
             created_at: now(),
         };

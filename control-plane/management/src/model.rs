@@ -233,6 +233,10 @@ pub struct Cluster {
     /// `identity.oidc.issuer`): a cloud IAM trusts it through its discovery document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<ClusterIdentity>,
+    /// What keeps the cluster from working as asked (`flotilla up`'s `demo` without a node:
+    /// `NoLocalNodes`).
+    #[serde(default)]
+    pub health: Health,
 }
 
 /// `certificateAuthority` of a cluster response.
@@ -384,27 +388,27 @@ impl std::fmt::Display for NodePoolStatus {
     }
 }
 
-/// One problem of a node pool (EKS's `health.issues[]`).
+/// One problem of a cluster or a node pool (EKS's `health.issues[]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct NodePoolIssue {
+pub struct HealthIssue {
     /// EKS-style issue code (`Ec2SubnetNotFound`, `InsufficientInstanceCapacity`,
-    /// `AccessDenied`…).
+    /// `AccessDenied`, `NoLocalNodes`…).
     pub code: String,
-    /// The cloud's own words.
+    /// What is wrong, in the cloud's own words where the cloud said it.
     pub message: String,
     /// The resources concerned (subnet ids, instance ids).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_ids: Vec<String>,
 }
 
-/// `health` of a node pool.
+/// `health` of a cluster or a node pool.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct NodePoolHealth {
-    /// What keeps the pool from its size now (empty when healthy).
+pub struct Health {
+    /// What keeps it from working as asked now (empty when healthy).
     #[serde(default)]
-    pub issues: Vec<NodePoolIssue>,
+    pub issues: Vec<HealthIssue>,
 }
 
 /// A node pool as reported and stored.
@@ -441,7 +445,7 @@ pub struct NodePool {
     pub ready_nodes: u32,
     /// Problems the cloud controller met.
     #[serde(default)]
-    pub health: NodePoolHealth,
+    pub health: Health,
     /// The token it was created with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_request_token: Option<String>,

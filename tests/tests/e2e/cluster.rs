@@ -1,5 +1,5 @@
 //! A real two-node cluster (`flotilla up --nodes 2`: each node a network namespace with its
-//! own containerd, `flotilla-kubelet` joined by bootstrap token, and `flotilla-proxy`), driven
+//! own containerd, `flotilla kubelet` joined by bootstrap token, and `flotilla proxy`), driven
 //! by stock kubectl 1.32: a Deployment of a locally built HTTP image Running and Ready on both
 //! nodes, its Service answering from a pod on node 1 with replies from pods on both nodes, the
 //! NodePort answering from the other node's namespace, and a pod whose readiness probe fails
