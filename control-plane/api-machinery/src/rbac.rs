@@ -1814,6 +1814,9 @@ pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 /// nodes may renew their own (`kubeadm:node-autoapprove-certificate-rotation`). kubeadm binds
 /// the token group `system:bootstrappers:kubeadm:default-node-token`; these bind every
 /// bootstrap token's `system:bootstrappers`. Not labelled as upstream's bootstrap policy.
+/// Flotilla adds `flotilla:node-proxier`: a node image's proxy runs with its node's own
+/// credential (there is no kube-proxy DaemonSet with a service account to give it one), so
+/// `system:nodes` may read what kube-proxy reads (`system:node-proxier`).
 pub fn node_bootstrap_cluster_role_bindings() -> Vec<ClusterRoleBinding> {
     let binding = |name: &str, role: &str, group: &str| ClusterRoleBinding {
         metadata: ObjectMeta {
@@ -1843,6 +1846,7 @@ pub fn node_bootstrap_cluster_role_bindings() -> Vec<ClusterRoleBinding> {
             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
             NODES_GROUP,
         ),
+        binding("flotilla:node-proxier", "system:node-proxier", NODES_GROUP),
     ]
 }
 

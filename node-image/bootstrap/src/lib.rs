@@ -6,6 +6,12 @@
 //! flow for the real kubelet and for `flotilla simulate-nodes --node-config`. The kubelet's
 //! serving certificate is requested the same way (`kubelet-serving` signer, the node's names
 //! and addresses as subjectAltNames), so the API server can verify the kubelet it dials.
+//!
+//! Before that, on a node image's first boot, `flotilla-bootstrap` reads the instance's
+//! metadata (`imds`) and writes the kubelet's and proxy's configuration (`firstboot`).
+
+pub mod firstboot;
+pub mod imds;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
