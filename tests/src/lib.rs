@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 pub mod hypervisor;
+pub mod imds;
 pub mod nodes;
 
 /// How long a component gets to become ready.

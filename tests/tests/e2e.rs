@@ -18,6 +18,8 @@ mod controllers;
 mod deployment;
 #[path = "e2e/eviction.rs"]
 mod eviction;
+#[path = "e2e/firstboot.rs"]
+mod firstboot;
 #[path = "e2e/firsthour.rs"]
 mod firsthour;
 #[path = "e2e/jobs.rs"]
