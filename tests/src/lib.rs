@@ -440,6 +440,28 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
+    /// Creates bootstrap token `id.secret` in kube-system (authentication usage), as a cluster
+    /// admin hands one to joining nodes.
+    pub fn create_bootstrap_token(&self, id: &str, secret: &str) -> anyhow::Result<()> {
+        self.ok(&[
+            "-n",
+            "kube-system",
+            "create",
+            "secret",
+            "generic",
+            &format!("bootstrap-token-{id}"),
+            "--type",
+            "bootstrap.kubernetes.io/token",
+            "--from-literal",
+            &format!("token-id={id}"),
+            "--from-literal",
+            &format!("token-secret={secret}"),
+            "--from-literal",
+            "usage-bootstrap-authentication=true",
+        ])?;
+        Ok(())
+    }
+
     /// kubectl with `kubeconfig`.
     pub fn new(kubeconfig: &Path) -> Self {
         Kubectl {

@@ -89,22 +89,7 @@ fn node_kubectl(kubectl: &Kubectl, cert_dir: &std::path::Path) -> anyhow::Result
 fn a_node_joins_with_a_bootstrap_token() -> anyhow::Result<()> {
     let f = Flotilla::up(Backend::Embedded)?;
     let kubectl = f.kubectl();
-    kubectl.ok(&[
-        "-n",
-        "kube-system",
-        "create",
-        "secret",
-        "generic",
-        &format!("bootstrap-token-{TOKEN_ID}"),
-        "--type",
-        "bootstrap.kubernetes.io/token",
-        "--from-literal",
-        &format!("token-id={TOKEN_ID}"),
-        "--from-literal",
-        "token-secret=0123456789abcdef",
-        "--from-literal",
-        "usage-bootstrap-authentication=true",
-    ])?;
+    kubectl.create_bootstrap_token(TOKEN_ID, "0123456789abcdef")?;
     let config_path = f.data_dir().join("node-config.yaml");
     std::fs::write(&config_path, node_config(&kubectl)?)?;
     let cert_dir = f.data_dir().join("n1-pki");

@@ -83,22 +83,7 @@ fn a_node_boots_from_its_instance_metadata() -> anyhow::Result<()> {
     )?;
     let flotilla = Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?;
     let kubectl = flotilla.kubectl();
-    kubectl.ok(&[
-        "-n",
-        "kube-system",
-        "create",
-        "secret",
-        "generic",
-        &format!("bootstrap-token-{TOKEN_ID}"),
-        "--type",
-        "bootstrap.kubernetes.io/token",
-        "--from-literal",
-        &format!("token-id={TOKEN_ID}"),
-        "--from-literal",
-        &format!("token-secret={TOKEN_SECRET}"),
-        "--from-literal",
-        "usage-bootstrap-authentication=true",
-    ])?;
+    kubectl.create_bootstrap_token(TOKEN_ID, TOKEN_SECRET)?;
     let imds = ImdsEmulator::start(&fabric.host_ip)?;
     let node_ip = containerd.ip.clone();
     let node_name = format!("ip-{}.ec2.internal", node_ip.replace('.', "-"));
