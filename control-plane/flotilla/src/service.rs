@@ -457,6 +457,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     // The nodes join a serving API: start them while serving, stop them once it ends.
+    let management = started.management.clone();
     let node_start = start_local_nodes(
         &mut nodes,
         started.management.clone(),
@@ -475,7 +476,19 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         Ok(true) => serve.await,
         Ok(false) => {}
         // Dropping `nodes` stops them, on this path and the others.
-        Err(err) => return Err(err.context("starting the local nodes")),
+        Err(err) if plan.asked => return Err(err.context("starting the local nodes")),
+        // The default node: say why there is none and keep serving the control plane.
+        Err(err) => {
+            drop(nodes);
+            let reason = format!("starting it failed: {err:#}");
+            eprintln!("flotilla up: no local node ({reason})");
+            let issue = no_local_nodes_issue(&reason);
+            management
+                .report_cluster_health(LOCAL_ACCOUNT, DEMO_CLUSTER, vec![issue.clone()])
+                .await?;
+            tokio::spawn(record_no_nodes_event(kubeconfig, issue));
+            serve.await;
+        }
     }
     Ok(())
 }
