@@ -160,6 +160,14 @@ fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// Whether a pod being deleted would have had to be evicted (not a DaemonSet's, a mirror or
+/// finished): the drain waits for it to go.
+fn must_evict_once_deleted(pod: &Pod) -> bool {
+    let mut undeleted = pod.clone();
+    undeleted.metadata.deletion_timestamp = None;
+    must_evict(&undeleted)
+}
+
 /// Pods a drain must evict: not finished, not a DaemonSet's (it would come straight back, as
 /// `kubectl drain --ignore-daemonsets`), not a static pod's mirror.
 pub fn must_evict(pod: &Pod) -> bool {
@@ -451,7 +459,12 @@ impl NodePools {
             .map_err(crate::node::api_error)?
             .items;
         let left: Vec<&Pod> = on_node.iter().filter(|p| must_evict(p)).collect();
-        if left.is_empty() {
+        // As `kubectl drain`, a pod being deleted still holds the node until its kubelet has
+        // stopped it (terminating the instance earlier would leave it Terminating for good).
+        let terminating = on_node
+            .iter()
+            .any(|p| p.metadata.deletion_timestamp.is_some() && must_evict_once_deleted(p));
+        if left.is_empty() && !terminating {
             return Ok(true);
         }
         let waited = now.duration_since(started);
@@ -649,6 +662,13 @@ mod tests {
             json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}})
         )));
         assert!(!must_evict(&pod(json!({"status": {"phase": "Succeeded"}}))));
+        // A pod already being deleted is not evicted again, but the drain waits for it.
+        let terminating = pod(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}));
+        assert!(!must_evict(&terminating));
+        assert!(must_evict_once_deleted(&terminating));
+        assert!(!must_evict_once_deleted(&pod(json!({"metadata": {
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}}))));
     }
 
     fn json_merge(base: &mut serde_json::Value, extra: serde_json::Value) {

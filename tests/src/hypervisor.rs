@@ -1,9 +1,11 @@
 //! A local hypervisor for LocalStack: its instances don't boot, so this watches LocalStack for
 //! running instances whose user data is a Flotilla `NodeConfig` and, for each, starts a node
-//! fed with that user data — `flotilla simulate-nodes --node-config` joining the cluster with
-//! the bootstrap token, named after the instance's private DNS name, as a real node would
-//! from instance metadata. A node stops when its instance leaves `running`. (When the real
-//! kubelet exists, this is where it would be started in a network namespace instead.)
+//! fed with that user data. Real nodes ([`Hypervisor::start_real`]) boot the node image's way:
+//! a network namespace on a fabric with its own containerd, `flotilla-bootstrap` reading the
+//! instance's metadata from an IMDSv2 emulator, then the kubelet and proxy from what it wrote.
+//! Simulated nodes ([`Hypervisor::start`], for scale) are `flotilla simulate-nodes
+//! --node-config` joining with the bootstrap token under the instance's private DNS name. A
+//! node stops when its instance leaves `running`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,16 +17,39 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use base64::Engine;
 
+use crate::imds::{ImdsEmulator, InstanceMetadata};
+use crate::nodes::{Containerd, Fabric, NodeDaemon, boot_from_metadata};
 use crate::{Process, aws_call, flotilla_bin};
 
 /// How often LocalStack is looked at.
 const POLL: Duration = Duration::from_millis(750);
 
+/// A real node: dropped in field order, daemons before their containerd.
+struct RealNode {
+    _kubelet: NodeDaemon,
+    _proxy: NodeDaemon,
+    _containerd: Containerd,
+}
+
+/// What runs for an instance.
+enum Node {
+    Simulated(#[allow(dead_code)] Process),
+    Real(#[allow(dead_code)] RealNode),
+}
+
 /// One booted instance.
 struct Booted {
-    _node: Process,
+    _node: Node,
     /// When the node was started.
     started: Instant,
+}
+
+/// What real nodes share: the fabric they live on and the metadata service they read.
+struct RealNodes {
+    fabric: Fabric,
+    imds: ImdsEmulator,
+    /// The next node's index on the fabric (its address and its pod CIDR, 10.244.INDEX.0/24).
+    next_index: u8,
 }
 
 /// The watcher; dropping it stops every node it started.
@@ -39,6 +64,7 @@ struct RunningInstance {
     id: String,
     private_dns_name: String,
     private_ip: String,
+    availability_zone: String,
 }
 
 fn running_instances(port: u16) -> anyhow::Result<Vec<RunningInstance>> {
@@ -57,6 +83,10 @@ fn running_instances(port: u16) -> anyhow::Result<Vec<RunningInstance>> {
                 id: text("InstanceId"),
                 private_dns_name: text("PrivateDnsName"),
                 private_ip: text("PrivateIpAddress"),
+                availability_zone: instance["Placement"]["AvailabilityZone"]
+                    .as_str()
+                    .unwrap_or("us-east-1a")
+                    .to_string(),
             });
         }
     }
@@ -83,6 +113,43 @@ fn node_config(port: u16, instance: &str) -> anyhow::Result<Option<String>> {
             .context("user data is not base64")?,
     )?;
     Ok(text.contains("kind: NodeConfig").then_some(text))
+}
+
+/// Boots `instance` as a real node on `real`'s fabric from its metadata.
+fn boot_real(
+    dir: &std::path::Path,
+    real: &mut RealNodes,
+    instance: &RunningInstance,
+    config: &str,
+) -> anyhow::Result<RealNode> {
+    let index = real.next_index;
+    real.next_index = real
+        .next_index
+        .checked_add(1)
+        .context("the fabric has no address left")?;
+    let home: PathBuf = dir.join(&instance.id);
+    std::fs::create_dir_all(&home)?;
+    let ip = real.fabric.node_ip(index);
+    let containerd = Containerd::start(
+        &home.join("node"),
+        &real.fabric,
+        &ip,
+        &format!("10.244.{index}.0/24"),
+    )?;
+    real.imds.add(InstanceMetadata {
+        instance_id: instance.id.clone(),
+        local_ipv4: ip,
+        local_hostname: instance.private_dns_name.clone(),
+        availability_zone: instance.availability_zone.clone(),
+        user_data: Some(config.to_string()),
+    })?;
+    let (kubelet, proxy) =
+        boot_from_metadata(&containerd, &real.imds.endpoint, &home.join("state"))?;
+    Ok(RealNode {
+        _kubelet: kubelet,
+        _proxy: proxy,
+        _containerd: containerd,
+    })
 }
 
 fn boot(
@@ -114,8 +181,27 @@ fn boot(
 }
 
 impl Hypervisor {
-    /// Starts watching the LocalStack on `port`.
+    /// Starts watching the LocalStack on `port`, simulating a node for each instance.
     pub fn start(port: u16) -> anyhow::Result<Self> {
+        Self::watch(port, None)
+    }
+
+    /// Starts watching the LocalStack on `port`, booting each instance as a real node on
+    /// `fabric` (the cluster's API must listen on the fabric's host address).
+    pub fn start_real(port: u16, fabric: Fabric) -> anyhow::Result<Self> {
+        crate::nodes::require_runtime()?;
+        let imds = ImdsEmulator::start(&fabric.host_ip)?;
+        Self::watch(
+            port,
+            Some(RealNodes {
+                fabric,
+                imds,
+                next_index: 1,
+            }),
+        )
+    }
+
+    fn watch(port: u16, mut real: Option<RealNodes>) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let root = dir.path().to_path_buf();
         let stop = Arc::new(AtomicBool::new(false));
@@ -137,7 +223,11 @@ impl Hypervisor {
                                     continue;
                                 }
                                 match node_config(port, &instance.id) {
-                                    Ok(Some(config)) => match boot(&root, instance, &config) {
+                                    Ok(Some(config)) => match match real.as_mut() {
+                                        Some(real) => boot_real(&root, real, instance, &config)
+                                            .map(Node::Real),
+                                        None => boot(&root, instance, &config).map(Node::Simulated),
+                                    } {
                                         Ok(node) => {
                                             nodes.insert(
                                                 instance.id.clone(),
@@ -161,6 +251,9 @@ impl Hypervisor {
                     }
                     std::thread::sleep(POLL);
                 }
+                // The nodes go before the fabric and metadata service they live on.
+                booted.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                drop(real);
             })
         };
         Ok(Hypervisor {

@@ -442,6 +442,85 @@ impl Drop for LocalCluster {
     }
 }
 
+/// Runs `flotilla-bootstrap` inside `containerd`'s node namespace against the metadata
+/// service at `imds_endpoint`, writing under `state` (its console is the file
+/// `state.console`); its exit status and standard error.
+pub fn run_bootstrap(
+    containerd: &Containerd,
+    imds_endpoint: &str,
+    state: &Path,
+) -> anyhow::Result<(bool, String)> {
+    // The console is a device that exists; here a file stands for it.
+    std::fs::write(state.with_extension("console"), "")?;
+    let out = containerd
+        .command(node_bin("flotilla-bootstrap")?)
+        .arg("--imds-endpoint")
+        .arg(imds_endpoint)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--container-runtime-endpoint")
+        .arg(format!("unix://{}", containerd.socket().display()))
+        .arg("--console")
+        .arg(state.with_extension("console"))
+        .env("RUST_LOG", "warn")
+        .output()?;
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// The flags a systemd unit expands from `VARIABLE=…` in the environment `file` that
+/// `flotilla-bootstrap` wrote.
+pub fn unit_args(file: &Path, variable: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(file)?;
+    let value = text
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{variable}=")))
+        .with_context(|| format!("{} sets no {variable}", file.display()))?;
+    Ok(value.split_whitespace().map(str::to_string).collect())
+}
+
+/// A node booted the node image's way: `flotilla-bootstrap` read its metadata from
+/// `imds_endpoint` into `state`, then the kubelet and proxy started from what it wrote (the
+/// kubelet evicting on memory only, the proxy's health on the node's address). Waits for the
+/// node's client certificate before starting the proxy, as its unit does.
+pub fn boot_from_metadata(
+    containerd: &Containerd,
+    imds_endpoint: &str,
+    state: &Path,
+) -> anyhow::Result<(NodeDaemon, NodeDaemon)> {
+    let (ok, stderr) = run_bootstrap(containerd, imds_endpoint, state)?;
+    ensure!(ok, "flotilla-bootstrap failed: {}", stderr.trim());
+    let mut kubelet_args = unit_args(&state.join("kubelet.env"), "KUBELET_ARGS")?;
+    kubelet_args.extend(["--eviction-hard".into(), LOCAL_EVICTION_HARD.into()]);
+    let kubelet = NodeDaemon::start(
+        "flotilla-kubelet",
+        containerd,
+        &kubelet_args,
+        &state.with_extension("kubelet.log"),
+    )?;
+    let certificate = state.join("pki/kubelet-client-current.pem");
+    crate::until(
+        "the node's client certificate",
+        std::time::Duration::from_secs(60),
+        || Ok(certificate.exists()),
+    )
+    .with_context(|| kubelet.log())?;
+    let mut proxy_args = unit_args(&state.join("proxy.env"), "PROXY_ARGS")?;
+    proxy_args.extend([
+        "--healthz-bind-address".into(),
+        format!("{}:10256", containerd.ip),
+    ]);
+    let proxy = NodeDaemon::start(
+        "flotilla-proxy",
+        containerd,
+        &proxy_args,
+        &state.with_extension("proxy.log"),
+    )?;
+    Ok((kubelet, proxy))
+}
+
 /// Eviction thresholds for nodes sharing the host's disk: memory only, as kind sets them
 /// (a nearly full developer disk must not evict every test pod).
 pub const LOCAL_EVICTION_HARD: &str =

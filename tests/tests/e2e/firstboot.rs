@@ -7,14 +7,11 @@
 //! instance with user data that is not a NodeConfig does not join: one line says why and
 //! nothing is written.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::imds::{ImdsEmulator, InstanceMetadata};
-use flotilla_e2e::nodes::{
-    Containerd, Fabric, LOCAL_EVICTION_HARD, NodeDaemon, node_bin, require_runtime,
-};
+use flotilla_e2e::nodes::{Containerd, Fabric, boot_from_metadata, require_runtime, run_bootstrap};
 use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
 
 const TOKEN_ID: &str = "fboot1";
@@ -32,42 +29,6 @@ fn user_data(kubectl: &Kubectl) -> anyhow::Result<String> {
             .as_str()
             .context("CA")?,
     ))
-}
-
-/// Runs `flotilla-bootstrap` inside the node's namespace; its exit status and stderr.
-fn bootstrap(
-    containerd: &Containerd,
-    imds: &ImdsEmulator,
-    state: &Path,
-) -> anyhow::Result<(bool, String)> {
-    // The console is a device that exists; here a file stands for it.
-    std::fs::write(state.with_extension("console"), "")?;
-    let out = containerd
-        .command(node_bin("flotilla-bootstrap")?)
-        .arg("--imds-endpoint")
-        .arg(&imds.endpoint)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--container-runtime-endpoint")
-        .arg(format!("unix://{}", containerd.socket().display()))
-        .arg("--console")
-        .arg(state.with_extension("console"))
-        .env("RUST_LOG", "warn")
-        .output()?;
-    Ok((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
-/// The flags a unit would expand from `VARIABLE=…` in `file`.
-fn unit_args(file: &Path, variable: &str) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(file)?;
-    let value = text
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{variable}=")))
-        .with_context(|| format!("{} sets no {variable}", file.display()))?;
-    Ok(value.split_whitespace().map(str::to_string).collect())
 }
 
 #[test]
@@ -96,32 +57,7 @@ fn a_node_boots_from_its_instance_metadata() -> anyhow::Result<()> {
     })?;
 
     let state = dir.path().join("state");
-    let (ok, stderr) = bootstrap(&containerd, &imds, &state)?;
-    ensure!(ok, "flotilla-bootstrap failed: {stderr}");
-    let mut kubelet_args = unit_args(&state.join("kubelet.env"), "KUBELET_ARGS")?;
-    // The nodes share this machine's disk: evict on memory only.
-    kubelet_args.extend(["--eviction-hard".into(), LOCAL_EVICTION_HARD.into()]);
-    let kubelet = NodeDaemon::start(
-        "flotilla-kubelet",
-        &containerd,
-        &kubelet_args,
-        &dir.path().join("kubelet.log"),
-    )?;
-    let mut proxy_args = unit_args(&state.join("proxy.env"), "PROXY_ARGS")?;
-    proxy_args.extend(["--healthz-bind-address".into(), format!("{node_ip}:10256")]);
-    // The proxy's credential is the kubelet's, there once the node has joined (the unit waits).
-    until(
-        "the node's client certificate",
-        Duration::from_secs(60),
-        || Ok(state.join("pki/kubelet-client-current.pem").exists()),
-    )
-    .with_context(|| kubelet.log())?;
-    let proxy = NodeDaemon::start(
-        "flotilla-proxy",
-        &containerd,
-        &proxy_args,
-        &dir.path().join("proxy.log"),
-    )?;
+    let (kubelet, proxy) = boot_from_metadata(&containerd, &imds.endpoint, &state)?;
 
     let ready = r#"{.status.conditions[?(@.type=="Ready")].status}"#;
     until(
@@ -205,7 +141,7 @@ fn a_node_boots_from_its_instance_metadata() -> anyhow::Result<()> {
         }
     })?;
     let refused = dir.path().join("refused");
-    let (ok, stderr) = bootstrap(&containerd, &imds, &refused)?;
+    let (ok, stderr) = run_bootstrap(&containerd, &imds.endpoint, &refused)?;
     ensure!(!ok, "bootstrap succeeded on a shell script");
     let lines: Vec<&str> = stderr.lines().collect();
     ensure!(

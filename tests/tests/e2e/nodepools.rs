@@ -1,5 +1,7 @@
 //! Node pools on LocalStack's EC2: `flotilla up` with a cluster whose cloud is LocalStack, the
-//! local hypervisor booting a joining node for each running instance, driven by the
+//! local hypervisor booting a joining node for each running instance (a real node the node
+//! image's way where containerd is available: `flotilla-bootstrap` from an IMDSv2 emulator,
+//! the kubelet and proxy in a network namespace), driven by the
 //! `flotilla` CLI, kubectl and AWS API calls. Creating, scaling up and down (drained first),
 //! replacing an instance terminated behind the controller's back, a pool with an unknown
 //! subnet, and deleting the cluster with its instances.
@@ -8,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::hypervisor::Hypervisor;
+use flotilla_e2e::nodes::Fabric;
 use flotilla_e2e::{Backend, Flotilla, FlotillaCli, Kubectl, LocalStack, jsonpath, until};
 
 /// Instances of a pool that are `running`, by the tags the cloud controller gives them.
@@ -83,11 +86,28 @@ fn pool_field(cli: &FlotillaCli, pool: &str, field: &str) -> anyhow::Result<serd
 fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
     let aws = LocalStack::start()?;
     let network = aws.network()?;
-    let flotilla = Flotilla::up(Backend::Embedded)?;
+    // Real nodes (the node image's first boot in a network namespace) where this machine can
+    // run them; simulated ones elsewhere. The API listens on the fabric the nodes live on.
+    let fabric_dir = tempfile::tempdir()?;
+    let fabric = match flotilla_e2e::nodes::require_runtime() {
+        Ok(()) => Some(Fabric::start(&fabric_dir.path().join("fabric"))?),
+        Err(err) => {
+            eprintln!("nodepools: simulated nodes ({err:#})");
+            None
+        }
+    };
+    let real_nodes = fabric.is_some();
+    let flotilla = match &fabric {
+        Some(fabric) => Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?,
+        None => Flotilla::up(Backend::Embedded)?,
+    };
     let cli = FlotillaCli {
         config: flotilla.data_dir().join("flotilla.json"),
     };
-    let _hypervisor = Hypervisor::start(aws.port)?;
+    let _hypervisor = match fabric {
+        Some(fabric) => Hypervisor::start_real(aws.port, fabric)?,
+        None => Hypervisor::start(aws.port)?,
+    };
     let created: serde_json::Value = serde_json::from_str(&cli.ok_env(
         &[
             "cluster",
@@ -200,6 +220,17 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
         scale_started.elapsed().as_secs_f64()
     );
     let node = &ready_initialized_nodes(&kubectl, "workers")?[0];
+    if real_nodes {
+        let runtime = jsonpath(
+            &kubectl,
+            &["get", "node", node],
+            "{.status.nodeInfo.containerRuntimeVersion}",
+        )?;
+        ensure!(
+            runtime.starts_with("containerd://"),
+            "node {node} is a real kubelet on containerd: {runtime:?}"
+        );
+    }
     let labels = jsonpath(&kubectl, &["get", "node", node], "{.metadata.labels}")?;
     for expected in [
         "\"topology.kubernetes.io/zone\":\"us-east-1",
@@ -289,7 +320,9 @@ spec:
     spec:
       topologySpreadConstraints:
       - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}
-      containers: [{name: web, image: busybox}]
+      terminationGracePeriodSeconds: 2
+      # A local image: real nodes reach no registry.
+      containers: [{name: web, image: "flotilla.local/busybox:1", imagePullPolicy: Never, command: [sleep, "3600"]}]
 "#,
     )?;
     kubectl.ok(&["rollout", "status", "deployment/web", "--timeout=60s"])?;
@@ -328,7 +361,14 @@ spec:
             let nodes: Vec<&str> = placed.split_whitespace().collect();
             Ok(nodes.len() == 3 && nodes.iter().all(|n| *n == survivor))
         },
-    )?;
+    )
+    .with_context(|| {
+        let pods = kubectl
+            .ok(&["get", "pods", "-o", "wide"])
+            .unwrap_or_default();
+        let nodes = kubectl.ok(&["get", "nodes"]).unwrap_or_default();
+        format!("survivor {survivor}\n{pods}\n{nodes}")
+    })?;
     until(
         "the removed Nodes are deleted",
         Duration::from_secs(120),
