@@ -7,29 +7,28 @@ use serde_json::{Value, json};
 use crate::client::ManagementClient;
 use crate::{Output, VersionArgs};
 
-/// This binary's version and the Kubernetes version it was built against.
+/// This binary's version and the Kubernetes version it was built against, in the shape the
+/// server answers `GET /v1/version` with.
 pub fn client_version() -> Value {
-    json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "kubernetes": flotilla_apiserver::discovery::version()["gitVersion"],
-    })
+    flotilla_management::service_version_document()
+}
+
+/// One side's line: `LABEL Version: X (Kubernetes Y)`.
+fn line(label: &str, side: &Value) -> String {
+    format!(
+        "{label} Version: {} (Kubernetes {})\n",
+        side["version"].as_str().unwrap_or("unknown"),
+        side["kubernetes"]["gitVersion"]
+            .as_str()
+            .unwrap_or("unknown"),
+    )
 }
 
 /// The lines `flotilla version` prints as text.
 fn text(client: &Value, server: Option<&Value>) -> String {
-    let mut lines = format!(
-        "Client Version: {} (Kubernetes {})\n",
-        client["version"].as_str().unwrap_or("unknown"),
-        client["kubernetes"].as_str().unwrap_or("unknown"),
-    );
+    let mut lines = line("Client", client);
     if let Some(server) = server {
-        lines.push_str(&format!(
-            "Server Version: {} (Kubernetes {})\n",
-            server["version"].as_str().unwrap_or("unknown"),
-            server["kubernetes"]["gitVersion"]
-                .as_str()
-                .unwrap_or("unknown"),
-        ));
+        lines.push_str(&line("Server", server));
     }
     lines
 }
