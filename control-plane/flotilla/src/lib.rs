@@ -686,3 +686,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every command a user can run (the tree's leaves and the groups above them) ends its
+    /// `--help` with an example.
+    #[test]
+    fn every_command_help_has_an_example() {
+        fn check(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in command.get_subcommands() {
+                let path = format!("{path} {}", sub.get_name());
+                let help = sub
+                    .get_after_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+                if !help.contains("Example") {
+                    missing.push(path.clone());
+                }
+                check(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        check(&Cli::command(), "flotilla", &mut missing);
+        assert!(missing.is_empty(), "no example in --help of: {missing:?}");
+    }
+}
