@@ -31,6 +31,9 @@ pub const DRAIN_ANNOTATION: &str = "flotilla.dev/drain-started";
 /// How long a drain may wait for evictions (PDBs) before the instance goes anyway (EKS
 /// gives up after 15 minutes too; pods then die with the node).
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long a running instance may go without its Node before the pool reports EKS's
+/// `NodeCreationFailure` (its user data, bootstrap token or route to the API is wrong).
+pub const NODE_JOIN_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// The image pools without one boot.
 pub const DEFAULT_IMAGE: &str = "ami-flotilla-node";
 const MANAGER: &str = "flotilla-nodepool-controller";
@@ -166,6 +169,34 @@ fn must_evict_once_deleted(pod: &Pod) -> bool {
     let mut undeleted = pod.clone();
     undeleted.metadata.deletion_timestamp = None;
     must_evict(&undeleted)
+}
+
+/// EKS's `NodeCreationFailure` for the instances launched more than `timeout` before `now`
+/// that have no Node: they booted but never joined. `None` when every old instance joined.
+pub fn unjoined_instances<'n>(
+    live: &[Instance],
+    node_of: impl Fn(&Instance) -> Option<&'n Node>,
+    now: k8s_openapi::jiff::Timestamp,
+    timeout: Duration,
+) -> Option<PoolIssue> {
+    let late: Vec<String> = live
+        .iter()
+        .filter(|instance| {
+            let launched = instance
+                .launch_time
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok();
+            let waited = launched.map(|launched| now.duration_since(launched));
+            waited.is_some_and(|waited| waited.as_secs() >= timeout.as_secs() as i64)
+                && node_of(instance).is_none()
+        })
+        .map(|instance| instance.id.clone())
+        .collect();
+    (!late.is_empty()).then(|| PoolIssue {
+        code: "NodeCreationFailure".into(),
+        message: "Instances failed to join the kubernetes cluster".into(),
+        resource_ids: late,
+    })
 }
 
 /// Pods a drain must evict: not finished, not a DaemonSet's (it would come straight back, as
@@ -388,6 +419,12 @@ impl NodePools {
                 }
             }
         }
+        issues.extend(unjoined_instances(
+            &live,
+            node_of,
+            k8s_openapi::jiff::Timestamp::now(),
+            NODE_JOIN_TIMEOUT,
+        ));
         let ready_nodes = live
             .iter()
             .filter(|i| node_of(i).is_some_and(is_ready))
@@ -646,6 +683,33 @@ mod tests {
             .map(|i| i.id)
             .collect();
         assert_eq!(order, ["i-draining", "i-unready", "i-new", "i-mid"]);
+    }
+
+    #[test]
+    fn instances_that_never_joined_are_a_node_creation_failure() {
+        let live = [
+            instance("i-old-joined", "a", "2026-01-01T00:00:00Z"),
+            instance("i-old-lost", "a", "2026-01-01T00:00:00Z"),
+            instance("i-new", "b", "2026-01-01T00:09:00Z"),
+            instance("i-unknown-time", "b", "yesterday"),
+        ];
+        let joined = node("ip-i-old-joined.ec2.internal", true, false);
+        let node_of = |i: &Instance| {
+            (i.private_dns_name == "ip-i-old-joined.ec2.internal").then_some(&joined)
+        };
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-01T00:10:00Z".parse().expect("time");
+        let issue = unjoined_instances(&live, node_of, now, NODE_JOIN_TIMEOUT).expect("an issue");
+        assert_eq!(issue.code, "NodeCreationFailure");
+        assert_eq!(
+            issue.message,
+            "Instances failed to join the kubernetes cluster"
+        );
+        assert_eq!(issue.resource_ids, vec!["i-old-lost".to_string()]);
+        let early: k8s_openapi::jiff::Timestamp = "2026-01-01T00:05:00Z".parse().expect("time");
+        assert_eq!(
+            unjoined_instances(&live, node_of, early, NODE_JOIN_TIMEOUT),
+            None
+        );
     }
 
     #[test]
