@@ -65,6 +65,11 @@ impl ImdsEmulator {
         })
     }
 
+    /// Where it listens.
+    pub fn address(&self) -> std::net::SocketAddr {
+        self.address
+    }
+
     /// Serves `metadata` to requests from its `local_ipv4`.
     pub fn add(&self, metadata: InstanceMetadata) -> anyhow::Result<()> {
         let address: IpAddr = metadata.local_ipv4.parse()?;

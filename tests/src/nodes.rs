@@ -442,6 +442,23 @@ impl Drop for LocalCluster {
     }
 }
 
+/// The NodeConfig user data the cloud controller would write for the cluster `kubectl` talks
+/// to, joining with bootstrap token `token` (`id.secret`) and registering label `pool=workers`.
+pub fn node_config_user_data(kubectl: &crate::Kubectl, token: &str) -> anyhow::Result<String> {
+    let config: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&kubectl.kubeconfig)?)?;
+    let cluster = &config["clusters"][0]["cluster"];
+    Ok(format!(
+        "apiVersion: node.flotilla.dev/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: demo\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n  kubelet:\n    bootstrapToken: {token}\n    nodeLabels: {{pool: workers}}\n",
+        cluster["server"]
+            .as_str()
+            .context("the kubeconfig has no server")?,
+        cluster["certificate-authority-data"]
+            .as_str()
+            .context("the kubeconfig has no CA")?,
+    ))
+}
+
 /// Runs `flotilla-bootstrap` inside `containerd`'s node namespace against the metadata
 /// service at `imds_endpoint`, writing under `state` (its console is the file
 /// `state.console`); its exit status and standard error.

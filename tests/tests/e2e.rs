@@ -34,6 +34,8 @@ mod kubelet_volumes;
 mod lifecycle;
 #[path = "e2e/loadbalancer.rs"]
 mod loadbalancer;
+#[path = "e2e/nodeimage.rs"]
+mod nodeimage;
 #[path = "e2e/nodepools.rs"]
 mod nodepools;
 #[path = "e2e/scheduling.rs"]

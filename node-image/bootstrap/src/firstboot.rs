@@ -192,6 +192,44 @@ impl Layout {
     pub fn proxy_kubeconfig(&self) -> PathBuf {
         self.state_dir.join("proxy.kubeconfig")
     }
+    /// The pod network's CNI configuration (the image's containerd reads `cni/`).
+    pub fn cni_config(&self) -> PathBuf {
+        self.state_dir.join("cni").join("10-flotilla.conflist")
+    }
+}
+
+/// The node's pod range: a /24 of 10.244.0.0/16 named after the last octet of its address
+/// (`10.0.1.5` → `10.244.5.0/24`). The image's pod network routes nothing between nodes by
+/// itself, so it needs no allocator: nodes on one /24 never share a range, as a VPC subnet's
+/// instances never share an address. Pods reach other nodes and the host masqueraded as
+/// their node.
+pub fn pod_cidr(node_ip: std::net::Ipv4Addr) -> String {
+    format!("10.244.{}.0/24", node_ip.octets()[3])
+}
+
+/// The CNI configuration of the image's pod network: a bridge with the node as the pods'
+/// gateway, addresses from [`pod_cidr`], masquerade for traffic leaving the range.
+pub fn cni_config(node_ip: std::net::Ipv4Addr) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "flotilla",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": true,
+                "ipMasq": true,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": pod_cidr(node_ip)}]],
+                    "routes": [{"dst": "0.0.0.0/0"}]
+                }
+            },
+            {"type": "loopback"}
+        ]
+    })
+    .to_string()
 }
 
 /// One file to write: its path, text and mode.
@@ -313,6 +351,11 @@ pub fn render(
             path: layout.proxy_kubeconfig(),
             text: proxy_kubeconfig(config, layout),
             mode: 0o600,
+        },
+        RenderedFile {
+            path: layout.cni_config(),
+            text: cni_config(identity.local_ipv4),
+            mode: 0o644,
         },
     ])
 }
@@ -523,6 +566,12 @@ spec:
         assert!(kubeconfig.contains("server: https://api.example:6443/clusters/prod-x1"));
         assert!(
             kubeconfig.contains("client-key: /var/lib/flotilla/pki/kubelet-client-current.pem")
+        );
+        let (cni, _) = text("10-flotilla.conflist");
+        let cni: serde_json::Value = serde_json::from_str(&cni).expect("CNI JSON");
+        assert_eq!(
+            cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.244.5.0/24"
         );
         let (node_config, mode) = text("nodeconfig.yaml");
         assert_eq!(mode, 0o600, "the bootstrap token is a secret");

@@ -11,25 +11,13 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::imds::{ImdsEmulator, InstanceMetadata};
-use flotilla_e2e::nodes::{Containerd, Fabric, boot_from_metadata, require_runtime, run_bootstrap};
-use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
+use flotilla_e2e::nodes::{
+    Containerd, Fabric, boot_from_metadata, node_config_user_data, require_runtime, run_bootstrap,
+};
+use flotilla_e2e::{Backend, Flotilla, jsonpath, until};
 
 const TOKEN_ID: &str = "fboot1";
 const TOKEN_SECRET: &str = "0123456789abcdef";
-
-/// The NodeConfig the cloud controller would write for the cluster of `kubectl`.
-fn user_data(kubectl: &Kubectl) -> anyhow::Result<String> {
-    let config: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&kubectl.kubeconfig)?)?;
-    let cluster = &config["clusters"][0]["cluster"];
-    Ok(format!(
-        "apiVersion: node.flotilla.dev/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: demo\n    apiServerEndpoint: {}\n    certificateAuthority: {}\n  kubelet:\n    bootstrapToken: {TOKEN_ID}.{TOKEN_SECRET}\n    nodeLabels: {{pool: workers}}\n",
-        cluster["server"].as_str().context("server")?,
-        cluster["certificate-authority-data"]
-            .as_str()
-            .context("CA")?,
-    ))
-}
 
 #[test]
 fn a_node_boots_from_its_instance_metadata() -> anyhow::Result<()> {
@@ -53,7 +41,10 @@ fn a_node_boots_from_its_instance_metadata() -> anyhow::Result<()> {
         local_ipv4: node_ip.clone(),
         local_hostname: node_name.clone(),
         availability_zone: "us-east-1a".into(),
-        user_data: Some(user_data(&kubectl)?),
+        user_data: Some(node_config_user_data(
+            &kubectl,
+            &format!("{TOKEN_ID}.{TOKEN_SECRET}"),
+        )?),
     })?;
 
     let state = dir.path().join("state");
