@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::aws::instance_id_from_provider_id;
 use crate::config::CloudSettings;
 use crate::node::{UNINITIALIZED_TAINT, is_ready};
-use crate::provider::{CloudError, Instance, LaunchRequest, NodeGroups};
+use crate::provider::{CloudError, Instance, LaunchRequest, NodeGroups, NodeImage};
 
 /// The tag naming an instance's pool.
 pub const POOL_TAG: &str = "flotilla.dev/nodepool";
@@ -31,11 +31,16 @@ pub const DRAIN_ANNOTATION: &str = "flotilla.dev/drain-started";
 /// How long a drain may wait for evictions (PDBs) before the instance goes anyway (EKS
 /// gives up after 15 minutes too; pods then die with the node).
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-/// How long a running instance may go without its Node before the pool reports EKS's
-/// `NodeCreationFailure` (its user data, bootstrap token or route to the API is wrong).
+/// How long a running instance may go without its Node, by default, before the pool reports
+/// EKS's `NodeCreationFailure` (its user data, bootstrap token or route to the API is wrong).
 pub const NODE_JOIN_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-/// The image pools without one boot.
+/// The image a pool without one boots when the account has no Flotilla node image registered
+/// for the cluster's version.
 pub const DEFAULT_IMAGE: &str = "ami-flotilla-node";
+/// The tag (value `true`) that makes an AMI a Flotilla node image.
+pub const NODE_IMAGE_TAG: &str = "flotilla.dev/node-image";
+/// The tag naming the Kubernetes minor version of a node image's kubelet.
+pub const KUBERNETES_VERSION_TAG: &str = "flotilla.dev/kubernetes-version";
 const MANAGER: &str = "flotilla-nodepool-controller";
 
 /// A pool as the cloud controller needs it.
@@ -47,8 +52,11 @@ pub struct NodePoolSpec {
     pub name: String,
     /// Instance types; the first is launched.
     pub instance_types: Vec<String>,
-    /// Machine image (default [`DEFAULT_IMAGE`]).
+    /// Machine image (default: the newest node image for the cluster's version, as EKS
+    /// picks its AMI from an SSM parameter; [`DEFAULT_IMAGE`] when none is registered).
     pub image_id: Option<String>,
+    /// The cluster's Kubernetes minor version (`1.32`).
+    pub kubernetes_version: String,
     /// Nodes wanted.
     pub desired_size: u32,
     /// Labels of its Nodes.
@@ -115,6 +123,18 @@ fn issue(err: &CloudError, resource_ids: Vec<String>) -> PoolIssue {
         message: err.to_string(),
         resource_ids,
     }
+}
+
+/// The newest of `images` for Kubernetes `version` (by registration time, then name).
+pub fn newest_node_image<'a>(images: &'a [NodeImage], version: &str) -> Option<&'a NodeImage> {
+    images
+        .iter()
+        .filter(|image| image.kubernetes_version == version)
+        .max_by(|a, b| {
+            a.creation_date
+                .cmp(&b.creation_date)
+                .then(a.name.cmp(&b.name))
+        })
 }
 
 /// The subnet the next instance goes to: the one whose zone holds the fewest of `live`
@@ -263,6 +283,7 @@ pub struct NodePools {
     cloud: Arc<dyn NodeGroups>,
     settings: Arc<CloudSettings>,
     endpoint: ClusterEndpoint,
+    node_join_timeout: Duration,
 }
 
 impl NodePools {
@@ -278,7 +299,15 @@ impl NodePools {
             cloud,
             settings,
             endpoint,
+            node_join_timeout: NODE_JOIN_TIMEOUT,
         }
+    }
+
+    /// How long an instance may run without its Node before the pool reports
+    /// `NodeCreationFailure` (default [`NODE_JOIN_TIMEOUT`]).
+    pub fn with_node_join_timeout(mut self, timeout: Duration) -> Self {
+        self.node_join_timeout = timeout;
+        self
     }
 
     fn pool_tags(&self, pool: &str) -> BTreeMap<String, String> {
@@ -395,35 +424,38 @@ impl NodePools {
                     message: "the node pool has no subnets and neither has its cluster".into(),
                     resource_ids: Vec::new(),
                 }),
-                Ok(zones) => {
-                    let subnets: Vec<(String, String)> =
-                        spec.subnet_ids.iter().cloned().zip(zones).collect();
-                    let token = self.bootstrap_token(&spec.name).await?;
-                    let user_data = user_data(spec, &self.endpoint, &token)?;
-                    while live.len() < desired {
-                        let Some(subnet) = next_subnet(&subnets, &live) else {
-                            break;
-                        };
-                        let request = self.launch_request(spec, subnet, &user_data);
-                        match self.cloud.launch(&request).await {
-                            Ok(instance) => {
-                                tracing::info!(pool = %spec.name, instance = %instance.id, zone = %instance.zone, "instance launched");
-                                live.push(instance);
-                            }
-                            Err(err) => {
-                                issues.push(issue(&err, vec![subnet.to_string()]));
+                Ok(zones) => match self.launch_image(spec).await {
+                    Err(err) => issues.push(issue(&err, Vec::new())),
+                    Ok(image_id) => {
+                        let subnets: Vec<(String, String)> =
+                            spec.subnet_ids.iter().cloned().zip(zones).collect();
+                        let token = self.bootstrap_token(&spec.name).await?;
+                        let user_data = user_data(spec, &self.endpoint, &token)?;
+                        while live.len() < desired {
+                            let Some(subnet) = next_subnet(&subnets, &live) else {
                                 break;
+                            };
+                            let request = self.launch_request(spec, &image_id, subnet, &user_data);
+                            match self.cloud.launch(&request).await {
+                                Ok(instance) => {
+                                    tracing::info!(pool = %spec.name, instance = %instance.id, zone = %instance.zone, image = %image_id, "instance launched");
+                                    live.push(instance);
+                                }
+                                Err(err) => {
+                                    issues.push(issue(&err, vec![subnet.to_string()]));
+                                    break;
+                                }
                             }
                         }
                     }
-                }
+                },
             }
         }
         issues.extend(unjoined_instances(
             &live,
             node_of,
             k8s_openapi::jiff::Timestamp::now(),
-            NODE_JOIN_TIMEOUT,
+            self.node_join_timeout,
         ));
         let ready_nodes = live
             .iter()
@@ -437,7 +469,24 @@ impl NodePools {
         })
     }
 
-    fn launch_request(&self, spec: &NodePoolSpec, subnet: &str, user_data: &str) -> LaunchRequest {
+    /// The image a launch for `spec` uses: its own, else the newest node image registered for
+    /// the cluster's version, else [`DEFAULT_IMAGE`].
+    async fn launch_image(&self, spec: &NodePoolSpec) -> Result<String, CloudError> {
+        if let Some(image) = &spec.image_id {
+            return Ok(image.clone());
+        }
+        let images = self.cloud.node_images().await?;
+        Ok(newest_node_image(&images, &spec.kubernetes_version)
+            .map_or_else(|| DEFAULT_IMAGE.to_string(), |image| image.image_id.clone()))
+    }
+
+    fn launch_request(
+        &self,
+        spec: &NodePoolSpec,
+        image_id: &str,
+        subnet: &str,
+        user_data: &str,
+    ) -> LaunchRequest {
         let mut tags = self.pool_tags(&spec.name);
         tags.insert(
             "Name".into(),
@@ -451,10 +500,7 @@ impl NodePools {
             .map(char::from)
             .collect();
         LaunchRequest {
-            image_id: spec
-                .image_id
-                .clone()
-                .unwrap_or_else(|| DEFAULT_IMAGE.to_string()),
+            image_id: image_id.to_string(),
             instance_type: spec
                 .instance_types
                 .first()
@@ -747,12 +793,32 @@ mod tests {
     }
 
     #[test]
+    fn pools_boot_the_newest_node_image_of_their_version() {
+        let image = |id: &str, version: &str, created: &str| NodeImage {
+            image_id: id.into(),
+            name: format!("flotilla-node-{id}"),
+            kubernetes_version: version.into(),
+            creation_date: created.into(),
+        };
+        let images = [
+            image("ami-old", "1.32", "2026-11-01T00:00:00.000Z"),
+            image("ami-new", "1.32", "2026-12-01T00:00:00.000Z"),
+            image("ami-next", "1.33", "2026-12-05T00:00:00.000Z"),
+        ];
+        let newest = |version| newest_node_image(&images, version).map(|i| i.image_id.as_str());
+        assert_eq!(newest("1.32"), Some("ami-new"));
+        assert_eq!(newest("1.33"), Some("ami-next"));
+        assert_eq!(newest("1.31"), None, "no image of another version");
+    }
+
+    #[test]
     fn user_data_is_a_node_config_with_the_pool_label_and_the_uninitialized_taint() {
         let spec = NodePoolSpec {
             cluster_name: "prod".into(),
             name: "workers".into(),
             instance_types: vec!["t3.large".into()],
             image_id: None,
+            kubernetes_version: "1.32".into(),
             desired_size: 2,
             labels: BTreeMap::from([("team".to_string(), "infra".to_string())]),
             taints: vec![],

@@ -135,6 +135,20 @@ pub struct LaunchRequest {
     pub client_token: String,
 }
 
+/// A machine image registered as a Flotilla node image (tags
+/// [`crate::nodepool::NODE_IMAGE_TAG`] and [`crate::nodepool::KUBERNETES_VERSION_TAG`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeImage {
+    /// The AMI id.
+    pub image_id: String,
+    /// Its name.
+    pub name: String,
+    /// The Kubernetes minor version its kubelet speaks (`1.32`).
+    pub kubernetes_version: String,
+    /// When it was registered (RFC 3339, as EC2's `CreationDate`).
+    pub creation_date: String,
+}
+
 /// Node groups: the instances behind a node pool, found by their tags.
 #[async_trait]
 pub trait NodeGroups: Send + Sync {
@@ -148,6 +162,8 @@ pub trait NodeGroups: Send + Sync {
     /// The availability zone of each subnet, in the order given; an unknown subnet is an
     /// error (`InvalidSubnetID.NotFound`).
     async fn subnet_zones(&self, subnet_ids: &[String]) -> CloudResult<Vec<String>>;
+    /// The Flotilla node images this account owns, available to launch.
+    async fn node_images(&self) -> CloudResult<Vec<NodeImage>>;
 }
 
 /// Upstream's `cloudprovider.LoadBalancer` for `type: LoadBalancer` Services.

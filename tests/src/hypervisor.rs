@@ -3,6 +3,8 @@
 //! fed with that user data. Real nodes ([`Hypervisor::start_real`]) boot the node image's way:
 //! a network namespace on a fabric with its own containerd, `flotilla-bootstrap` reading the
 //! instance's metadata from an IMDSv2 emulator, then the kubelet and proxy from what it wrote.
+//! An instance of the AMI given to [`Hypervisor::boot_image_as_vm`] boots that node image
+//! in qemu instead (`crate::vm`), on the same fabric and metadata service.
 //! Simulated nodes ([`Hypervisor::start`], for scale) are `flotilla simulate-nodes
 //! --node-config` joining with the bootstrap token under the instance's private DNS name. A
 //! node stops when its instance leaves `running`.
@@ -18,23 +20,29 @@ use anyhow::Context;
 use base64::Engine;
 
 use crate::imds::{ImdsEmulator, InstanceMetadata};
-use crate::nodes::{Containerd, Fabric, NodeDaemon, boot_from_metadata};
+use crate::nodes::{Containerd, Fabric, NodeDaemon, run_bootstrap, start_configured};
+use crate::vm::{VirtualMachine, VmNetwork};
 use crate::{Process, aws_call, flotilla_bin};
 
 /// How often LocalStack is looked at.
 const POLL: Duration = Duration::from_millis(750);
 
-/// A real node: dropped in field order, daemons before their containerd.
+/// A real node: dropped in field order, daemons before their containerd. A node whose first
+/// boot failed runs no daemons (its instance keeps running, as an EC2 instance would).
 struct RealNode {
-    _kubelet: NodeDaemon,
-    _proxy: NodeDaemon,
+    _daemons: Option<(NodeDaemon, NodeDaemon)>,
     _containerd: Containerd,
 }
+
+/// What the instance's metadata serves as user data, given the instance's boot order (0, 1,
+/// …) and the user data it was launched with: a test's way to launch with bad user data.
+pub type UserDataOverride = Box<dyn Fn(usize, &str) -> String + Send>;
 
 /// What runs for an instance.
 enum Node {
     Simulated(#[allow(dead_code)] Process),
     Real(#[allow(dead_code)] RealNode),
+    Vm(#[allow(dead_code)] VirtualMachine),
 }
 
 /// One booted instance.
@@ -50,6 +58,17 @@ struct RealNodes {
     imds: ImdsEmulator,
     /// The next node's index on the fabric (its address and its pod CIDR, 10.244.INDEX.0/24).
     next_index: u8,
+    /// Replaces each instance's user data when set.
+    user_data_override: Option<UserDataOverride>,
+    /// Instances of this AMI boot this node image in a VM.
+    vm_image: Option<VmImage>,
+}
+
+/// A node image booted in qemu for the instances of one AMI.
+struct VmImage {
+    image_id: String,
+    disk: PathBuf,
+    network: VmNetwork,
 }
 
 /// The watcher; dropping it stops every node it started.
@@ -57,11 +76,12 @@ pub struct Hypervisor {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     booted: Arc<Mutex<HashMap<String, Booted>>>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 struct RunningInstance {
     id: String,
+    image_id: String,
     private_dns_name: String,
     private_ip: String,
     availability_zone: String,
@@ -81,6 +101,7 @@ fn running_instances(port: u16) -> anyhow::Result<Vec<RunningInstance>> {
             let text = |field: &str| instance[field].as_str().unwrap_or_default().to_string();
             found.push(RunningInstance {
                 id: text("InstanceId"),
+                image_id: text("ImageId"),
                 private_dns_name: text("PrivateDnsName"),
                 private_ip: text("PrivateIpAddress"),
                 availability_zone: instance["Placement"]["AvailabilityZone"]
@@ -115,13 +136,14 @@ fn node_config(port: u16, instance: &str) -> anyhow::Result<Option<String>> {
     Ok(text.contains("kind: NodeConfig").then_some(text))
 }
 
-/// Boots `instance` as a real node on `real`'s fabric from its metadata.
+/// Boots `instance` on `real`'s fabric from its metadata: a VM of the node image when it is
+/// an instance of that image's AMI, else a real node in a network namespace.
 fn boot_real(
     dir: &std::path::Path,
     real: &mut RealNodes,
     instance: &RunningInstance,
     config: &str,
-) -> anyhow::Result<RealNode> {
+) -> anyhow::Result<Node> {
     let index = real.next_index;
     real.next_index = real
         .next_index
@@ -130,6 +152,29 @@ fn boot_real(
     let home: PathBuf = dir.join(&instance.id);
     std::fs::create_dir_all(&home)?;
     let ip = real.fabric.node_ip(index);
+    let config = match &real.user_data_override {
+        Some(replace) => replace(usize::from(index - 1), config),
+        None => config.to_string(),
+    };
+    if let Some(vm) = real
+        .vm_image
+        .as_ref()
+        .filter(|vm| vm.image_id == instance.image_id)
+    {
+        real.imds.add(InstanceMetadata {
+            instance_id: instance.id.clone(),
+            local_ipv4: ip.clone(),
+            local_hostname: instance.private_dns_name.clone(),
+            availability_zone: instance.availability_zone.clone(),
+            user_data: Some(config),
+        })?;
+        return Ok(Node::Vm(VirtualMachine::boot(
+            &vm.network,
+            &vm.disk,
+            &ip,
+            &home.join("vm"),
+        )?));
+    }
     let containerd = Containerd::start(
         &home.join("node"),
         &real.fabric,
@@ -141,15 +186,20 @@ fn boot_real(
         local_ipv4: ip,
         local_hostname: instance.private_dns_name.clone(),
         availability_zone: instance.availability_zone.clone(),
-        user_data: Some(config.to_string()),
+        user_data: Some(config),
     })?;
-    let (kubelet, proxy) =
-        boot_from_metadata(&containerd, &real.imds.endpoint, &home.join("state"))?;
-    Ok(RealNode {
-        _kubelet: kubelet,
-        _proxy: proxy,
+    // The first boot's failure line is on the instance's console (state.console).
+    let state = home.join("state");
+    let (configured, _) = run_bootstrap(&containerd, &real.imds.endpoint, &state)?;
+    let daemons = if configured {
+        Some(start_configured(&containerd, &state)?)
+    } else {
+        None
+    };
+    Ok(Node::Real(RealNode {
+        _daemons: daemons,
         _containerd: containerd,
-    })
+    }))
 }
 
 fn boot(
@@ -189,6 +239,16 @@ impl Hypervisor {
     /// Starts watching the LocalStack on `port`, booting each instance as a real node on
     /// `fabric` (the cluster's API must listen on the fabric's host address).
     pub fn start_real(port: u16, fabric: Fabric) -> anyhow::Result<Self> {
+        Self::start_real_with(port, fabric, None)
+    }
+
+    /// [`Hypervisor::start_real`], the instances' metadata serving the user data
+    /// `user_data_override` makes of theirs.
+    pub fn start_real_with(
+        port: u16,
+        fabric: Fabric,
+        user_data_override: Option<UserDataOverride>,
+    ) -> anyhow::Result<Self> {
         crate::nodes::require_runtime()?;
         let imds = ImdsEmulator::start(&fabric.host_ip)?;
         Self::watch(
@@ -197,6 +257,36 @@ impl Hypervisor {
                 fabric,
                 imds,
                 next_index: 1,
+                user_data_override,
+                vm_image: None,
+            }),
+        )
+    }
+
+    /// Starts watching the LocalStack on `port` as [`Hypervisor::start_real`] does, except
+    /// that instances of AMI `image_id` boot the node image `disk` in a qemu VM.
+    pub fn boot_image_as_vm(
+        port: u16,
+        fabric: Fabric,
+        image_id: &str,
+        disk: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        crate::vm::require_qemu()?;
+        let imds = ImdsEmulator::start(&fabric.host_ip)?;
+        let network_dir = fabric.dir().with_extension("vmnet");
+        let network = VmNetwork::start(&fabric, &imds, &[], &network_dir)?;
+        Self::watch(
+            port,
+            Some(RealNodes {
+                fabric,
+                imds,
+                next_index: 1,
+                user_data_override: None,
+                vm_image: Some(VmImage {
+                    image_id: image_id.to_string(),
+                    disk: disk.to_path_buf(),
+                    network,
+                }),
             }),
         )
     }
@@ -224,8 +314,7 @@ impl Hypervisor {
                                 }
                                 match node_config(port, &instance.id) {
                                     Ok(Some(config)) => match match real.as_mut() {
-                                        Some(real) => boot_real(&root, real, instance, &config)
-                                            .map(Node::Real),
+                                        Some(real) => boot_real(&root, real, instance, &config),
                                         None => boot(&root, instance, &config).map(Node::Simulated),
                                     } {
                                         Ok(node) => {
@@ -260,8 +349,19 @@ impl Hypervisor {
             stop,
             thread: Some(thread),
             booted,
-            _dir: dir,
+            dir,
         })
+    }
+
+    /// A real node's console (what its first boot printed there) and journal (its kubelet's
+    /// log), for instance `id`.
+    pub fn console_and_journal(&self, id: &str) -> (String, String) {
+        let state = self.dir.path().join(id).join("state");
+        let read = |path: PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+        (
+            read(state.with_extension("console")),
+            read(state.with_extension("kubelet.log")),
+        )
     }
 
     /// Instances with a running node, and how long ago each node was started.

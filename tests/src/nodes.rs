@@ -509,6 +509,15 @@ pub fn boot_from_metadata(
 ) -> anyhow::Result<(NodeDaemon, NodeDaemon)> {
     let (ok, stderr) = run_bootstrap(containerd, imds_endpoint, state)?;
     ensure!(ok, "flotilla-bootstrap failed: {}", stderr.trim());
+    start_configured(containerd, state)
+}
+
+/// The kubelet and proxy of a node `flotilla-bootstrap` configured under `state`, started as
+/// their units start them (see [`boot_from_metadata`]).
+pub fn start_configured(
+    containerd: &Containerd,
+    state: &Path,
+) -> anyhow::Result<(NodeDaemon, NodeDaemon)> {
     let mut kubelet_args = unit_args(&state.join("kubelet.env"), "KUBELET_ARGS")?;
     kubelet_args.extend(["--eviction-hard".into(), LOCAL_EVICTION_HARD.into()]);
     let kubelet = NodeDaemon::start(

@@ -11,9 +11,10 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
 use super::{AwsCloud, cloud_error};
+use crate::nodepool::{KUBERNETES_VERSION_TAG, NODE_IMAGE_TAG};
 use crate::provider::{
     CloudError, CloudResult, Instance, InstanceMetadata, InstanceState, InstancesV2, LaunchRequest,
-    NodeGroups,
+    NodeGroups, NodeImage,
 };
 
 /// The instance id in a provider ID `aws:///<zone>/<instance-id>` (or `aws://<zone>/<id>`).
@@ -259,6 +260,42 @@ impl NodeGroups for AwsCloud {
                 }
             }
         }
+    }
+
+    async fn node_images(&self) -> CloudResult<Vec<NodeImage>> {
+        let answer = self
+            .ec2
+            .describe_images()
+            .owners("self")
+            .filters(filter(
+                &format!("tag:{NODE_IMAGE_TAG}"),
+                ["true".to_string()],
+            ))
+            .filters(filter("state", ["available".to_string()]))
+            .send()
+            .await
+            .map_err(cloud_error)?;
+        Ok(answer
+            .images()
+            .iter()
+            .filter_map(|image| {
+                let tag = |key: &str| {
+                    image
+                        .tags()
+                        .iter()
+                        .find(|t| t.key() == Some(key))
+                        .and_then(|t| t.value())
+                        .map(str::to_string)
+                };
+                // The filter is the service's; an image without the tag is not ours anyway.
+                (tag(NODE_IMAGE_TAG).as_deref() == Some("true")).then(|| NodeImage {
+                    image_id: image.image_id().unwrap_or_default().to_string(),
+                    name: image.name().unwrap_or_default().to_string(),
+                    kubernetes_version: tag(KUBERNETES_VERSION_TAG).unwrap_or_default(),
+                    creation_date: image.creation_date().unwrap_or_default().to_string(),
+                })
+            })
+            .collect())
     }
 
     async fn subnet_zones(&self, subnet_ids: &[String]) -> CloudResult<Vec<String>> {

@@ -93,6 +93,7 @@ fn pool_spec(cluster: &Cluster, pool: &NodePool) -> NodePoolSpec {
         name: pool.name.clone(),
         instance_types: pool.instance_types.clone(),
         image_id: pool.image_id.clone(),
+        kubernetes_version: cluster.version.clone(),
         desired_size: pool.scaling_config.desired_size,
         labels: pool.labels.clone(),
         taints: pool.taints.iter().map(taint_of).collect(),
@@ -112,7 +113,12 @@ fn pool_spec(cluster: &Cluster, pool: &NodePool) -> NodePoolSpec {
 /// records change (at least every [`POOL_RESYNC`]). When the cluster is being deleted, its
 /// pools drain away, then every load balancer and volume it made goes, then the record is
 /// released for the reconciler to destroy the tenant.
-pub async fn hosted(client: kube::Client, management: Arc<Management>, cluster_id: String) {
+pub async fn hosted(
+    client: kube::Client,
+    management: Arc<Management>,
+    cluster_id: String,
+    node_join_timeout: Duration,
+) {
     let mut index = management.cluster_index();
     let mut current: Option<(CloudSettings, Arc<AwsCloud>, tokio::task::JoinHandle<()>)> = None;
     let mut ticker = tokio::time::interval(POOL_RESYNC);
@@ -163,7 +169,8 @@ pub async fn hosted(client: kube::Client, management: Arc<Management>, cluster_i
                 server: managed.cluster.endpoint.clone(),
                 ca_pem: management.public_endpoint().ca_pem.clone(),
             },
-        );
+        )
+        .with_node_join_timeout(node_join_timeout);
         let specs: Vec<NodePoolSpec> = managed
             .pools
             .iter()

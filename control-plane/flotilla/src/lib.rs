@@ -287,6 +287,10 @@ pub struct UpArgs {
     /// besides the local nodes' fabric.
     #[arg(long, value_delimiter = ',')]
     pub private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
+    /// How long a node pool's running instance may go without its Node before the pool is
+    /// DEGRADED with `NodeCreationFailure` (its user data, token or route to the API is wrong).
+    #[arg(long, default_value_t = 600)]
+    pub node_join_timeout_seconds: u64,
 }
 
 /// `flotilla serve`.
@@ -363,6 +367,10 @@ pub struct ServeArgs {
     /// replica takes them over this long after the holder dies.
     #[arg(long, default_value_t = 15)]
     pub lease_duration_seconds: u64,
+    /// How long a node pool's running instance may go without its Node before the pool is
+    /// DEGRADED with `NodeCreationFailure` (its user data, token or route to the API is wrong).
+    #[arg(long, default_value_t = 600)]
+    pub node_join_timeout_seconds: u64,
     /// This replica's name in the clusters' leases (default: host name, listen port and a
     /// random suffix).
     #[arg(long)]

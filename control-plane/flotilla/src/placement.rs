@@ -36,6 +36,8 @@ pub struct PlacementConfig {
     pub root_ca_pem: String,
     /// The management records the cloud controllers work from (clusters with a cloud).
     pub management: Arc<flotilla_management::Management>,
+    /// How long a node pool's instance may run without its Node.
+    pub node_join_timeout: Duration,
 }
 
 /// Who the control loops act as: the controller manager, with the masters' group so every
@@ -102,8 +104,12 @@ pub fn spawn(server: Arc<ApiServer>, router: Router, config: PlacementConfig) ->
                         root_ca_pem: config.root_ca_pem.clone(),
                         cluster_signing,
                     };
-                    let cloud =
-                        crate::cloud::hosted(client.clone(), config.management.clone(), id.clone());
+                    let cloud = crate::cloud::hosted(
+                        client.clone(),
+                        config.management.clone(),
+                        id.clone(),
+                        config.node_join_timeout,
+                    );
                     running.insert(
                         id.clone(),
                         tokio::spawn(cluster_loops(client, controllers, cloud)),

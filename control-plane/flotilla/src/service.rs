@@ -261,6 +261,7 @@ async fn start(
                     .max(Duration::from_millis(200)),
                 root_ca_pem: ca.cert_pem.clone(),
                 management: management.clone(),
+                node_join_timeout: placement_options.node_join_timeout,
             },
         );
     }
@@ -290,6 +291,8 @@ struct PlacementOptions {
     lease_duration: Duration,
     /// Whether this process runs the clusters' control loops at all.
     enabled: bool,
+    /// How long a node pool's instance may run without its Node.
+    node_join_timeout: Duration,
 }
 
 /// `host_port_random`: unique among replicas, and names the replica for a reader.
@@ -410,6 +413,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             replica_id: None,
             lease_duration: DEFAULT_LEASE,
             enabled: !args.external_control_loops,
+            node_join_timeout: Duration::from_secs(args.node_join_timeout_seconds),
         },
         networks,
     )
@@ -715,6 +719,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         replica_id: args.replica_id,
         lease_duration: Duration::from_secs(args.lease_duration_seconds.max(1)),
         enabled: !args.external_control_loops,
+        node_join_timeout: Duration::from_secs(args.node_join_timeout_seconds),
     };
     let started = start(
         storage,

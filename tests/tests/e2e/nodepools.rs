@@ -82,32 +82,49 @@ fn pool_field(cli: &FlotillaCli, pool: &str, field: &str) -> anyhow::Result<serd
         .unwrap_or(serde_json::Value::Null))
 }
 
-#[test]
-fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
-    let aws = LocalStack::start()?;
+/// Registers an AMI, tagged as a Flotilla node image for Kubernetes `version` when given; its
+/// id.
+fn register_node_image(
+    aws: &LocalStack,
+    name: &str,
+    version: Option<&str>,
+) -> anyhow::Result<String> {
+    let registered = aws.call(
+        "ec2",
+        "register_image",
+        serde_json::json!({
+            "Name": name,
+            "Architecture": "x86_64",
+            "VirtualizationType": "hvm",
+            "RootDeviceName": "/dev/xvda",
+            "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 8}}],
+        }),
+    )?;
+    let id = registered["ImageId"]
+        .as_str()
+        .context("RegisterImage gave no ImageId")?
+        .to_string();
+    if let Some(version) = version {
+        aws.call(
+            "ec2",
+            "create_tags",
+            serde_json::json!({"Resources": [id], "Tags": [
+                {"Key": "flotilla.dev/node-image", "Value": "true"},
+                {"Key": "flotilla.dev/kubernetes-version", "Value": version},
+            ]}),
+        )?;
+    }
+    Ok(id)
+}
+
+/// `flotilla cluster create prod` on LocalStack's EC2 (both subnets of its network), waited
+/// for; its id and a kubectl for it.
+fn create_cluster(
+    cli: &FlotillaCli,
+    aws: &LocalStack,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(String, Kubectl)> {
     let network = aws.network()?;
-    // Real nodes (the node image's first boot in a network namespace) where this machine can
-    // run them; simulated ones elsewhere. The API listens on the fabric the nodes live on.
-    let fabric_dir = tempfile::tempdir()?;
-    let fabric = match flotilla_e2e::nodes::require_runtime() {
-        Ok(()) => Some(Fabric::start(&fabric_dir.path().join("fabric"))?),
-        Err(err) => {
-            eprintln!("nodepools: simulated nodes ({err:#})");
-            None
-        }
-    };
-    let real_nodes = fabric.is_some();
-    let flotilla = match &fabric {
-        Some(fabric) => Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?,
-        None => Flotilla::up(Backend::Embedded)?,
-    };
-    let cli = FlotillaCli {
-        config: flotilla.data_dir().join("flotilla.json"),
-    };
-    let _hypervisor = match fabric {
-        Some(fabric) => Hypervisor::start_real(aws.port, fabric)?,
-        None => Hypervisor::start(aws.port)?,
-    };
     let created: serde_json::Value = serde_json::from_str(&cli.ok_env(
         &[
             "cluster",
@@ -141,7 +158,7 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
             .is_none(),
         "the secret access key must never be returned: {created}"
     );
-    let kubeconfig = flotilla.data_dir().join("prod.kubeconfig");
+    let kubeconfig = data_dir.join("prod.kubeconfig");
     cli.ok(&[
         "cluster",
         "kubeconfig",
@@ -150,6 +167,49 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
         kubeconfig.to_str().context("path")?,
     ])?;
     let kubectl = Kubectl::new(&kubeconfig);
+    Ok((cluster_id, kubectl))
+}
+
+#[test]
+fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
+    let aws = LocalStack::start()?;
+    // Real nodes (the node image's first boot in a network namespace) where this machine can
+    // run them; simulated ones elsewhere. The API listens on the fabric the nodes live on.
+    let fabric_dir = tempfile::tempdir()?;
+    let fabric = match flotilla_e2e::nodes::require_runtime() {
+        Ok(()) => Some(Fabric::start(&fabric_dir.path().join("fabric"))?),
+        Err(err) => {
+            eprintln!("nodepools: simulated nodes ({err:#})");
+            None
+        }
+    };
+    let real_nodes = fabric.is_some();
+    let flotilla = match &fabric {
+        Some(fabric) => Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?,
+        None => Flotilla::up(Backend::Embedded)?,
+    };
+    let cli = FlotillaCli {
+        config: flotilla.data_dir().join("flotilla.json"),
+    };
+    // Node images registered in the account: a pool without an image boots the newest one
+    // for the cluster's version (1.33), as EKS picks its AMI from an SSM parameter.
+    let node_image = register_node_image(&aws, "flotilla-node-1.33-a", Some("1.33"))?;
+    let newest_image = register_node_image(&aws, "flotilla-node-1.33-b", Some("1.33"))?;
+    register_node_image(&aws, "flotilla-node-1.34-a", Some("1.34"))?;
+    ensure!(node_image != newest_image, "two images");
+    // With real nodes, the instances of one more AMI (a pool names it) boot the node image
+    // itself in a VM.
+    let vm_image = register_node_image(&aws, "flotilla-node-vm", None)?;
+    let _hypervisor = match fabric {
+        Some(fabric) => Hypervisor::boot_image_as_vm(
+            aws.port,
+            fabric,
+            &vm_image,
+            &flotilla_e2e::vm::node_image()?,
+        )?,
+        None => Hypervisor::start(aws.port)?,
+    };
+    let (cluster_id, kubectl) = create_cluster(&cli, &aws, flotilla.data_dir())?;
 
     // Create: two instances with the pool's tags and a NodeConfig user data, two Nodes join.
     let scale_started = Instant::now();
@@ -184,6 +244,12 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
         "instances should spread over both zones: {zones:?}"
     );
     let first = instances[0]["InstanceId"].as_str().context("instance id")?;
+    ensure!(
+        instances
+            .iter()
+            .all(|i| i["ImageId"] == newest_image.as_str()),
+        "the pool boots the newest node image of its version ({newest_image}): {instances:?}"
+    );
     ensure!(
         instances[0]["InstanceType"] == "t3.large",
         "{}",
@@ -438,11 +504,140 @@ spec:
         "the issue names the subnet: {issues}"
     );
 
+    // A pool of the node image's AMI: its instance boots the image in a VM (software
+    // emulation), which joins as the namespace nodes do.
+    if real_nodes {
+        let launched = Instant::now();
+        cli.ok(&[
+            "nodepool",
+            "create",
+            "prod",
+            "vms",
+            "--image",
+            &vm_image,
+            "--desired",
+            "1",
+            "--min",
+            "1",
+            "--max",
+            "1",
+        ])?;
+        until(
+            "the VM instance's Node is Ready and initialized",
+            Duration::from_secs(300),
+            || Ok(ready_initialized_nodes(&kubectl, "vms")?.len() == 1),
+        )?;
+        eprintln!(
+            "nodepools: VM instance launched → Node Ready in {:.1} s",
+            launched.elapsed().as_secs_f64()
+        );
+        let vm_node = ready_initialized_nodes(&kubectl, "vms")?.remove(0);
+        let runtime = jsonpath(
+            &kubectl,
+            &["get", "node", &vm_node],
+            "{.status.nodeInfo.containerRuntimeVersion}",
+        )?;
+        ensure!(
+            runtime.starts_with("containerd://"),
+            "the VM runs containerd: {runtime:?}"
+        );
+    }
+
     // Deleting the cluster terminates every instance and removes it.
     cli.ok(&["cluster", "delete", "prod", "--wait"])?;
     ensure!(
         pool_instances(&aws, &cluster_id, "workers")?.is_empty(),
         "the cluster's instances are terminated with it"
+    );
+    Ok(())
+}
+
+/// A pool whose instances boot but cannot join — one's user data is not a NodeConfig, the
+/// other's bootstrap token is unknown — is DEGRADED with EKS's `NodeCreationFailure` naming
+/// both instances once the join timeout passes, instead of waiting forever; the first boot's
+/// reason is on the first instance's console, the kubelet's refusal in the second's journal.
+#[test]
+fn a_pool_whose_instances_cannot_join_is_degraded() -> anyhow::Result<()> {
+    flotilla_e2e::nodes::require_runtime()?;
+    let aws = LocalStack::start()?;
+    let fabric_dir = tempfile::tempdir()?;
+    let fabric = Fabric::start(&fabric_dir.path().join("fabric"))?;
+    let flotilla = Flotilla::up_at(
+        Backend::Embedded,
+        &fabric.host_ip,
+        &["--node-join-timeout-seconds", "20"],
+    )?;
+    let cli = FlotillaCli {
+        config: flotilla.data_dir().join("flotilla.json"),
+    };
+    let hypervisor = Hypervisor::start_real_with(
+        aws.port,
+        fabric,
+        Some(Box::new(|index, user_data| match index {
+            0 => "#!/bin/bash\n/etc/eks/bootstrap.sh prod\n".to_string(),
+            _ => user_data
+                .lines()
+                .map(|line| match line.split_once("bootstrapToken:") {
+                    Some((indent, _)) => format!("{indent}bootstrapToken: wrong0.0123456789abcdef"),
+                    None => line.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        })),
+    )?;
+    let (cluster_id, kubectl) = create_cluster(&cli, &aws, flotilla.data_dir())?;
+    cli.ok(&[
+        "nodepool",
+        "create",
+        "prod",
+        "broken",
+        "--desired",
+        "2",
+        "--min",
+        "1",
+        "--max",
+        "2",
+    ])?;
+    until(
+        "the pool is DEGRADED by NodeCreationFailure naming both instances",
+        Duration::from_secs(180),
+        || {
+            let instances = pool_instances(&aws, &cluster_id, "broken")?;
+            let health = pool_field(&cli, "broken", "health")?.to_string();
+            Ok(pool_field(&cli, "broken", "status")? == "DEGRADED"
+                && health.contains("NodeCreationFailure")
+                && instances.len() == 2
+                && instances.iter().all(|i| {
+                    i["InstanceId"]
+                        .as_str()
+                        .is_some_and(|id| health.contains(id))
+                }))
+        },
+    )
+    .with_context(|| {
+        format!(
+            "pool: {:?}",
+            cli.ok(&["nodepool", "list", "prod", "-o", "json"])
+        )
+    })?;
+    let nodes = jsonpath(&kubectl, &["get", "nodes"], "{.items[*].metadata.name}")?;
+    ensure!(nodes.is_empty(), "no Node joined: {nodes}");
+    let mut consoles = Vec::new();
+    for instance in pool_instances(&aws, &cluster_id, "broken")? {
+        let id = instance["InstanceId"].as_str().context("instance id")?;
+        consoles.push(hypervisor.console_and_journal(id));
+    }
+    ensure!(
+        consoles.iter().any(|(console, _)| console.contains(
+            "flotilla-bootstrap: this node cannot join: the user data is not a node.flotilla.dev/v1alpha1 NodeConfig"
+        )),
+        "the first boot's reason is on the console: {consoles:?}"
+    );
+    ensure!(
+        consoles
+            .iter()
+            .any(|(_, journal)| journal.contains("401") || journal.contains("Unauthorized")),
+        "the kubelet's refusal is in the journal: {consoles:?}"
     );
     Ok(())
 }
