@@ -11,6 +11,8 @@
 //! (p99 ≤ 5 s) and the target (p99 ≤ 1.5 s). Each run starts on an empty node. For each run it also prints the CPU time per
 //! pod of each process (API server, kubelet, proxy, runtime: containerd with its CNI calls,
 //! shims and runc), which tells whether the node's cores were the limit.
+//! First it prints the node's memory (RSS of the kubelet, proxy, containerd and shims) idle
+//! and with 30 pods running, beside containerd's as the reference.
 //! The reference, measured in the same run on the same containerd: `ctr run -d` of the same
 //! image (a bare container: no sandbox, no network, no API), whose latency it prints beside
 //! and divides by. It prints figures and ratios; it never asserts.
@@ -29,6 +31,8 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
 const PODS: usize = 100;
+/// Pods running while the node's memory is measured (the node image issue's figure).
+const MEMORY_PODS: usize = 30;
 /// The creation rates measured after the one-by-one run (pods per second).
 const RATES: [f64; 2] = [5.0, 10.0];
 /// Bare containers started for the reference.
@@ -232,6 +236,62 @@ fn cpu_by_role(service: u32, dir: &Path) -> HashMap<&'static str, f64> {
     roles
 }
 
+/// Resident memory (MiB) of this run's node daemons now, by role: the kubelet, the proxy,
+/// containerd (the daemon) and the shims (one per pod).
+fn node_memory(service: u32, dir: &Path) -> HashMap<&'static str, f64> {
+    let mut roles: HashMap<&'static str, f64> = HashMap::new();
+    let needle = dir.to_string_lossy().into_owned();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        if pid == service || !cmdline.contains(&needle) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(|rest| rest.trim().to_string())
+                .unwrap_or_default()
+        };
+        let kib: f64 = field("VmRSS:")
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap_or(0.0);
+        let component = cmdline.split(' ').nth(1).unwrap_or_default();
+        let role = match field("Name:").as_str() {
+            "flotilla" if component == "kubelet" => "kubelet",
+            "flotilla" if component == "proxy" => "proxy",
+            "containerd" => "containerd",
+            name if name.starts_with("containerd-shim") => "shims",
+            _ => continue,
+        };
+        *roles.entry(role).or_default() += kib / 1024.0;
+    }
+    roles
+}
+
+fn print_memory(title: &str, memory: &HashMap<&'static str, f64>) {
+    let get = |role| memory.get(role).copied().unwrap_or(0.0);
+    println!(
+        "node memory (RSS), {title}: kubelet {:.1} MiB, proxy {:.1} MiB, containerd {:.1} MiB, shims {:.1} MiB; kubelet + proxy + containerd {:.1} MiB; kubelet / containerd (the reference, a Go daemon on the same node) {:.2}x; kubelet target ≤ 30 MiB",
+        get("kubelet"),
+        get("proxy"),
+        get("containerd"),
+        get("shims"),
+        get("kubelet") + get("proxy") + get("containerd"),
+        get("kubelet") / get("containerd").max(0.1),
+    );
+}
+
 fn print_cpu(before: &HashMap<&'static str, f64>, after: &HashMap<&'static str, f64>, pods: usize) {
     let mut roles: Vec<&&str> = after.keys().collect();
     roles.sort();
@@ -270,8 +330,13 @@ enum Pace {
     Rate(f64),
 }
 
-/// Creates [`PODS`] pods at `pace` and returns each one's create → Running latency, sorted.
-async fn measure(pods: &Api<Pod>, pace: Pace, prefix: &str) -> anyhow::Result<Vec<Duration>> {
+/// Creates `count` pods at `pace` and returns each one's create → Running latency, sorted.
+async fn measure(
+    pods: &Api<Pod>,
+    count: usize,
+    pace: Pace,
+    prefix: &str,
+) -> anyhow::Result<Vec<Duration>> {
     let mut events = watcher::watcher(pods.clone(), watcher::Config::default()).boxed();
     while let Some(event) = events.next().await {
         if matches!(event, Ok(Event::InitDone)) {
@@ -286,7 +351,7 @@ async fn measure(pods: &Api<Pod>, pace: Pace, prefix: &str) -> anyhow::Result<Ve
         tokio::spawn(async move {
             let mut created = HashMap::new();
             let begin = tokio::time::Instant::now();
-            for index in 0..PODS {
+            for index in 0..count {
                 if let Pace::Rate(rate) = pace {
                     let due = begin + Duration::from_secs_f64(index as f64 / rate);
                     tokio::time::sleep_until(due).await;
@@ -308,11 +373,11 @@ async fn measure(pods: &Api<Pod>, pace: Pace, prefix: &str) -> anyhow::Result<Ve
     };
     let deadline = Instant::now() + GIVE_UP;
     let mut running: HashMap<String, Instant> = HashMap::new();
-    while running.len() < PODS {
+    while running.len() < count {
         let next = tokio::time::timeout_at(deadline.into(), events.next()).await;
         let Ok(Some(event)) = next else {
             bail!(
-                "gave up after {GIVE_UP:?}: {} of {PODS} Running",
+                "gave up after {GIVE_UP:?}: {} of {count} Running",
                 running.len()
             );
         };
@@ -403,6 +468,18 @@ async fn run() -> anyhow::Result<()> {
     wait_for_ready_node(&client).await?;
 
     let socket = dir.path().join("nodes/node-1/containerd.sock");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // Per-node memory: idle (the node settled), then with 30 pods running.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    print_memory("idle", &node_memory(service_pid, dir.path()));
+    measure(&pods, MEMORY_PODS, Pace::OneByOne, "mem").await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    print_memory(
+        &format!("{MEMORY_PODS} pods running"),
+        &node_memory(service_pid, dir.path()),
+    );
+    delete_all(&pods, &socket).await?;
+
     let (mut raw, raw_cpu) = raw_container_starts(&socket, service_pid, dir.path())?;
     raw.sort();
     println!(
@@ -412,7 +489,6 @@ async fn run() -> anyhow::Result<()> {
         raw_cpu * 1000.0 / RAW_CONTAINERS as f64
     );
 
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let mut runs = vec![(
         Pace::OneByOne,
         "created one after another".to_string(),
@@ -427,7 +503,7 @@ async fn run() -> anyhow::Result<()> {
     }
     for (pace, title, prefix) in runs {
         let before = cpu_by_role(service_pid, dir.path());
-        let latencies = measure(&pods, pace, &prefix).await?;
+        let latencies = measure(&pods, PODS, pace, &prefix).await?;
         let after = cpu_by_role(service_pid, dir.path());
         report(&title, &latencies, &raw)?;
         print_cpu(&before, &after, PODS);

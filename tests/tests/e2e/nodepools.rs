@@ -200,7 +200,7 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
     // With real nodes, the instances of one more AMI (a pool names it) boot the node image
     // itself in a VM.
     let vm_image = register_node_image(&aws, "flotilla-node-vm", None)?;
-    let _hypervisor = match fabric {
+    let hypervisor = match fabric {
         Some(fabric) => Hypervisor::boot_image_as_vm(
             aws.port,
             fabric,
@@ -276,11 +276,36 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
             && user_data.contains("bootstrapToken:"),
         "user data is not the node bootstrap document:\n{user_data}"
     );
+    // The hypervisor's clock starts when it sees an instance running: at the poll that finds
+    // a Node Ready, its age bounds instance running → Node Ready (within one poll, 0.2 s).
+    let mut running_to_ready = Vec::new();
     until(
         "2 Nodes of the pool are Ready and initialized",
         Duration::from_secs(90),
-        || Ok(ready_initialized_nodes(&kubectl, "workers")?.len() == 2),
+        || {
+            let ready = ready_initialized_nodes(&kubectl, "workers")?;
+            for (instance, age) in hypervisor.nodes() {
+                let node_ready = instances.iter().any(|i| {
+                    i["InstanceId"] == instance.as_str()
+                        && i["PrivateDnsName"]
+                            .as_str()
+                            .is_some_and(|name| ready.iter().any(|n| n == name))
+                });
+                if node_ready && !running_to_ready.iter().any(|(i, _)| i == &instance) {
+                    running_to_ready.push((instance, age));
+                }
+            }
+            Ok(ready.len() == 2)
+        },
     )?;
+    eprintln!(
+        "figure: instance running → Node Ready and initialized (real namespace nodes: {real_nodes}): {}",
+        running_to_ready
+            .iter()
+            .map(|(_, age)| format!("{:.1} s", age.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     eprintln!(
         "figure: node pool create → 2 Nodes Ready and initialized: {:.1} s",
         scale_started.elapsed().as_secs_f64()
