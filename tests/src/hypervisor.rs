@@ -20,7 +20,10 @@ use anyhow::Context;
 use base64::Engine;
 
 use crate::imds::{ImdsEmulator, InstanceMetadata};
-use crate::nodes::{Containerd, Fabric, NodeDaemon, run_bootstrap, start_configured};
+use crate::nodes::{
+    Containerd, Fabric, NodeDaemon, run_bootstrap, start_configured_kubelet,
+    start_configured_proxy, wait_for_node_certificate,
+};
 use crate::vm::{VirtualMachine, VmNetwork};
 use crate::{Process, aws_call, flotilla_bin};
 
@@ -28,9 +31,11 @@ use crate::{Process, aws_call, flotilla_bin};
 const POLL: Duration = Duration::from_millis(750);
 
 /// A real node: dropped in field order, daemons before their containerd. A node whose first
-/// boot failed runs no daemons (its instance keeps running, as an EC2 instance would).
+/// boot failed runs no daemons, and one whose kubelet got no certificate no proxy (its
+/// instance keeps running, as an EC2 instance would).
 struct RealNode {
-    _daemons: Option<(NodeDaemon, NodeDaemon)>,
+    _proxy: Option<NodeDaemon>,
+    _kubelet: Option<NodeDaemon>,
     _containerd: Containerd,
 }
 
@@ -48,7 +53,7 @@ enum Node {
 /// One booted instance.
 struct Booted {
     _node: Node,
-    /// When the node was started.
+    /// When the hypervisor began booting it (it had just seen the instance running).
     started: Instant,
 }
 
@@ -191,13 +196,20 @@ fn boot_real(
     // The first boot's failure line is on the instance's console (state.console).
     let state = home.join("state");
     let (configured, _) = run_bootstrap(&containerd, &real.imds.endpoint, &state)?;
-    let daemons = if configured {
-        Some(start_configured(&containerd, &state)?)
+    let (kubelet, proxy) = if configured {
+        let mut kubelet = start_configured_kubelet(&containerd, &state)?;
+        let proxy = if wait_for_node_certificate(&mut kubelet, &state, Duration::from_secs(60)) {
+            Some(start_configured_proxy(&containerd, &state)?)
+        } else {
+            None
+        };
+        (Some(kubelet), proxy)
     } else {
-        None
+        (None, None)
     };
     Ok(Node::Real(RealNode {
-        _daemons: daemons,
+        _proxy: proxy,
+        _kubelet: kubelet,
         _containerd: containerd,
     }))
 }
@@ -249,18 +261,7 @@ impl Hypervisor {
         fabric: Fabric,
         user_data_override: Option<UserDataOverride>,
     ) -> anyhow::Result<Self> {
-        crate::nodes::require_runtime()?;
-        let imds = ImdsEmulator::start(&fabric.host_ip)?;
-        Self::watch(
-            port,
-            Some(RealNodes {
-                fabric,
-                imds,
-                next_index: 1,
-                user_data_override,
-                vm_image: None,
-            }),
-        )
+        Self::start_real_nodes(port, fabric, user_data_override, None)
     }
 
     /// Starts watching the LocalStack on `port` as [`Hypervisor::start_real`] does, except
@@ -272,21 +273,38 @@ impl Hypervisor {
         disk: &std::path::Path,
     ) -> anyhow::Result<Self> {
         crate::vm::require_qemu()?;
+        Self::start_real_nodes(port, fabric, None, Some((image_id, disk)))
+    }
+
+    fn start_real_nodes(
+        port: u16,
+        fabric: Fabric,
+        user_data_override: Option<UserDataOverride>,
+        vm_image: Option<(&str, &std::path::Path)>,
+    ) -> anyhow::Result<Self> {
+        crate::nodes::require_runtime()?;
         let imds = ImdsEmulator::start(&fabric.host_ip)?;
-        let network_dir = fabric.dir().with_extension("vmnet");
-        let network = VmNetwork::start(&fabric, &imds, &[], &network_dir)?;
+        let vm_image = match vm_image {
+            Some((image_id, disk)) => Some(VmImage {
+                image_id: image_id.to_string(),
+                disk: disk.to_path_buf(),
+                network: VmNetwork::start(
+                    &fabric,
+                    &imds,
+                    &[],
+                    &fabric.dir().with_extension("vmnet"),
+                )?,
+            }),
+            None => None,
+        };
         Self::watch(
             port,
             Some(RealNodes {
                 fabric,
                 imds,
                 next_index: 1,
-                user_data_override: None,
-                vm_image: Some(VmImage {
-                    image_id: image_id.to_string(),
-                    disk: disk.to_path_buf(),
-                    network,
-                }),
+                user_data_override,
+                vm_image,
             }),
         )
     }
@@ -304,27 +322,44 @@ impl Hypervisor {
                 while !stop.load(Ordering::Relaxed) {
                     match running_instances(port) {
                         Ok(running) => {
-                            let mut nodes = booted.lock().unwrap_or_else(|e| e.into_inner());
-                            nodes.retain(|id, _| running.iter().any(|i| &i.id == id));
-                            for instance in &running {
-                                if nodes.contains_key(&instance.id)
-                                    || foreign.contains(&instance.id)
-                                {
-                                    continue;
-                                }
+                            // Nodes of instances that stopped running go, and new instances
+                            // boot, outside the lock (either takes a while).
+                            let (gone, new): (Vec<Booted>, Vec<&RunningInstance>) = {
+                                let mut nodes = booted.lock().unwrap_or_else(|e| e.into_inner());
+                                let stopped: Vec<String> = nodes
+                                    .keys()
+                                    .filter(|id| !running.iter().any(|i| &i.id == *id))
+                                    .cloned()
+                                    .collect();
+                                let gone =
+                                    stopped.iter().filter_map(|id| nodes.remove(id)).collect();
+                                let new = running
+                                    .iter()
+                                    .filter(|i| {
+                                        !nodes.contains_key(&i.id) && !foreign.contains(&i.id)
+                                    })
+                                    .collect();
+                                (gone, new)
+                            };
+                            drop(gone);
+                            for instance in new {
+                                let began = Instant::now();
                                 match node_config(port, &instance.id) {
                                     Ok(Some(config)) => match match real.as_mut() {
                                         Some(real) => boot_real(&root, real, instance, &config),
                                         None => boot(&root, instance, &config).map(Node::Simulated),
                                     } {
                                         Ok(node) => {
-                                            nodes.insert(
-                                                instance.id.clone(),
-                                                Booted {
-                                                    _node: node,
-                                                    started: Instant::now(),
-                                                },
-                                            );
+                                            booted
+                                                .lock()
+                                                .unwrap_or_else(|e| e.into_inner())
+                                                .insert(
+                                                    instance.id.clone(),
+                                                    Booted {
+                                                        _node: node,
+                                                        started: began,
+                                                    },
+                                                );
                                         }
                                         Err(err) => {
                                             eprintln!("hypervisor: {}: {err:#}", instance.id)
@@ -364,7 +399,8 @@ impl Hypervisor {
         )
     }
 
-    /// Instances with a running node, and how long ago each node was started.
+    /// Instances with a running node, and how long ago each began booting (the instance was
+    /// seen running within one poll, 0.75 s, before).
     pub fn nodes(&self) -> Vec<(String, Duration)> {
         let nodes = self.booted.lock().unwrap_or_else(|e| e.into_inner());
         nodes

@@ -16,6 +16,16 @@ pub fn image_scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../node-image/image")
 }
 
+/// Whether `tool` is a command on the PATH.
+pub fn on_path(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Fails, naming what is missing, unless this machine can run containers on real nodes.
 pub fn require_runtime() -> anyhow::Result<()> {
     let mut missing = Vec::new();
@@ -28,13 +38,7 @@ pub fn require_runtime() -> anyhow::Result<()> {
         "ip",
         "nft",
     ] {
-        let found = Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
+        if !on_path(tool) {
             missing.push(tool.to_string());
         }
     }
@@ -518,33 +522,64 @@ pub fn start_configured(
     containerd: &Containerd,
     state: &Path,
 ) -> anyhow::Result<(NodeDaemon, NodeDaemon)> {
+    let mut kubelet = start_configured_kubelet(containerd, state)?;
+    ensure!(
+        wait_for_node_certificate(&mut kubelet, state, std::time::Duration::from_secs(60)),
+        "no node certificate (requested with the bootstrap token): {}",
+        kubelet.log()
+    );
+    Ok((kubelet, start_configured_proxy(containerd, state)?))
+}
+
+/// The kubelet as its unit starts it from what `flotilla-bootstrap` wrote under `state`.
+pub fn start_configured_kubelet(
+    containerd: &Containerd,
+    state: &Path,
+) -> anyhow::Result<NodeDaemon> {
     let mut kubelet_args = unit_args(&state.join("kubelet.env"), "KUBELET_ARGS")?;
     kubelet_args.extend(["--eviction-hard".into(), LOCAL_EVICTION_HARD.into()]);
-    let kubelet = NodeDaemon::start(
+    NodeDaemon::start(
         "flotilla-kubelet",
         containerd,
         &kubelet_args,
         &state.with_extension("kubelet.log"),
-    )?;
-    let certificate = state.join("pki/kubelet-client-current.pem");
-    crate::until(
-        "the node's client certificate",
-        std::time::Duration::from_secs(60),
-        || Ok(certificate.exists()),
     )
-    .with_context(|| kubelet.log())?;
+}
+
+/// Whether the node's client certificate appeared within `within` (as the proxy's unit waits
+/// for it), giving up early when the kubelet has exited (its request was refused).
+pub fn wait_for_node_certificate(
+    kubelet: &mut NodeDaemon,
+    state: &Path,
+    within: std::time::Duration,
+) -> bool {
+    let certificate = state.join("pki/kubelet-client-current.pem");
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if certificate.exists() {
+            return true;
+        }
+        if !kubelet.running() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    certificate.exists()
+}
+
+/// The proxy as its unit starts it (once the node's certificate exists).
+pub fn start_configured_proxy(containerd: &Containerd, state: &Path) -> anyhow::Result<NodeDaemon> {
     let mut proxy_args = unit_args(&state.join("proxy.env"), "PROXY_ARGS")?;
     proxy_args.extend([
         "--healthz-bind-address".into(),
         format!("{}:10256", containerd.ip),
     ]);
-    let proxy = NodeDaemon::start(
+    NodeDaemon::start(
         "flotilla-proxy",
         containerd,
         &proxy_args,
         &state.with_extension("proxy.log"),
-    )?;
-    Ok((kubelet, proxy))
+    )
 }
 
 /// Eviction thresholds for nodes sharing the host's disk: memory only, as kind sets them

@@ -36,18 +36,10 @@ pub fn node_image() -> anyhow::Result<PathBuf> {
 /// Fails, naming what is missing, unless this machine can boot node images.
 pub fn require_qemu() -> anyhow::Result<()> {
     crate::nodes::require_runtime()?;
-    let mut missing = Vec::new();
-    for tool in ["qemu-system-x86_64", "qemu-img", "dnsmasq"] {
-        let found = Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {tool}"))
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            missing.push(tool);
-        }
-    }
+    let missing: Vec<&str> = ["qemu-system-x86_64", "qemu-img", "dnsmasq"]
+        .into_iter()
+        .filter(|tool| !crate::nodes::on_path(tool))
+        .collect();
     if !missing.is_empty() {
         bail!(
             "booting node images needs {} (apt-get install -y qemu-system-x86 qemu-utils \

@@ -190,23 +190,31 @@ fn raw_container_starts(
     Ok((times, cpu))
 }
 
+/// The processes of this run: the service's pid, or a command line naming the run's
+/// directory; each one's pid, `/proc` entry and command line (arguments joined by spaces).
+fn run_processes(service: u32, dir: &Path) -> Vec<(u32, PathBuf, String)> {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            (pid == service || cmdline.contains(&needle)).then(|| (pid, entry.path(), cmdline))
+        })
+        .collect()
+}
+
 /// CPU seconds used so far by the processes of this run (the service's pid, or a command
 /// line naming the run's directory), by role. runc and the CNI plugins are counted in
 /// their parents (shims, containerd) once they exit.
 fn cpu_by_role(service: u32, dir: &Path) -> HashMap<&'static str, f64> {
     let mut roles: HashMap<&'static str, f64> = HashMap::new();
-    let needle = dir.to_string_lossy().into_owned();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        if pid != service && !cmdline.contains(&needle) {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+    for (pid, proc_dir, cmdline) in run_processes(service, dir) {
+        let Ok(stat) = std::fs::read_to_string(proc_dir.join("stat")) else {
             continue;
         };
         // Fields after the parenthesised command: state is field 3; utime..cstime 14..17.
@@ -240,18 +248,11 @@ fn cpu_by_role(service: u32, dir: &Path) -> HashMap<&'static str, f64> {
 /// containerd (the daemon) and the shims (one per pod).
 fn node_memory(service: u32, dir: &Path) -> HashMap<&'static str, f64> {
     let mut roles: HashMap<&'static str, f64> = HashMap::new();
-    let needle = dir.to_string_lossy().into_owned();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-            .unwrap_or_default();
-        if pid == service || !cmdline.contains(&needle) {
+    for (pid, proc_dir, cmdline) in run_processes(service, dir) {
+        if pid == service {
             continue;
         }
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+        let Ok(status) = std::fs::read_to_string(proc_dir.join("status")) else {
             continue;
         };
         let field = |name: &str| {

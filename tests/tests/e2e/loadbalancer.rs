@@ -105,7 +105,7 @@ fn load_balancers(aws: &LocalStack) -> anyhow::Result<Vec<Value>> {
         .unwrap_or_default())
 }
 
-fn load_balancers_named(aws: &LocalStack, name: &str) -> anyhow::Result<Vec<Value>> {
+pub(crate) fn load_balancers_named(aws: &LocalStack, name: &str) -> anyhow::Result<Vec<Value>> {
     Ok(load_balancers(aws)?
         .into_iter()
         .filter(|lb| lb["LoadBalancerName"] == name)
@@ -159,7 +159,7 @@ fn target_groups(aws: &LocalStack, arguments: Value) -> anyhow::Result<Vec<Value
 }
 
 /// Upstream's load balancer name for a Service: `a` + UID without dashes, 32 characters.
-fn lb_name(kubectl: &Kubectl, service: &str) -> anyhow::Result<String> {
+pub(crate) fn lb_name(kubectl: &Kubectl, service: &str) -> anyhow::Result<String> {
     let uid = jsonpath(kubectl, &["get", "svc", service], "{.metadata.uid}")?;
     let mut name = format!("a{}", uid.replace('-', ""));
     name.truncate(32);
@@ -168,7 +168,7 @@ fn lb_name(kubectl: &Kubectl, service: &str) -> anyhow::Result<String> {
 
 /// The instances registered in every target group of the Service's load balancer, which
 /// must all agree.
-fn targets_of(aws: &LocalStack, lb_arn: &str) -> anyhow::Result<BTreeSet<String>> {
+pub(crate) fn targets_of(aws: &LocalStack, lb_arn: &str) -> anyhow::Result<BTreeSet<String>> {
     let groups = target_groups(aws, json!({"LoadBalancerArn": lb_arn}))?;
     let mut all: Option<BTreeSet<String>> = None;
     for group in &groups {

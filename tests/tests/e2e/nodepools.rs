@@ -348,6 +348,32 @@ fn node_pools_on_localstack_ec2() -> anyhow::Result<()> {
         },
     )?;
 
+    // A `LoadBalancer` Service: its NLB targets both instances.
+    kubectl.ok(&["create", "service", "loadbalancer", "edge", "--tcp=80:8080"])?;
+    let pool_ids: std::collections::BTreeSet<String> =
+        pool_instances(&aws, &cluster_id, "workers")?
+            .iter()
+            .filter_map(|i| i["InstanceId"].as_str().map(String::from))
+            .collect();
+    let edge = crate::loadbalancer::lb_name(&kubectl, "edge")?;
+    let mut targets = std::collections::BTreeSet::new();
+    until(
+        "the Service's NLB targets both instances",
+        Duration::from_secs(60),
+        || {
+            let Some(lb) = crate::loadbalancer::load_balancers_named(&aws, &edge)?.pop() else {
+                return Ok(false);
+            };
+            targets = crate::loadbalancer::targets_of(
+                &aws,
+                lb["LoadBalancerArn"].as_str().unwrap_or_default(),
+            )?;
+            Ok(targets == pool_ids)
+        },
+    )
+    .with_context(|| format!("targets {targets:?}, instances {pool_ids:?}"))?;
+    kubectl.ok(&["delete", "service", "edge", "--wait"])?;
+
     // Scale up to 3 while EC2 has no capacity, then refuses access: the pool is DEGRADED
     // with each reason, nothing leaks, and it recovers once EC2 does.
     let no_capacity = |code: &str, status: u16| {
@@ -577,10 +603,11 @@ spec:
     Ok(())
 }
 
-/// A pool whose instances boot but cannot join — one's user data is not a NodeConfig, the
-/// other's bootstrap token is unknown — is DEGRADED with EKS's `NodeCreationFailure` naming
-/// both instances once the join timeout passes, instead of waiting forever; the first boot's
-/// reason is on the first instance's console, the kubelet's refusal in the second's journal.
+/// A pool whose instances boot but cannot join — one's user data is not a NodeConfig, one's
+/// bootstrap token is unknown, one's API server unreachable — is DEGRADED with EKS's
+/// `NodeCreationFailure` naming all three once the join timeout passes, instead of waiting
+/// forever; the first boot's reason is on the first instance's console, the kubelets'
+/// refusal and connection failure in the others' journals.
 #[test]
 fn a_pool_whose_instances_cannot_join_is_degraded() -> anyhow::Result<()> {
     flotilla_e2e::nodes::require_runtime()?;
@@ -598,16 +625,24 @@ fn a_pool_whose_instances_cannot_join_is_degraded() -> anyhow::Result<()> {
     let hypervisor = Hypervisor::start_real_with(
         aws.port,
         fabric,
-        Some(Box::new(|index, user_data| match index {
-            0 => "#!/bin/bash\n/etc/eks/bootstrap.sh prod\n".to_string(),
-            _ => user_data
-                .lines()
-                .map(|line| match line.split_once("bootstrapToken:") {
-                    Some((indent, _)) => format!("{indent}bootstrapToken: wrong0.0123456789abcdef"),
-                    None => line.to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
+        Some(Box::new(|index, user_data| {
+            // One field of the NodeConfig replaced by `value`.
+            let replace = |field: &str, value: &str| {
+                user_data
+                    .lines()
+                    .map(|line| match line.split_once(field) {
+                        Some((indent, _)) => format!("{indent}{field} {value}"),
+                        None => line.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            match index {
+                0 => "#!/bin/bash\n/etc/eks/bootstrap.sh prod\n".to_string(),
+                1 => replace("bootstrapToken:", "wrong0.0123456789abcdef"),
+                // A server no route leads to (TEST-NET-1).
+                _ => replace("apiServerEndpoint:", "https://192.0.2.1:6443/clusters/x"),
+            }
         })),
     )?;
     let (cluster_id, kubectl) = create_cluster(&cli, &aws, flotilla.data_dir())?;
@@ -617,21 +652,21 @@ fn a_pool_whose_instances_cannot_join_is_degraded() -> anyhow::Result<()> {
         "prod",
         "broken",
         "--desired",
-        "2",
+        "3",
         "--min",
         "1",
         "--max",
-        "2",
+        "3",
     ])?;
     until(
-        "the pool is DEGRADED by NodeCreationFailure naming both instances",
+        "the pool is DEGRADED by NodeCreationFailure naming its three instances",
         Duration::from_secs(180),
         || {
             let instances = pool_instances(&aws, &cluster_id, "broken")?;
             let health = pool_field(&cli, "broken", "health")?.to_string();
             Ok(pool_field(&cli, "broken", "status")? == "DEGRADED"
                 && health.contains("NodeCreationFailure")
-                && instances.len() == 2
+                && instances.len() == 3
                 && instances.iter().all(|i| {
                     i["InstanceId"]
                         .as_str()
@@ -647,22 +682,39 @@ fn a_pool_whose_instances_cannot_join_is_degraded() -> anyhow::Result<()> {
     })?;
     let nodes = jsonpath(&kubectl, &["get", "nodes"], "{.items[*].metadata.name}")?;
     ensure!(nodes.is_empty(), "no Node joined: {nodes}");
-    let mut consoles = Vec::new();
-    for instance in pool_instances(&aws, &cluster_id, "broken")? {
-        let id = instance["InstanceId"].as_str().context("instance id")?;
-        consoles.push(hypervisor.console_and_journal(id));
-    }
+    let ids: Vec<String> = pool_instances(&aws, &cluster_id, "broken")?
+        .iter()
+        .filter_map(|i| i["InstanceId"].as_str().map(String::from))
+        .collect();
+    let consoles = || -> Vec<(String, String)> {
+        ids.iter()
+            .map(|id| hypervisor.console_and_journal(id))
+            .collect()
+    };
     ensure!(
-        consoles.iter().any(|(console, _)| console.contains(
+        consoles().iter().any(|(console, _)| console.contains(
             "flotilla-bootstrap: this node cannot join: the user data is not a node.flotilla.dev/v1alpha1 NodeConfig"
         )),
-        "the first boot's reason is on the console: {consoles:?}"
+        "the first boot's reason is on the console: {:?}",
+        consoles()
     );
-    ensure!(
-        consoles
-            .iter()
-            .any(|(_, journal)| journal.contains("401") || journal.contains("Unauthorized")),
-        "the kubelet's refusal is in the journal: {consoles:?}"
-    );
+    // The kubelet's request for its certificate: refused at once for the unknown token, failed
+    // once the connection to the unreachable server times out.
+    until(
+        "the kubelets' refusal and connection failure are in their journals",
+        Duration::from_secs(90),
+        || {
+            let all = consoles();
+            Ok(all
+                .iter()
+                .any(|(_, journal)| journal.contains("401") || journal.contains("Unauthorized"))
+                && all
+                    .iter()
+                    .filter(|(_, journal)| journal.contains("ERROR") || journal.contains("Error"))
+                    .count()
+                    >= 2)
+        },
+    )
+    .with_context(|| format!("{:?}", consoles()))?;
     Ok(())
 }
