@@ -148,6 +148,11 @@ fn a_vm_booted_from_the_node_image_joins_and_runs_pods() -> anyhow::Result<()> {
     let exec = kubectl.ok(&["exec", "invm", "--", "cat", "/proc/sys/kernel/hostname"])?;
     ensure!(exec.trim() == "invm", "exec in the VM's pod: {exec:?}");
 
+    eprintln!(
+        "node image: resident memory in the VM with one pod: {}",
+        node_memory(&kubectl, &vm_name)?
+    );
+
     // A Service whose only pod is on the other node, asked from the VM's pod: the VM's proxy
     // translates the ClusterIP, the lease's route carries it to the other node.
     run_on(
@@ -199,6 +204,48 @@ fn http_get(kubectl: &Kubectl, pod: &str, host: &str, port: u16) -> String {
         }
         Err(err) => err.to_string(),
     }
+}
+
+/// The resident memory of the VM's node daemons (the image's own binaries, on the system
+/// allocator), read by a pod in the host's PID namespace.
+fn node_memory(kubectl: &Kubectl, vm_name: &str) -> anyhow::Result<String> {
+    let overrides = format!(r#"{{"spec":{{"nodeName":"{vm_name}","hostPID":true}}}}"#);
+    kubectl.ok(&[
+        "run",
+        "meter",
+        "--image=flotilla.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--overrides",
+        &overrides,
+        "--",
+        "sh",
+        "-c",
+        r#"for s in /proc/[0-9]*/status; do awk '/^Name:/ {n=$2} /^VmRSS:/ {print n, $2}' "$s"; done"#,
+    ])?;
+    until("the meter pod ran", Duration::from_secs(120), || {
+        Ok(kubectl
+            .ok(&["get", "pod", "meter", "-o", "jsonpath={.status.phase}"])?
+            .trim()
+            == "Succeeded")
+    })?;
+    let listing = kubectl.ok(&["logs", "meter"])?;
+    kubectl.ok(&["delete", "pod", "meter", "--wait=false"])?;
+    let mut figures = Vec::new();
+    for (label, name) in [
+        ("kubelet", "flotilla-kubele"),
+        ("proxy", "flotilla-proxy"),
+        ("containerd", "containerd"),
+    ] {
+        let kib: u64 = listing
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .filter(|(process, _)| *process == name)
+            .filter_map(|(_, kib)| kib.trim().parse::<u64>().ok())
+            .sum();
+        figures.push(format!("{label} {:.1} MiB", kib as f64 / 1024.0));
+    }
+    Ok(figures.join(", "))
 }
 
 /// The node image's pod range for a node at `ip` (`flotilla-bootstrap`'s rule).
