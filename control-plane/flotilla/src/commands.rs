@@ -22,7 +22,7 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// `flotilla account …`.
 pub async fn account(args: &ClientArgs, command: AccountCommand) -> anyhow::Result<()> {
-    let client = ManagementClient::from_args(args)?;
+    let client = args.client()?;
     match command {
         AccountCommand::Create { id } => {
             let key = client
@@ -45,7 +45,7 @@ pub async fn account(args: &ClientArgs, command: AccountCommand) -> anyhow::Resu
 
 /// `flotilla cluster …`.
 pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Result<()> {
-    let client = ManagementClient::from_args(args)?;
+    let client = args.client()?;
     match command {
         ClusterCommand::Create(create) => {
             let wait = create.wait;
@@ -188,7 +188,7 @@ async fn exec_kubeconfig(
 
 /// `flotilla nodepool …`.
 pub async fn node_pool(args: &ClientArgs, command: NodePoolCommand) -> anyhow::Result<()> {
-    let client = ManagementClient::from_args(args)?;
+    let client = args.client()?;
     match command {
         NodePoolCommand::Create(create) => {
             let wait = create.wait;

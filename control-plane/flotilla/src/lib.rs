@@ -3,7 +3,8 @@
 //! (`scheduler`, `controller-manager`, `cloud-controller`, `kubelet`, `proxy`) and the CLI's
 //! own (`version`, `completion`).
 
-pub mod client;
+/// The management API's HTTPS client (its own crate, shared with the Terraform provider).
+pub use flotilla_management_client as client;
 mod cloud;
 mod commands;
 mod completion;
@@ -400,6 +401,19 @@ pub struct ClientArgs {
     /// Output format.
     #[arg(long, short, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+impl ClientArgs {
+    /// The management API client these flags, the environment and the configuration file
+    /// describe (in that order of precedence).
+    pub fn client(&self) -> anyhow::Result<client::ManagementClient> {
+        client::ManagementClient::resolve(
+            self.config.as_deref(),
+            self.endpoint.as_deref(),
+            self.api_key.as_deref(),
+            self.ca_file.as_deref(),
+        )
+    }
 }
 
 /// How results are printed.

@@ -4,7 +4,6 @@
 use http::Method;
 use serde_json::{Value, json};
 
-use crate::client::ManagementClient;
 use crate::{Output, VersionArgs};
 
 /// This binary's version and the Kubernetes version it was built against, in the shape the
@@ -65,7 +64,9 @@ pub async fn print(args: &VersionArgs) -> anyhow::Result<()> {
 
 async fn server_version(args: &VersionArgs) -> anyhow::Result<Value> {
     use anyhow::Context;
-    let client = ManagementClient::from_args(&args.client)
+    let client = args
+        .client
+        .client()
         .context("the server's version (--client prints the client's alone)")?;
     client.call_json(Method::GET, "/v1/version", None).await
 }

@@ -1,5 +1,6 @@
 //! The management API's HTTPS client: where the service is, who is calling, and one request
-//! function that turns every failure into a one-line error.
+//! function that turns every failure into a one-line error. Shared by the `flotilla` CLI and
+//! the Terraform provider.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +16,6 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use serde::{Deserialize, Serialize};
 
-use crate::ClientArgs;
 use flotilla_api_machinery::errors::error_chain;
 
 /// The client configuration file (`flotilla up` writes one as `DIR/flotilla.json`).
@@ -41,45 +41,49 @@ pub struct ManagementClient {
 }
 
 impl ManagementClient {
-    /// Resolves flags, environment and the configuration file (in that order of precedence).
-    pub fn from_args(args: &ClientArgs) -> anyhow::Result<Self> {
-        let file = match &args.config {
+    /// A client of the service at `endpoint` (trusting only `ca_pem`) calling with `api_key`.
+    pub fn new(endpoint: &str, api_key: &str, ca_pem: Option<&str>) -> anyhow::Result<Self> {
+        Ok(ManagementClient {
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            api_key: api_key.to_string(),
+            http: https_client(ca_pem)?,
+        })
+    }
+
+    /// Resolves what was given explicitly (flags, environment, provider settings), then the
+    /// configuration file at `config` for what was not: the endpoint, the API key and the CA
+    /// (PEM text, or a file `ca_file` names).
+    pub fn resolve(
+        config: Option<&Path>,
+        endpoint: Option<&str>,
+        api_key: Option<&str>,
+        ca_file: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let file = match config {
             Some(path) => read_config(path)?,
             None => ClientConfig::default(),
         };
-        let endpoint = args
-            .endpoint
-            .clone()
+        let endpoint = endpoint
+            .map(str::to_string)
             .or(file.endpoint)
             .context("no endpoint: pass --endpoint, set FLOTILLA_ENDPOINT or --config")?;
-        let api_key = args
-            .api_key
-            .clone()
+        let api_key = api_key
+            .map(str::to_string)
             .or(file.api_key)
             .context("no API key: pass --api-key, set FLOTILLA_API_KEY or --config")?;
-        let ca_pem = match &args.ca_file {
+        let ca_pem = match ca_file {
             Some(path) => Some(
                 std::fs::read_to_string(path)
                     .with_context(|| format!("reading the CA file {}", path.display()))?,
             ),
             None => file.ca_pem,
         };
-        Ok(ManagementClient {
-            endpoint: endpoint.trim_end_matches('/').to_string(),
-            api_key,
-            http: https_client(ca_pem.as_deref())?,
-        })
+        Self::new(&endpoint, &api_key, ca_pem.as_deref())
     }
 
     /// A client configured by the file at `path` alone (as `flotilla up` and `serve` write).
     pub fn from_config_file(path: &Path) -> anyhow::Result<Self> {
-        Self::from_args(&ClientArgs {
-            config: Some(path.to_path_buf()),
-            endpoint: None,
-            api_key: None,
-            ca_file: None,
-            output: crate::Output::Json,
-        })
+        Self::resolve(Some(path), None, None, None)
     }
 
     /// Sends one request; a 2xx answer's body is returned, anything else is an error carrying
@@ -136,7 +140,8 @@ impl ManagementClient {
     }
 }
 
-fn read_config(path: &Path) -> anyhow::Result<ClientConfig> {
+/// Reads a client configuration file.
+pub fn read_config(path: &Path) -> anyhow::Result<ClientConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the client configuration {}", path.display()))?;
     serde_json::from_str(&text)
