@@ -1,0 +1,11 @@
+//! `terraform-provider-flotilla`: Terraform's plugin (protocol 6) for Flotilla, started by
+//! `terraform` itself; it prints the go-plugin handshake on stdout and serves until told to
+//! stop. Not meant to be run by hand.
+
+mod cluster;
+mod provider;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tf_provider::serve("flotilla", provider::FlotillaProvider::default()).await
+}
