@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 pub mod hypervisor;
 pub mod imds;
 pub mod nodes;
+pub mod terraform;
 pub mod vm;
 
 /// How long a component gets to become ready.

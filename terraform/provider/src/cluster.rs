@@ -153,7 +153,8 @@ impl DataSource for ClusterDataSource {
             .call_json(Method::GET, &format!("/v1/clusters/{name}"), None)
             .await
         {
-            Ok(cluster) => Some(state_of(&cluster)),
+            // DescribeCluster's shape: `{"cluster": {...}}`.
+            Ok(answer) => Some(state_of(&answer["cluster"])),
             Err(err) => {
                 diags.error_short(format!("{err:#}"), AttributePath::new("name"));
                 None

@@ -166,6 +166,7 @@ impl Provider for FlotillaProvider {
     ) -> Option<HashMap<String, Box<dyn DynamicDataSource>>> {
         let cluster: Box<dyn DynamicDataSource> =
             Box::new(ClusterDataSource::new(self.connection.clone()));
-        Some(HashMap::from([("flotilla_cluster".to_string(), cluster)]))
+        // Named without the provider's prefix: the server adds `flotilla_`.
+        Some(HashMap::from([("cluster".to_string(), cluster)]))
     }
 }
