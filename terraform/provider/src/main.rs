@@ -2,7 +2,8 @@
 //! `terraform` itself; it prints the go-plugin handshake on stdout and serves until told to
 //! stop. Not meant to be run by hand.
 
-mod cluster;
+mod cluster_data_source;
+mod cluster_resource;
 mod provider;
 
 #[tokio::main]

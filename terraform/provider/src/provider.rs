@@ -15,9 +15,10 @@ use tf_provider::schema::{
     Attribute, AttributeConstraint, AttributeType, Block, Description, Schema,
 };
 use tf_provider::value::{ValueEmpty, ValueString};
-use tf_provider::{AttributePath, Diagnostics, DynamicDataSource, Provider};
+use tf_provider::{AttributePath, Diagnostics, DynamicDataSource, DynamicResource, Provider};
 
-use crate::cluster::ClusterDataSource;
+use crate::cluster_data_source::ClusterDataSource;
+use crate::cluster_resource::ClusterResource;
 
 /// The configured client, shared by every resource and data source once Terraform has
 /// configured the provider.
@@ -158,6 +159,16 @@ impl Provider for FlotillaProvider {
                 None
             }
         }
+    }
+
+    fn get_resources(
+        &self,
+        _diags: &mut Diagnostics,
+    ) -> Option<HashMap<String, Box<dyn DynamicResource>>> {
+        let cluster: Box<dyn DynamicResource> =
+            Box::new(ClusterResource::new(self.connection.clone()));
+        // Named without the provider's prefix: the server adds `flotilla_`.
+        Some(HashMap::from([("cluster".to_string(), cluster)]))
     }
 
     fn get_data_sources(

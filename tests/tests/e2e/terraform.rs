@@ -98,3 +98,127 @@ fn terraform_reads_a_cluster_through_the_provider() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+fn cluster_tf(config: &str, tags: &str) -> String {
+    format!(
+        r#"terraform {{
+  required_providers {{
+    flotilla = {{ source = "flotilla/flotilla" }}
+  }}
+}}
+
+provider "flotilla" {{
+  config_file = "{config}"
+}}
+
+resource "flotilla_cluster" "tf" {{
+  name = "tf"
+  tags = {{ {tags} }}
+}}
+
+output "id" {{ value = flotilla_cluster.tf.id }}
+output "status" {{ value = flotilla_cluster.tf.status }}
+output "endpoint" {{ value = flotilla_cluster.tf.endpoint }}
+"#
+    )
+}
+
+/// `terraform plan -detailed-exitcode`: 0 no changes, 2 changes (with the plan's text).
+fn plan(terraform: &Terraform) -> anyhow::Result<(i32, String)> {
+    let out = terraform.run(
+        &["plan", "-detailed-exitcode", "-no-color", "-input=false"],
+        &[],
+    )?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+#[test]
+fn terraform_manages_a_cluster() -> anyhow::Result<()> {
+    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let config = flotilla.data_dir().join("flotilla.json");
+    let config = config.to_string_lossy().into_owned();
+    let cli = flotilla_e2e::FlotillaCli {
+        config: flotilla.data_dir().join("flotilla.json"),
+    };
+    let terraform = Terraform::new(&cluster_tf(&config, r#"team = "infra""#))?;
+
+    // Create: waits until ACTIVE; the outputs are the cluster's.
+    let started = std::time::Instant::now();
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    eprintln!(
+        "terraform: apply of a flotilla_cluster → ACTIVE: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let outputs: serde_json::Value =
+        serde_json::from_str(&terraform.ok(&["output", "-json"], &[])?)?;
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["cluster", "get", "tf", "-o", "json"])?)?;
+    ensure!(
+        outputs["status"]["value"] == "ACTIVE"
+            && outputs["id"]["value"] == listed["id"]
+            && listed["tags"]["team"] == "infra",
+        "the cluster Terraform made: {outputs} / {listed}"
+    );
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "a second plan shows no changes:\n{text}");
+
+    // A tag changed: an in-place update, applied.
+    terraform.write(&cluster_tf(&config, r#"team = "platform", tier = "gold""#))?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 2
+            && text.contains("will be updated in-place")
+            && !text.contains("must be replaced"),
+        "a tag change updates in place:\n{text}"
+    );
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["cluster", "get", "tf", "-o", "json"])?)?;
+    ensure!(
+        listed["tags"] == serde_json::json!({"team": "platform", "tier": "gold"}),
+        "the tags were updated: {listed}"
+    );
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "no changes after the update:\n{text}");
+
+    // Import into an empty state: nothing to change.
+    std::fs::remove_file(terraform.dir().join("terraform.tfstate"))?;
+    terraform.ok(
+        &["import", "-input=false", "flotilla_cluster.tf", "tf"],
+        &[],
+    )?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "an imported cluster plans no changes:\n{text}");
+
+    // Deleted behind Terraform's back: planned for creation, not an error.
+    cli.ok(&["cluster", "delete", "tf", "--wait"])?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 2 && text.contains("will be created"),
+        "a cluster deleted outside Terraform is re-created:\n{text}"
+    );
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+
+    // A name the API refuses: its message on the resource.
+    terraform
+        .write(&cluster_tf(&config, "").replace(r#"name = "tf""#, r#"name = "Not_A_Name""#))?;
+    let refused = terraform.fails(&["apply", "-auto-approve", "-input=false"], &[])?;
+    ensure!(
+        refused.contains("InvalidParameterException") || refused.contains("invalid"),
+        "the API's refusal of the name: {refused}"
+    );
+
+    // Destroy leaves nothing.
+    terraform.write(&cluster_tf(&config, ""))?;
+    terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
+    let names = cli.ok(&["cluster", "list", "-o", "json"])?;
+    ensure!(!names.contains("\"tf\""), "the cluster is gone: {names}");
+    Ok(())
+}

@@ -1,0 +1,555 @@
+//! `resource "flotilla_cluster"`: a cluster of the management API, as `aws_eks_cluster` is an
+//! EKS cluster. Create waits until it is ACTIVE (a FAILED cluster is an error carrying its
+//! status reason); tags and endpoint access update in place; name, version and the network
+//! ranges replace it (the management API cannot change them); a cluster deleted behind
+//! Terraform's back is planned for re-creation; `terraform import flotilla_cluster.X NAME`.
+//! Clusters with a cloud (EC2) are not expressible yet.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::Method;
+use serde::{Deserialize, Serialize};
+use tf_provider::schema::{
+    Attribute, AttributeConstraint, AttributeType, Block, Description, Schema,
+};
+use tf_provider::value::{Value, ValueBool, ValueEmpty, ValueList, ValueMap, ValueString};
+use tf_provider::{AttributePath, Diagnostics, Resource};
+
+use crate::provider::Connection;
+
+/// How long create waits for ACTIVE and delete for the cluster to go.
+const WAIT: Duration = Duration::from_secs(600);
+const POLL: Duration = Duration::from_millis(500);
+
+/// The resource's attributes (Terraform's names).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct ClusterResourceState<'a> {
+    #[serde(borrow = "'a")]
+    name: ValueString<'a>,
+    version: ValueString<'a>,
+    service_ipv4_cidr: ValueString<'a>,
+    pod_ipv4_cidr: ValueString<'a>,
+    endpoint_public_access: ValueBool,
+    endpoint_private_access: ValueBool,
+    public_access_cidrs: ValueList<ValueString<'a>>,
+    tags: ValueMap<'a, ValueString<'a>>,
+    id: ValueString<'a>,
+    endpoint: ValueString<'a>,
+    certificate_authority: ValueString<'a>,
+    oidc_issuer: ValueString<'a>,
+    status: ValueString<'a>,
+}
+
+/// Attributes whose change replaces the cluster.
+const REPLACING: [&str; 4] = ["name", "version", "service_ipv4_cidr", "pod_ipv4_cidr"];
+
+/// `flotilla_cluster`.
+pub struct ClusterResource {
+    connection: Connection,
+}
+
+impl ClusterResource {
+    /// Acts through `connection` once the provider is configured.
+    pub fn new(connection: Connection) -> Self {
+        ClusterResource { connection }
+    }
+}
+
+fn attribute(kind: AttributeType, constraint: AttributeConstraint, text: &str) -> Attribute {
+    Attribute {
+        attr_type: kind,
+        description: Description::plain(text),
+        constraint,
+        ..Default::default()
+    }
+}
+
+fn owned<'a>(text: &str) -> ValueString<'a> {
+    ValueString::Value(Cow::Owned(text.to_string()))
+}
+
+fn json_text<'a>(document: &serde_json::Value, pointer: &str) -> ValueString<'a> {
+    document
+        .pointer(pointer)
+        .and_then(|v| v.as_str())
+        .map_or(ValueString::Null, owned)
+}
+
+/// The value of `field` in `state`, as JSON (for comparing plans).
+fn field(state: &ClusterResourceState<'_>, name: &str) -> serde_json::Value {
+    match name {
+        "name" => serde_json::json!(state.name.as_deref_option()),
+        "version" => serde_json::json!(state.version.as_deref_option()),
+        "service_ipv4_cidr" => serde_json::json!(state.service_ipv4_cidr.as_deref_option()),
+        "pod_ipv4_cidr" => serde_json::json!(state.pod_ipv4_cidr.as_deref_option()),
+        _ => serde_json::Value::Null,
+    }
+}
+
+/// Which of [`REPLACING`] change between `prior` and `proposed` (unknown or unset proposed
+/// values are the server's to choose, so they change nothing).
+pub fn replacing_changes(
+    prior: &ClusterResourceState<'_>,
+    proposed: &ClusterResourceState<'_>,
+) -> Vec<&'static str> {
+    REPLACING
+        .into_iter()
+        .filter(|name| {
+            let next = field(proposed, name);
+            !next.is_null() && next != field(prior, name)
+        })
+        .collect()
+}
+
+fn tags_of(state: &ClusterResourceState<'_>) -> BTreeMap<String, String> {
+    state
+        .tags
+        .as_ref_option()
+        .map(|tags| {
+            tags.iter()
+                .filter_map(|(key, value)| {
+                    Some((key.to_string(), value.as_deref_option()?.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The endpoint access the plan asks for (what it leaves unset is the service's default).
+fn endpoint_access(state: &ClusterResourceState<'_>) -> serde_json::Value {
+    let mut access = serde_json::Map::new();
+    if let Some(public) = state.endpoint_public_access.as_ref_option() {
+        access.insert("public".into(), (*public).into());
+    }
+    if let Some(private) = state.endpoint_private_access.as_ref_option() {
+        access.insert("private".into(), (*private).into());
+    }
+    if let Some(cidrs) = state.public_access_cidrs.as_ref_option() {
+        let cidrs: Vec<&str> = cidrs.iter().filter_map(|c| c.as_deref_option()).collect();
+        access.insert("publicAccessCidrs".into(), cidrs.into());
+    }
+    serde_json::Value::Object(access)
+}
+
+/// CreateCluster's body for the planned state.
+pub fn create_request(state: &ClusterResourceState<'_>) -> serde_json::Value {
+    let mut network = serde_json::Map::new();
+    if let Some(cidr) = state.service_ipv4_cidr.as_deref_option() {
+        network.insert("serviceIpv4Cidr".into(), cidr.into());
+    }
+    if let Some(cidr) = state.pod_ipv4_cidr.as_deref_option() {
+        network.insert("podIpv4Cidr".into(), cidr.into());
+    }
+    let mut request = serde_json::json!({
+        "name": state.name.as_deref_option(),
+        "kubernetesNetworkConfig": network,
+        "endpointAccess": endpoint_access(state),
+        "tags": tags_of(state),
+    });
+    if let Some(version) = state.version.as_deref_option() {
+        request["version"] = version.into();
+    }
+    request
+}
+
+/// The state of a cluster document; `prior_tags_unset` keeps an empty tag set null, as the
+/// configuration that left `tags` out has it.
+pub fn state_of<'a>(
+    cluster: &serde_json::Value,
+    prior_tags_unset: bool,
+) -> ClusterResourceState<'a> {
+    let tags: BTreeMap<Cow<'a, str>, ValueString<'a>> = cluster["tags"]
+        .as_object()
+        .map(|tags| {
+            tags.iter()
+                .map(|(k, v)| (Cow::Owned(k.clone()), owned(v.as_str().unwrap_or_default())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let access = &cluster["endpointAccess"];
+    ClusterResourceState {
+        name: json_text(cluster, "/name"),
+        version: json_text(cluster, "/version"),
+        service_ipv4_cidr: json_text(cluster, "/kubernetesNetworkConfig/serviceIpv4Cidr"),
+        pod_ipv4_cidr: json_text(cluster, "/kubernetesNetworkConfig/podIpv4Cidr"),
+        endpoint_public_access: access["public"].as_bool().map_or(Value::Null, Value::Value),
+        endpoint_private_access: access["private"]
+            .as_bool()
+            .map_or(Value::Null, Value::Value),
+        public_access_cidrs: Value::Value(
+            access["publicAccessCidrs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.as_str().map(owned))
+                .collect(),
+        ),
+        tags: if tags.is_empty() && prior_tags_unset {
+            Value::Null
+        } else {
+            Value::Value(tags)
+        },
+        id: json_text(cluster, "/id"),
+        endpoint: json_text(cluster, "/endpoint"),
+        certificate_authority: json_text(cluster, "/certificateAuthority/data"),
+        oidc_issuer: json_text(cluster, "/identity/oidc/issuer"),
+        status: json_text(cluster, "/status"),
+    }
+}
+
+/// The cluster named `name`, `None` when there is none.
+async fn describe(
+    client: &flotilla_management_client::ManagementClient,
+    name: &str,
+) -> anyhow::Result<Option<serde_json::Value>> {
+    match client
+        .call_json(Method::GET, &format!("/v1/clusters/{name}"), None)
+        .await
+    {
+        Ok(answer) => Ok(Some(answer["cluster"].clone())),
+        Err(err)
+            if err
+                .downcast_ref::<flotilla_management_client::ServiceError>()
+                .is_some_and(|e| e.status == http::StatusCode::NOT_FOUND) =>
+        {
+            Ok(None)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Waits until the cluster is ACTIVE; a FAILED one is an error with its reason.
+async fn wait_active(
+    client: &flotilla_management_client::ManagementClient,
+    name: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let cluster = describe(client, name)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("cluster {name} disappeared while being created"))?;
+        match cluster["status"].as_str() {
+            Some("ACTIVE") => return Ok(cluster),
+            Some("FAILED") => anyhow::bail!(
+                "cluster {name} FAILED: {}",
+                cluster["statusReason"]
+                    .as_str()
+                    .unwrap_or("no reason given")
+            ),
+            _ if tokio::time::Instant::now() > deadline => {
+                anyhow::bail!("cluster {name} is not ACTIVE after {WAIT:?}")
+            }
+            _ => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
+#[async_trait]
+impl Resource for ClusterResource {
+    type State<'a> = ClusterResourceState<'a>;
+    type PrivateState<'a> = ValueEmpty;
+    type ProviderMetaState<'a> = ValueEmpty;
+
+    fn schema(&self, _diags: &mut Diagnostics) -> Option<Schema> {
+        use AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
+        let string = || AttributeType::String;
+        let attributes = [
+            ("name", attribute(string(), Required, "The cluster's name (replaces the cluster when changed).")),
+            ("version", attribute(string(), OptionalComputed, "Kubernetes minor version (default: the newest supported; replaces when changed).")),
+            ("service_ipv4_cidr", attribute(string(), OptionalComputed, "The Services' range (replaces when changed).")),
+            ("pod_ipv4_cidr", attribute(string(), OptionalComputed, "The pods' range (replaces when changed).")),
+            ("endpoint_public_access", attribute(AttributeType::Bool, OptionalComputed, "Whether the API answers on the public endpoint.")),
+            ("endpoint_private_access", attribute(AttributeType::Bool, OptionalComputed, "Whether it answers the private networks.")),
+            ("public_access_cidrs", attribute(AttributeType::List(string().into()), OptionalComputed, "Who may reach the public endpoint.")),
+            ("tags", attribute(AttributeType::Map(string().into()), Optional, "Tags.")),
+            ("id", attribute(string(), Computed, "The cluster's id.")),
+            ("endpoint", attribute(string(), Computed, "The cluster's Kubernetes API URL.")),
+            ("certificate_authority", attribute(string(), Computed, "Base64 of the PEM CA that signed the API's certificate.")),
+            ("oidc_issuer", attribute(string(), Computed, "The issuer of its service-account tokens.")),
+            ("status", attribute(string(), Computed, "CREATING, ACTIVE, UPDATING, DELETING or FAILED.")),
+        ]
+        .into_iter()
+        .map(|(name, attribute)| (name.to_string(), attribute))
+        .collect();
+        Some(Schema {
+            version: 1,
+            block: Block {
+                version: 1,
+                description: Description::plain(
+                    "A Flotilla cluster (a hosted Kubernetes control plane).",
+                ),
+                attributes,
+                ..Default::default()
+            },
+        })
+    }
+
+    async fn read<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        state: Self::State<'a>,
+        private_state: Self::PrivateState<'a>,
+        _meta: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        let client = self.connection.client(diags)?;
+        let name = state.name.as_deref_option()?.to_string();
+        match describe(&client, &name).await {
+            // Gone behind Terraform's back: the plan re-creates it.
+            Ok(None) => None,
+            Ok(Some(cluster)) => Some((state_of(&cluster, state.tags.is_null()), private_state)),
+            Err(err) => {
+                diags.root_error_short(format!("{err:#}"));
+                Some((state, private_state))
+            }
+        }
+    }
+
+    async fn plan_create<'a>(
+        &self,
+        _diags: &mut Diagnostics,
+        proposed: Self::State<'a>,
+        _config: Self::State<'a>,
+        _meta: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        let mut state = proposed;
+        let unknown_if_null = |value: &mut ValueString<'a>| {
+            if value.is_null() {
+                *value = Value::Unknown;
+            }
+        };
+        for value in [
+            &mut state.version,
+            &mut state.service_ipv4_cidr,
+            &mut state.pod_ipv4_cidr,
+            &mut state.id,
+            &mut state.endpoint,
+            &mut state.certificate_authority,
+            &mut state.oidc_issuer,
+            &mut state.status,
+        ] {
+            unknown_if_null(value);
+        }
+        if state.endpoint_public_access.is_null() {
+            state.endpoint_public_access = Value::Unknown;
+        }
+        if state.endpoint_private_access.is_null() {
+            state.endpoint_private_access = Value::Unknown;
+        }
+        if state.public_access_cidrs.is_null() {
+            state.public_access_cidrs = Value::Unknown;
+        }
+        Some((state, ValueEmpty::default()))
+    }
+
+    async fn plan_update<'a>(
+        &self,
+        _diags: &mut Diagnostics,
+        prior: Self::State<'a>,
+        proposed: Self::State<'a>,
+        _config: Self::State<'a>,
+        private: Self::PrivateState<'a>,
+        _meta: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
+        let replace = replacing_changes(&prior, &proposed)
+            .into_iter()
+            .map(AttributePath::new)
+            .collect();
+        Some((proposed, private, replace))
+    }
+
+    async fn plan_destroy<'a>(
+        &self,
+        _diags: &mut Diagnostics,
+        _prior: Self::State<'a>,
+        private: Self::PrivateState<'a>,
+        _meta: Self::ProviderMetaState<'a>,
+    ) -> Option<Self::PrivateState<'a>> {
+        Some(private)
+    }
+
+    async fn create<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        planned: Self::State<'a>,
+        config: Self::State<'a>,
+        private: Self::PrivateState<'a>,
+        _meta: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        let client = self.connection.client(diags)?;
+        let name = planned.name.as_deref_option()?.to_string();
+        let created = async {
+            client
+                .call_json(
+                    Method::POST,
+                    "/v1/clusters",
+                    Some(&create_request(&planned)),
+                )
+                .await?;
+            wait_active(&client, &name).await
+        };
+        match created.await {
+            Ok(cluster) => Some((state_of(&cluster, config.tags.is_null()), private)),
+            Err(err) => {
+                diags.error_short(format!("{err:#}"), AttributePath::new("name"));
+                None
+            }
+        }
+    }
+
+    async fn update<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        prior: Self::State<'a>,
+        planned: Self::State<'a>,
+        config: Self::State<'a>,
+        private: Self::PrivateState<'a>,
+        _meta: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        let client = self.connection.client(diags)?;
+        let name = planned.name.as_deref_option()?.to_string();
+        // Tags the plan drops are removed (a null value), the others set.
+        let wanted = tags_of(&planned);
+        let mut tags: BTreeMap<String, Option<String>> = tags_of(&prior)
+            .into_keys()
+            .filter(|key| !wanted.contains_key(key))
+            .map(|key| (key, None))
+            .collect();
+        tags.extend(wanted.into_iter().map(|(k, v)| (k, Some(v))));
+        let request =
+            serde_json::json!({"endpointAccess": endpoint_access(&planned), "tags": tags});
+        let updated = async {
+            client
+                .call_json(
+                    Method::PATCH,
+                    &format!("/v1/clusters/{name}"),
+                    Some(&request),
+                )
+                .await?;
+            wait_active(&client, &name).await
+        };
+        match updated.await {
+            Ok(cluster) => Some((state_of(&cluster, config.tags.is_null()), private)),
+            Err(err) => {
+                diags.root_error_short(format!("{err:#}"));
+                None
+            }
+        }
+    }
+
+    async fn destroy<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        prior: Self::State<'a>,
+        _private: Self::PrivateState<'a>,
+        _meta: Self::ProviderMetaState<'a>,
+    ) -> Option<()> {
+        let client = self.connection.client(diags)?;
+        let name = prior.name.as_deref_option()?.to_string();
+        let deleted = async {
+            if describe(&client, &name).await?.is_none() {
+                return Ok(());
+            }
+            client
+                .call_json(Method::DELETE, &format!("/v1/clusters/{name}"), None)
+                .await?;
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while describe(&client, &name).await?.is_some() {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "cluster {name} is still there after {WAIT:?}"
+                );
+                tokio::time::sleep(POLL).await;
+            }
+            anyhow::Ok(())
+        };
+        match deleted.await {
+            Ok(()) => Some(()),
+            Err(err) => {
+                diags.root_error_short(format!("{err:#}"));
+                None
+            }
+        }
+    }
+
+    async fn import<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        id: String,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        let client = self.connection.client(diags)?;
+        match describe(&client, &id).await {
+            Ok(Some(cluster)) => Some((state_of(&cluster, true), ValueEmpty::default())),
+            Ok(None) => {
+                diags.root_error_short(format!("no cluster named {id:?} to import"));
+                None
+            }
+            Err(err) => {
+                diags.root_error_short(format!("{err:#}"));
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster() -> serde_json::Value {
+        serde_json::json!({
+            "name": "prod", "id": "prod-x1", "version": "1.33", "status": "ACTIVE",
+            "endpoint": "https://127.0.0.1:6443/clusters/prod-x1",
+            "kubernetesNetworkConfig": {"serviceIpv4Cidr": "10.96.0.0/12", "podIpv4Cidr": "10.244.0.0/16"},
+            "endpointAccess": {"public": true, "private": false, "publicAccessCidrs": ["0.0.0.0/0"]},
+            "tags": {},
+        })
+    }
+
+    #[test]
+    fn names_versions_and_ranges_replace_while_tags_and_access_update() {
+        let prior = state_of(&cluster(), false);
+        let mut proposed = prior.clone();
+        proposed.tags = Value::Value(BTreeMap::from([(Cow::Borrowed("team"), owned("infra"))]));
+        proposed.endpoint_private_access = Value::Value(true);
+        assert!(replacing_changes(&prior, &proposed).is_empty());
+        proposed.version = owned("1.34");
+        proposed.service_ipv4_cidr = Value::Unknown;
+        assert_eq!(replacing_changes(&prior, &proposed), vec!["version"]);
+        proposed.name = owned("other");
+        assert_eq!(
+            replacing_changes(&prior, &proposed),
+            vec!["name", "version"]
+        );
+    }
+
+    #[test]
+    fn the_plan_becomes_the_create_request_and_the_answer_the_state() {
+        let mut planned = ClusterResourceState {
+            name: owned("prod"),
+            tags: Value::Value(BTreeMap::from([(Cow::Borrowed("team"), owned("infra"))])),
+            endpoint_private_access: Value::Value(true),
+            ..Default::default()
+        };
+        planned.version = Value::Unknown;
+        let request = create_request(&planned);
+        assert_eq!(
+            request,
+            serde_json::json!({"name": "prod", "kubernetesNetworkConfig": {},
+                "endpointAccess": {"private": true}, "tags": {"team": "infra"}})
+        );
+        let state = state_of(&cluster(), true);
+        assert!(
+            state.tags.is_null(),
+            "no tags in the configuration, none in the API"
+        );
+        assert_eq!(
+            state.service_ipv4_cidr.as_deref_option(),
+            Some("10.96.0.0/12")
+        );
+        assert_eq!(state.endpoint_public_access.as_ref_option(), Some(&true));
+        assert!(!state_of(&cluster(), false).tags.is_null());
+    }
+}
