@@ -12,6 +12,7 @@ use tf_provider::schema::{
 use tf_provider::value::{ValueEmpty, ValueMap, ValueString};
 use tf_provider::{AttributePath, DataSource, Diagnostics};
 
+use crate::common::{attribute, json_text};
 use crate::provider::Connection;
 
 /// The data source's attributes (Terraform's names).
@@ -41,20 +42,7 @@ impl ClusterDataSource {
 }
 
 fn computed(kind: AttributeType, description: &str) -> Attribute {
-    Attribute {
-        attr_type: kind,
-        description: Description::plain(description),
-        constraint: AttributeConstraint::Computed,
-        ..Default::default()
-    }
-}
-
-/// The string at `pointer` in the management API's cluster document.
-fn text<'a>(cluster: &serde_json::Value, pointer: &str) -> ValueString<'a> {
-    match cluster.pointer(pointer).and_then(|v| v.as_str()) {
-        Some(value) => ValueString::Value(Cow::Owned(value.to_string())),
-        None => ValueString::Null,
-    }
+    attribute(kind, AttributeConstraint::Computed, description)
 }
 
 /// The management API's cluster document as the data source's state.
@@ -75,13 +63,13 @@ fn state_of<'a>(cluster: &serde_json::Value) -> ClusterState<'a> {
         })
         .unwrap_or_default();
     ClusterState {
-        name: text(cluster, "/name"),
-        id: text(cluster, "/id"),
-        version: text(cluster, "/version"),
-        status: text(cluster, "/status"),
-        endpoint: text(cluster, "/endpoint"),
-        certificate_authority: text(cluster, "/certificateAuthority/data"),
-        oidc_issuer: text(cluster, "/identity/oidc/issuer"),
+        name: json_text(cluster, "/name"),
+        id: json_text(cluster, "/id"),
+        version: json_text(cluster, "/version"),
+        status: json_text(cluster, "/status"),
+        endpoint: json_text(cluster, "/endpoint"),
+        certificate_authority: json_text(cluster, "/certificateAuthority/data"),
+        oidc_issuer: json_text(cluster, "/identity/oidc/issuer"),
         tags: ValueMap::Value(tags),
     }
 }

@@ -7,22 +7,18 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use http::Method;
 use serde::{Deserialize, Serialize};
-use tf_provider::schema::{
-    Attribute, AttributeConstraint, AttributeType, Block, Description, Schema,
-};
+use tf_provider::schema::{AttributeConstraint, AttributeType, Block, Description, Schema};
 use tf_provider::value::{Value, ValueBool, ValueEmpty, ValueList, ValueMap, ValueString};
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
+use crate::common::{attribute, get_if_found, json_text, owned};
 use crate::provider::Connection;
 
-/// How long create waits for ACTIVE and delete for the cluster to go.
-const WAIT: Duration = Duration::from_secs(600);
-const POLL: Duration = Duration::from_millis(500);
+use crate::common::{POLL, WAIT};
 
 /// The resource's attributes (Terraform's names).
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -56,26 +52,6 @@ impl ClusterResource {
     pub fn new(connection: Connection) -> Self {
         ClusterResource { connection }
     }
-}
-
-fn attribute(kind: AttributeType, constraint: AttributeConstraint, text: &str) -> Attribute {
-    Attribute {
-        attr_type: kind,
-        description: Description::plain(text),
-        constraint,
-        ..Default::default()
-    }
-}
-
-fn owned<'a>(text: &str) -> ValueString<'a> {
-    ValueString::Value(Cow::Owned(text.to_string()))
-}
-
-fn json_text<'a>(document: &serde_json::Value, pointer: &str) -> ValueString<'a> {
-    document
-        .pointer(pointer)
-        .and_then(|v| v.as_str())
-        .map_or(ValueString::Null, owned)
 }
 
 /// The value of `field` in `state`, as JSON (for comparing plans).
@@ -205,20 +181,9 @@ async fn describe(
     client: &flotilla_management_client::ManagementClient,
     name: &str,
 ) -> anyhow::Result<Option<serde_json::Value>> {
-    match client
-        .call_json(Method::GET, &format!("/v1/clusters/{name}"), None)
-        .await
-    {
-        Ok(answer) => Ok(Some(answer["cluster"].clone())),
-        Err(err)
-            if err
-                .downcast_ref::<flotilla_management_client::ServiceError>()
-                .is_some_and(|e| e.status == http::StatusCode::NOT_FOUND) =>
-        {
-            Ok(None)
-        }
-        Err(err) => Err(err),
-    }
+    Ok(get_if_found(client, &format!("/v1/clusters/{name}"))
+        .await?
+        .map(|answer| answer["cluster"].clone()))
 }
 
 /// Waits until the cluster is ACTIVE; a FAILED one is an error with its reason.

@@ -4,6 +4,8 @@
 
 mod cluster_data_source;
 mod cluster_resource;
+mod common;
+mod node_pool_resource;
 mod provider;
 
 #[tokio::main]

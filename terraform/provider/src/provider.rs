@@ -19,6 +19,7 @@ use tf_provider::{AttributePath, Diagnostics, DynamicDataSource, DynamicResource
 
 use crate::cluster_data_source::ClusterDataSource;
 use crate::cluster_resource::ClusterResource;
+use crate::node_pool_resource::NodePoolResource;
 
 /// The configured client, shared by every resource and data source once Terraform has
 /// configured the provider.
@@ -167,8 +168,13 @@ impl Provider for FlotillaProvider {
     ) -> Option<HashMap<String, Box<dyn DynamicResource>>> {
         let cluster: Box<dyn DynamicResource> =
             Box::new(ClusterResource::new(self.connection.clone()));
+        let node_pool: Box<dyn DynamicResource> =
+            Box::new(NodePoolResource::new(self.connection.clone()));
         // Named without the provider's prefix: the server adds `flotilla_`.
-        Some(HashMap::from([("cluster".to_string(), cluster)]))
+        Some(HashMap::from([
+            ("cluster".to_string(), cluster),
+            ("node_pool".to_string(), node_pool),
+        ]))
     }
 
     fn get_data_sources(

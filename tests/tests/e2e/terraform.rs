@@ -123,6 +123,19 @@ output "endpoint" {{ value = flotilla_cluster.tf.endpoint }}
     )
 }
 
+/// Node pool `workers` of cluster `tf`, as `flotilla nodepool list` shows it.
+fn workers_pool(cli: &flotilla_e2e::FlotillaCli) -> anyhow::Result<serde_json::Value> {
+    let list: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["nodepool", "list", "tf", "-o", "json"])?)?;
+    Ok(list["nodePools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|pool| pool["name"] == "workers")
+        .cloned()
+        .unwrap_or_default())
+}
+
 /// `terraform plan -detailed-exitcode`: 0 no changes, 2 changes (with the plan's text).
 fn plan(terraform: &Terraform) -> anyhow::Result<(i32, String)> {
     let out = terraform.run(
@@ -215,8 +228,58 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
         "the API's refusal of the name: {refused}"
     );
 
+    // A node pool of the cluster: created ACTIVE (no cloud: no instances), resized in place,
+    // imported by CLUSTER/POOL, and a desired size outside min..max refused at plan time on
+    // its attribute.
+    let with_pool = |desired: u32| {
+        format!(
+            "{}\nresource \"flotilla_node_pool\" \"workers\" {{\n  cluster_name = flotilla_cluster.tf.name\n  name = \"workers\"\n  min_size = 1\n  max_size = 3\n  desired_size = {desired}\n  labels = {{ pool = \"workers\" }}\n}}\n",
+            cluster_tf(&config, r#"team = "platform", tier = "gold""#)
+        )
+    };
+    terraform.write(&with_pool(1))?;
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let pool = workers_pool(&cli)?;
+    ensure!(
+        pool["status"] == "ACTIVE"
+            && pool["scalingConfig"]["desiredSize"] == 1
+            && pool["labels"]["pool"] == "workers",
+        "the pool Terraform made: {pool}"
+    );
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "no changes after creating the pool:\n{text}");
+    terraform.write(&with_pool(2))?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 2
+            && text.contains("will be updated in-place")
+            && !text.contains("must be replaced"),
+        "a resize updates in place:\n{text}"
+    );
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let pool = workers_pool(&cli)?;
+    ensure!(pool["scalingConfig"]["desiredSize"] == 2, "resized: {pool}");
+    terraform.ok(&["state", "rm", "flotilla_node_pool.workers"], &[])?;
+    terraform.ok(
+        &[
+            "import",
+            "-input=false",
+            "flotilla_node_pool.workers",
+            "tf/workers",
+        ],
+        &[],
+    )?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "an imported pool plans no changes:\n{text}");
+    terraform.write(&with_pool(5))?;
+    let refused = terraform.fails(&["plan", "-input=false"], &[])?;
+    ensure!(
+        refused.contains("desired_size 5 is outside 1..=3") && refused.contains("desired_size"),
+        "a desired size outside min..max is refused at plan on its attribute: {refused}"
+    );
+
     // Destroy leaves nothing.
-    terraform.write(&cluster_tf(&config, ""))?;
+    terraform.write(&with_pool(2))?;
     terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
     let names = cli.ok(&["cluster", "list", "-o", "json"])?;
     ensure!(!names.contains("\"tf\""), "the cluster is gone: {names}");
