@@ -3,7 +3,9 @@
 //! status reason); tags and endpoint access update in place; name, version and the network
 //! ranges replace it (the management API cannot change them); a cluster deleted behind
 //! Terraform's back is planned for re-creation; `terraform import flotilla_cluster.X NAME`.
-//! Clusters with a cloud (EC2) are not expressible yet.
+//! A `cloud { region, vpc_id, subnet_ids, … }` block gives it EC2 (node pools, load balancers,
+//! volumes); it replaces the cluster when it changes, and its secret access key is kept from
+//! the configuration (the API never returns it).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -20,6 +22,20 @@ use crate::provider::Connection;
 
 use crate::common::{POLL, WAIT};
 
+/// `cloud`: where the cluster's instances, load balancers and volumes are made.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloudState<'a> {
+    #[serde(borrow = "'a")]
+    region: ValueString<'a>,
+    endpoint_override: ValueString<'a>,
+    vpc_id: ValueString<'a>,
+    subnet_ids: ValueList<ValueString<'a>>,
+    security_group_ids: ValueList<ValueString<'a>>,
+    role_arn: ValueString<'a>,
+    access_key_id: ValueString<'a>,
+    secret_access_key: ValueString<'a>,
+}
+
 /// The resource's attributes (Terraform's names).
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct ClusterResourceState<'a> {
@@ -32,6 +48,9 @@ pub struct ClusterResourceState<'a> {
     endpoint_private_access: ValueBool,
     public_access_cidrs: ValueList<ValueString<'a>>,
     tags: ValueMap<'a, ValueString<'a>>,
+    /// A block given at most once (the library carries it as a list of zero or one).
+    #[serde(with = "tf_provider::value::serde_as_vec")]
+    cloud: Value<CloudState<'a>>,
     id: ValueString<'a>,
     endpoint: ValueString<'a>,
     certificate_authority: ValueString<'a>,
@@ -40,7 +59,13 @@ pub struct ClusterResourceState<'a> {
 }
 
 /// Attributes whose change replaces the cluster.
-const REPLACING: [&str; 4] = ["name", "version", "service_ipv4_cidr", "pod_ipv4_cidr"];
+const REPLACING: [&str; 5] = [
+    "name",
+    "version",
+    "service_ipv4_cidr",
+    "pod_ipv4_cidr",
+    "cloud",
+];
 
 /// `flotilla_cluster`.
 pub struct ClusterResource {
@@ -61,6 +86,10 @@ fn field(state: &ClusterResourceState<'_>, name: &str) -> serde_json::Value {
         "version" => serde_json::json!(state.version.as_deref_option()),
         "service_ipv4_cidr" => serde_json::json!(state.service_ipv4_cidr.as_deref_option()),
         "pod_ipv4_cidr" => serde_json::json!(state.pod_ipv4_cidr.as_deref_option()),
+        "cloud" => state
+            .cloud
+            .as_ref_option()
+            .map_or(serde_json::Value::Null, cloud_request),
         _ => serde_json::Value::Null,
     }
 }
@@ -110,6 +139,74 @@ fn endpoint_access(state: &ClusterResourceState<'_>) -> serde_json::Value {
     serde_json::Value::Object(access)
 }
 
+fn list_texts(list: &ValueList<ValueString<'_>>) -> Vec<String> {
+    list.as_ref_option()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.as_deref_option().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The management API's `cloud` object for `cloud`.
+fn cloud_request(cloud: &CloudState<'_>) -> serde_json::Value {
+    let mut request = serde_json::json!({
+        "region": cloud.region.as_deref_option(),
+        "endpointOverride": cloud.endpoint_override.as_deref_option(),
+        "vpcId": cloud.vpc_id.as_deref_option(),
+        "subnetIds": list_texts(&cloud.subnet_ids),
+        "securityGroupIds": list_texts(&cloud.security_group_ids),
+        "roleArn": cloud.role_arn.as_deref_option(),
+    });
+    if let Some(key) = cloud.access_key_id.as_deref_option() {
+        request["credentials"] = serde_json::json!({
+            "accessKeyId": key,
+            "secretAccessKey": cloud.secret_access_key.as_deref_option(),
+        });
+    }
+    // Unset members are left out, as the API's defaults.
+    if let Some(object) = request.as_object_mut() {
+        object.retain(|_, value| !value.is_null());
+    }
+    request
+}
+
+/// The state's `cloud` from a cluster document; the secret comes from `prior` (never
+/// returned by the API). A cluster without a cloud has none.
+fn cloud_of<'a>(
+    cluster: &serde_json::Value,
+    prior: Option<&CloudState<'a>>,
+) -> Value<CloudState<'a>> {
+    let cloud = &cluster["cloud"];
+    if cloud.as_object().is_none_or(|c| c.is_empty()) {
+        return Value::Null;
+    }
+    let list = |name: &str| -> ValueList<ValueString<'a>> {
+        Value::Value(
+            cloud[name]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(owned))
+                .collect(),
+        )
+    };
+    Value::Value(CloudState {
+        region: json_text(cloud, "/region"),
+        endpoint_override: json_text(cloud, "/endpointOverride"),
+        vpc_id: json_text(cloud, "/vpcId"),
+        subnet_ids: list("subnetIds"),
+        security_group_ids: list("securityGroupIds"),
+        role_arn: json_text(cloud, "/roleArn"),
+        access_key_id: json_text(cloud, "/credentials/accessKeyId"),
+        secret_access_key: prior
+            .map(|p| p.secret_access_key.clone())
+            .unwrap_or(Value::Null),
+    })
+}
+
 /// CreateCluster's body for the planned state.
 pub fn create_request(state: &ClusterResourceState<'_>) -> serde_json::Value {
     let mut network = serde_json::Map::new();
@@ -128,14 +225,18 @@ pub fn create_request(state: &ClusterResourceState<'_>) -> serde_json::Value {
     if let Some(version) = state.version.as_deref_option() {
         request["version"] = version.into();
     }
+    if let Some(cloud) = state.cloud.as_ref_option() {
+        request["cloud"] = cloud_request(cloud);
+    }
     request
 }
 
 /// The state of a cluster document; `prior_tags_unset` keeps an empty tag set null, as the
-/// configuration that left `tags` out has it.
+/// configuration that left `tags` out has it, and `prior_cloud` holds the cloud's secret.
 pub fn state_of<'a>(
     cluster: &serde_json::Value,
     prior_tags_unset: bool,
+    prior_cloud: Option<&CloudState<'a>>,
 ) -> ClusterResourceState<'a> {
     let tags: BTreeMap<Cow<'a, str>, ValueString<'a>> = cluster["tags"]
         .as_object()
@@ -168,6 +269,7 @@ pub fn state_of<'a>(
         } else {
             Value::Value(tags)
         },
+        cloud: cloud_of(cluster, prior_cloud),
         id: json_text(cluster, "/id"),
         endpoint: json_text(cluster, "/endpoint"),
         certificate_authority: json_text(cluster, "/certificateAuthority/data"),
@@ -212,6 +314,66 @@ async fn wait_active(
     }
 }
 
+/// The attributes of `cloud`.
+fn cloud_attributes() -> std::collections::HashMap<String, tf_provider::schema::Attribute> {
+    use AttributeConstraint::Optional;
+    let string = || AttributeType::String;
+    let list = || AttributeType::List(AttributeType::String.into());
+    let mut attributes: std::collections::HashMap<String, tf_provider::schema::Attribute> = [
+        (
+            "region",
+            attribute(string(), Optional, "Region (us-east-1)."),
+        ),
+        (
+            "endpoint_override",
+            attribute(
+                string(),
+                Optional,
+                "One endpoint for every cloud API (LocalStack's http://127.0.0.1:4566).",
+            ),
+        ),
+        (
+            "vpc_id",
+            attribute(string(), Optional, "The cluster's VPC."),
+        ),
+        (
+            "subnet_ids",
+            attribute(
+                list(),
+                Optional,
+                "The cluster's subnets (node pools default to them).",
+            ),
+        ),
+        (
+            "security_group_ids",
+            attribute(list(), Optional, "Security groups of its instances."),
+        ),
+        (
+            "role_arn",
+            attribute(string(), Optional, "A role assumed for every call."),
+        ),
+        (
+            "access_key_id",
+            attribute(string(), Optional, "Static credentials' key id."),
+        ),
+        (
+            "secret_access_key",
+            attribute(
+                string(),
+                Optional,
+                "Static credentials' secret (kept in the state, never returned by the API).",
+            ),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, attribute)| (name.to_string(), attribute))
+    .collect();
+    if let Some(secret) = attributes.get_mut("secret_access_key") {
+        secret.sensitive = true;
+    }
+    attributes
+}
+
 #[async_trait]
 impl Resource for ClusterResource {
     type State<'a> = ClusterResourceState<'a>;
@@ -239,6 +401,14 @@ impl Resource for ClusterResource {
         .into_iter()
         .map(|(name, attribute)| (name.to_string(), attribute))
         .collect();
+        let cloud = Block {
+            version: 1,
+            description: Description::plain(
+                "The cloud (EC2, ELBv2, EBS) the cluster's node pools, load balancers and volumes are made in (replaces the cluster when changed).",
+            ),
+            attributes: cloud_attributes(),
+            ..Default::default()
+        };
         Some(Schema {
             version: 1,
             block: Block {
@@ -247,6 +417,12 @@ impl Resource for ClusterResource {
                     "A Flotilla cluster (a hosted Kubernetes control plane).",
                 ),
                 attributes,
+                blocks: [(
+                    "cloud".to_string(),
+                    tf_provider::schema::NestedBlock::Optional(cloud),
+                )]
+                .into_iter()
+                .collect(),
                 ..Default::default()
             },
         })
@@ -264,7 +440,10 @@ impl Resource for ClusterResource {
         match describe(&client, &name).await {
             // Gone behind Terraform's back: the plan re-creates it.
             Ok(None) => None,
-            Ok(Some(cluster)) => Some((state_of(&cluster, state.tags.is_null()), private_state)),
+            Ok(Some(cluster)) => Some((
+                state_of(&cluster, state.tags.is_null(), state.cloud.as_ref_option()),
+                private_state,
+            )),
             Err(err) => {
                 diags.root_error_short(format!("{err:#}"));
                 Some((state, private_state))
@@ -356,7 +535,14 @@ impl Resource for ClusterResource {
             wait_active(&client, &name).await
         };
         match created.await {
-            Ok(cluster) => Some((state_of(&cluster, config.tags.is_null()), private)),
+            Ok(cluster) => Some((
+                state_of(
+                    &cluster,
+                    config.tags.is_null(),
+                    config.cloud.as_ref_option(),
+                ),
+                private,
+            )),
             Err(err) => {
                 diags.error_short(format!("{err:#}"), AttributePath::new("name"));
                 None
@@ -396,7 +582,14 @@ impl Resource for ClusterResource {
             wait_active(&client, &name).await
         };
         match updated.await {
-            Ok(cluster) => Some((state_of(&cluster, config.tags.is_null()), private)),
+            Ok(cluster) => Some((
+                state_of(
+                    &cluster,
+                    config.tags.is_null(),
+                    config.cloud.as_ref_option(),
+                ),
+                private,
+            )),
             Err(err) => {
                 diags.root_error_short(format!("{err:#}"));
                 None
@@ -446,7 +639,7 @@ impl Resource for ClusterResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = self.connection.client(diags)?;
         match describe(&client, &id).await {
-            Ok(Some(cluster)) => Some((state_of(&cluster, true), ValueEmpty::default())),
+            Ok(Some(cluster)) => Some((state_of(&cluster, true, None), ValueEmpty::default())),
             Ok(None) => {
                 diags.root_error_short(format!("no cluster named {id:?} to import"));
                 None
@@ -475,7 +668,7 @@ mod tests {
 
     #[test]
     fn names_versions_and_ranges_replace_while_tags_and_access_update() {
-        let prior = state_of(&cluster(), false);
+        let prior = state_of(&cluster(), false, None);
         let mut proposed = prior.clone();
         proposed.tags = Value::Value(BTreeMap::from([(Cow::Borrowed("team"), owned("infra"))]));
         proposed.endpoint_private_access = Value::Value(true);
@@ -505,7 +698,7 @@ mod tests {
             serde_json::json!({"name": "prod", "kubernetesNetworkConfig": {},
                 "endpointAccess": {"private": true}, "tags": {"team": "infra"}})
         );
-        let state = state_of(&cluster(), true);
+        let state = state_of(&cluster(), true, None);
         assert!(
             state.tags.is_null(),
             "no tags in the configuration, none in the API"
@@ -515,6 +708,40 @@ mod tests {
             Some("10.96.0.0/12")
         );
         assert_eq!(state.endpoint_public_access.as_ref_option(), Some(&true));
-        assert!(!state_of(&cluster(), false).tags.is_null());
+        assert!(!state_of(&cluster(), false, None).tags.is_null());
+        assert!(
+            state.cloud.is_null(),
+            "no cloud in the API, none in the state"
+        );
+    }
+
+    #[test]
+    fn the_cloud_goes_to_the_api_and_its_secret_stays_in_the_state() {
+        let cloud = CloudState {
+            region: owned("us-east-1"),
+            vpc_id: owned("vpc-1"),
+            subnet_ids: Value::Value(vec![owned("subnet-1"), owned("subnet-2")]),
+            access_key_id: owned("AKID"),
+            secret_access_key: owned("s3cret"),
+            ..Default::default()
+        };
+        assert_eq!(
+            cloud_request(&cloud),
+            serde_json::json!({"region": "us-east-1", "vpcId": "vpc-1",
+                "subnetIds": ["subnet-1", "subnet-2"], "securityGroupIds": [],
+                "credentials": {"accessKeyId": "AKID", "secretAccessKey": "s3cret"}})
+        );
+        let mut document = cluster();
+        document["cloud"] = serde_json::json!({"region": "us-east-1", "vpcId": "vpc-1",
+            "subnetIds": ["subnet-1", "subnet-2"], "credentials": {"accessKeyId": "AKID"}});
+        let state = state_of(&document, true, Some(&cloud));
+        let read = state.cloud.as_ref_option().cloned().unwrap_or_default();
+        assert_eq!(read.secret_access_key.as_deref_option(), Some("s3cret"));
+        assert_eq!(read.subnet_ids, cloud.subnet_ids);
+        let mut other = state.clone();
+        if let Value::Value(c) = &mut other.cloud {
+            c.region = owned("eu-west-1");
+        }
+        assert_eq!(replacing_changes(&state, &other), vec!["cloud"]);
     }
 }
