@@ -2,6 +2,7 @@
 //! `terraform` itself; it prints the go-plugin handshake on stdout and serves until told to
 //! stop. Not meant to be run by hand.
 
+mod auth_data_sources;
 mod cluster_data_source;
 mod cluster_resource;
 mod common;

@@ -17,6 +17,7 @@ use tf_provider::schema::{
 use tf_provider::value::{ValueEmpty, ValueString};
 use tf_provider::{AttributePath, Diagnostics, DynamicDataSource, DynamicResource, Provider};
 
+use crate::auth_data_sources::{ClusterAuthDataSource, KubeconfigDataSource};
 use crate::cluster_data_source::ClusterDataSource;
 use crate::cluster_resource::ClusterResource;
 use crate::node_pool_resource::NodePoolResource;
@@ -183,7 +184,15 @@ impl Provider for FlotillaProvider {
     ) -> Option<HashMap<String, Box<dyn DynamicDataSource>>> {
         let cluster: Box<dyn DynamicDataSource> =
             Box::new(ClusterDataSource::new(self.connection.clone()));
+        let kubeconfig: Box<dyn DynamicDataSource> =
+            Box::new(KubeconfigDataSource::new(self.connection.clone()));
+        let auth: Box<dyn DynamicDataSource> =
+            Box::new(ClusterAuthDataSource::new(self.connection.clone()));
         // Named without the provider's prefix: the server adds `flotilla_`.
-        Some(HashMap::from([("cluster".to_string(), cluster)]))
+        Some(HashMap::from([
+            ("cluster".to_string(), cluster),
+            ("kubeconfig".to_string(), kubeconfig),
+            ("cluster_auth".to_string(), auth),
+        ]))
     }
 }

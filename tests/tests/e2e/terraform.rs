@@ -30,6 +30,28 @@ output "ca" {{ value = data.flotilla_cluster.this.certificate_authority }}
     )
 }
 
+/// The kubeconfig and token data sources with their (sensitive) outputs; the token is minted
+/// anew on every read, so a configuration holding it always plans an output change.
+const AUTH_TF: &str = r#"
+data "flotilla_kubeconfig" "this" {
+  name = data.flotilla_cluster.this.name
+}
+
+data "flotilla_cluster_auth" "this" {
+  name = data.flotilla_cluster.this.name
+}
+
+output "kubeconfig" {
+  value     = data.flotilla_kubeconfig.this.kubeconfig
+  sensitive = true
+}
+
+output "token" {
+  value     = data.flotilla_cluster_auth.this.token
+  sensitive = true
+}
+"#;
+
 #[test]
 fn terraform_reads_a_cluster_through_the_provider() -> anyhow::Result<()> {
     let flotilla = Flotilla::up(Backend::Embedded)?;
@@ -63,6 +85,30 @@ fn terraform_reads_a_cluster_through_the_provider() -> anyhow::Result<()> {
     eprintln!(
         "terraform: apply + output + plan of a data source: {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+
+    // The kubeconfig and the short-lived token reach the cluster's API with stock kubectl.
+    terraform.write(&format!(
+        "{}{AUTH_TF}",
+        main_tf(&format!("  config_file = \"{config}\"\n"), "demo")
+    ))?;
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let kubeconfig = terraform.dir().join("out.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        terraform.ok(&["output", "-raw", "kubeconfig"], &[])?,
+    )?;
+    let namespaces = flotilla_e2e::Kubectl::new(&kubeconfig).ok(&["get", "namespaces"])?;
+    ensure!(
+        namespaces.contains("kube-system"),
+        "kubectl with the data source's kubeconfig: {namespaces}"
+    );
+    let token = terraform.ok(&["output", "-raw", "token"], &[])?;
+    let with_token = flotilla.kubectl().with_token(token.trim())?;
+    let namespaces = with_token.ok(&["get", "namespaces"])?;
+    ensure!(
+        namespaces.contains("default"),
+        "kubectl with the data source's token: {namespaces}"
     );
 
     // An empty provider block: the environment the CLI reads is enough.
