@@ -25,28 +25,78 @@ pub struct Terraform {
     bin: PathBuf,
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
+    _mirror: Option<tempfile::TempDir>,
+}
+
+/// The provider's version in mirrors (its crate's).
+const PROVIDER_VERSION: &str = "0.1.0";
+
+/// `terraform-provider-flotilla`, built beside `flotilla`.
+fn provider_bin() -> anyhow::Result<PathBuf> {
+    let provider = crate::flotilla_bin()?.with_file_name("terraform-provider-flotilla");
+    ensure!(
+        provider.exists(),
+        "terraform-provider-flotilla not found at {}: build it first (`cargo build --workspace --bins`; tests/run does)",
+        provider.display()
+    );
+    Ok(provider)
 }
 
 impl Terraform {
-    /// A new working directory with `main.tf`.
+    /// A new working directory with `main.tf`, Terraform finding the provider through
+    /// `dev_overrides` (no `terraform init`; only our provider can be used).
     pub fn new(main_tf: &str) -> anyhow::Result<Self> {
-        let bin = terraform_bin()?;
-        let provider = crate::flotilla_bin()?.with_file_name("terraform-provider-flotilla");
-        ensure!(
-            provider.exists(),
-            "terraform-provider-flotilla not found at {}: build it first (`cargo build --workspace --bins`; tests/run does)",
-            provider.display()
-        );
-        let dir = tempfile::tempdir()?;
+        let provider = provider_bin()?;
         let provider_dir = provider.parent().context("the provider's directory")?;
-        let cli_config = dir.path().join("cli.tfrc");
-        std::fs::write(
-            &cli_config,
-            format!(
+        Self::with_cli_config(
+            main_tf,
+            &format!(
                 "provider_installation {{\n  dev_overrides {{\n    \"flotilla/flotilla\" = \"{}\"\n  }}\n  direct {{}}\n}}\n",
                 provider_dir.display()
             ),
+        )
+    }
+
+    /// A new working directory with `main.tf` for `terraform init`, offline: our provider
+    /// from a filesystem mirror made here (as `terraform/install` makes one), hashicorp/aws
+    /// from the machine's mirror (`/opt/tf-plugins`, `TF_PLUGIN_MIRROR` overrides).
+    pub fn with_mirrors(main_tf: &str) -> anyhow::Result<Self> {
+        let provider = provider_bin()?;
+        let aws_mirror =
+            std::env::var("TF_PLUGIN_MIRROR").unwrap_or_else(|_| "/opt/tf-plugins".into());
+        ensure!(
+            Path::new(&aws_mirror)
+                .join("registry.terraform.io/hashicorp/aws")
+                .exists(),
+            "no hashicorp/aws in the provider mirror {aws_mirror} (set TF_PLUGIN_MIRROR)"
+        );
+        let mirror = tempfile::tempdir()?;
+        let platform = mirror
+            .path()
+            .join("registry.terraform.io/flotilla/flotilla")
+            .join(PROVIDER_VERSION)
+            .join("linux_amd64");
+        std::fs::create_dir_all(&platform)?;
+        std::fs::copy(
+            &provider,
+            platform.join(format!("terraform-provider-flotilla_v{PROVIDER_VERSION}")),
         )?;
+        let mut terraform = Self::with_cli_config(
+            main_tf,
+            &format!(
+                "provider_installation {{\n  filesystem_mirror {{\n    path    = \"{}\"\n    include = [\"registry.terraform.io/flotilla/*\"]\n  }}\n  filesystem_mirror {{\n    path    = \"{aws_mirror}\"\n    include = [\"registry.terraform.io/hashicorp/*\"]\n  }}\n}}\n",
+                mirror.path().display()
+            ),
+        )?;
+        terraform._mirror = Some(mirror);
+        Ok(terraform)
+    }
+
+    fn with_cli_config(main_tf: &str, cli_config_text: &str) -> anyhow::Result<Self> {
+        let bin = terraform_bin()?;
+        let dir = tempfile::tempdir()?;
+        let cli_config = dir.path().join("cli.tfrc");
+        std::fs::write(&cli_config, cli_config_text)?;
         std::fs::write(dir.path().join("main.tf"), main_tf)?;
         Ok(Terraform {
             bin,
@@ -60,6 +110,7 @@ impl Terraform {
                 ("TF_IN_AUTOMATION".into(), "1".into()),
             ],
             dir,
+            _mirror: None,
         })
     }
 

@@ -3,7 +3,7 @@
 //! `flotilla up` writes or from the environment alone, reads a cluster with `data
 //! "flotilla_cluster"` into outputs, and reports bad input on the attribute that caused it.
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 use flotilla_e2e::terraform::Terraform;
 use flotilla_e2e::{Backend, Flotilla};
 
@@ -329,5 +329,166 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
     let names = cli.ok(&["cluster", "list", "-o", "json"])?;
     ensure!(!names.contains("\"tf\""), "the cluster is gone: {names}");
+    Ok(())
+}
+
+/// The `cluster` module on LocalStack: `terraform init` offline, `apply` makes the VPC, subnets,
+/// route tables and security group with hashicorp/aws and the cluster and its pool with ours;
+/// the pool's instances join (the local hypervisor's real nodes where containerd is available)
+/// and stock kubectl with the module's kubeconfig lists them; a second plan changes nothing;
+/// `destroy` leaves no cluster, instance or VPC.
+#[test]
+fn terraform_applies_the_cluster_module_on_localstack() -> anyhow::Result<()> {
+    use flotilla_e2e::hypervisor::Hypervisor;
+    use flotilla_e2e::nodes::Fabric;
+    use std::time::{Duration, Instant};
+
+    let aws = flotilla_e2e::LocalStack::start()?;
+    let fabric_dir = tempfile::tempdir()?;
+    let fabric = match flotilla_e2e::nodes::require_runtime() {
+        Ok(()) => Some(Fabric::start(&fabric_dir.path().join("fabric"))?),
+        Err(err) => {
+            eprintln!("terraform: simulated nodes ({err:#})");
+            None
+        }
+    };
+    let flotilla = match &fabric {
+        Some(fabric) => Flotilla::up_at(Backend::Embedded, &fabric.host_ip, &[])?,
+        None => Flotilla::up(Backend::Embedded)?,
+    };
+    let _hypervisor = match fabric {
+        Some(fabric) => Hypervisor::start_real(aws.port, fabric)?,
+        None => Hypervisor::start(aws.port)?,
+    };
+    let config = flotilla.data_dir().join("flotilla.json");
+    let modules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../terraform/modules");
+    let main_tf = format!(
+        r#"terraform {{
+  required_providers {{
+    aws      = {{ source = "hashicorp/aws", version = "5.100.0" }}
+    flotilla = {{ source = "flotilla/flotilla" }}
+  }}
+}}
+
+provider "aws" {{
+  region                      = "us-east-1"
+  access_key                  = "test"
+  secret_key                  = "test"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+  endpoints {{
+    ec2 = "{endpoint}"
+    sts = "{endpoint}"
+  }}
+}}
+
+provider "flotilla" {{
+  config_file = "{config}"
+}}
+
+module "cluster" {{
+  source            = "./modules/cluster"
+  name              = "tfprod"
+  cloud_endpoint    = "{endpoint}"
+  access_key_id     = "test"
+  secret_access_key = "test"
+  node_count        = 2
+  tags              = {{ team = "platform" }}
+}}
+
+output "kubeconfig" {{ value = module.cluster.kubeconfig }}
+
+output "vpc_id" {{ value = module.cluster.vpc_id }}
+"#,
+        endpoint = aws.endpoint,
+        config = config.display(),
+    );
+    let terraform = Terraform::with_mirrors(&main_tf)?;
+    // The modules beside the configuration, as a user copies them (a module may only refer
+    // to its siblings within one package).
+    for module in ["cluster", "node-pool"] {
+        let into = terraform.dir().join("modules").join(module);
+        std::fs::create_dir_all(&into)?;
+        std::fs::copy(modules.join(module).join("main.tf"), into.join("main.tf"))?;
+    }
+    terraform.ok(&["init", "-input=false"], &[])?;
+    let started = Instant::now();
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let vpc_id = terraform.ok(&["output", "-raw", "vpc_id"], &[])?;
+    let vpcs = aws.call(
+        "ec2",
+        "describe_vpcs",
+        serde_json::json!({"VpcIds": [vpc_id.trim()]}),
+    )?;
+    ensure!(
+        vpcs["Vpcs"].as_array().is_some_and(|v| v.len() == 1),
+        "the module's VPC is in LocalStack: {vpcs}"
+    );
+    let kubeconfig = terraform.dir().join("out.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        terraform.ok(&["output", "-raw", "kubeconfig"], &[])?,
+    )?;
+    // kubectl runs `flotilla cluster token` for its credential, as a user's would.
+    let kubectl = flotilla_e2e::Kubectl::new(&kubeconfig);
+    let bin_dir = flotilla_e2e::flotilla_bin()?
+        .parent()
+        .map(|dir| dir.display().to_string())
+        .unwrap_or_default();
+    let path = format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default());
+    let config_text = config.display().to_string();
+    let env = [
+        ("PATH", path.as_str()),
+        ("FLOTILLA_CONFIG", config_text.as_str()),
+    ];
+    let jsonpath =
+        r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{" "}{end}"#;
+    let mut last = String::new();
+    flotilla_e2e::until(
+        "the pool's 2 Nodes are Ready",
+        Duration::from_secs(120),
+        || {
+            let out = kubectl.run(&["get", "nodes", "-o", jsonpath], None, &env)?;
+            last = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(last.split_whitespace().filter(|s| *s == "True").count() == 2)
+        },
+    )
+    .with_context(|| format!("kubectl said: {last}"))?;
+    eprintln!(
+        "terraform: apply of the cluster module (VPC, subnets, routes, security group, cluster, 2-node pool) → 2 Nodes Ready: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "a second plan shows no changes:\n{text}");
+
+    terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
+    let vpcs = aws.try_call(
+        "ec2",
+        "describe_vpcs",
+        serde_json::json!({"VpcIds": [vpc_id.trim()]}),
+    )?;
+    ensure!(
+        vpcs.is_err()
+            || vpcs
+                .as_ref()
+                .is_ok_and(|v| v["Vpcs"].as_array().is_none_or(|a| a.is_empty())),
+        "the VPC is gone: {vpcs:?}"
+    );
+    let running = aws.call(
+        "ec2",
+        "describe_instances",
+        serde_json::json!({"Filters": [{"Name": "instance-state-name", "Values": ["pending", "running"]}]}),
+    )?;
+    ensure!(
+        running["Reservations"].as_array().is_none_or(|r| r
+            .iter()
+            .all(|r| r["Instances"].as_array().is_none_or(|i| i.is_empty()))),
+        "no instance is left: {running}"
+    );
     Ok(())
 }
