@@ -115,6 +115,22 @@ fn matches_qualified_name(s: &str) -> bool {
     }
 }
 
+/// Longest management API cluster or node pool name: a cluster's id (`name-xxxxxx`) must stay
+/// a DNS label.
+pub const MAX_MANAGEMENT_NAME_LENGTH: usize = 40;
+
+/// Why `name` cannot name a management API cluster or node pool (a DNS label of at most
+/// [`MAX_MANAGEMENT_NAME_LENGTH`] characters); empty when it can.
+pub fn management_name_problems(name: &str) -> Vec<String> {
+    let mut problems = is_dns1123_label(name);
+    if name.len() > MAX_MANAGEMENT_NAME_LENGTH {
+        problems.push(format!(
+            "must be no more than {MAX_MANAGEMENT_NAME_LENGTH} characters"
+        ));
+    }
+    problems
+}
+
 /// `IsDNS1123Label`: at most 63 characters of `[a-z0-9-]`, alphanumeric at both ends.
 pub fn is_dns1123_label(value: &str) -> Vec<String> {
     let mut errs = Vec::new();

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ManagementError;
 
-/// Longest cluster or node pool name: a cluster's id (`name-xxxxxx`) must stay a DNS label.
-pub const MAX_NAME_LENGTH: usize = 40;
+/// Longest cluster or node pool name (the rule lives with the names, for the clients that check
+/// it before calling).
+pub use flotilla_api_machinery::names::MAX_MANAGEMENT_NAME_LENGTH as MAX_NAME_LENGTH;
 
 /// Kubernetes versions a cluster can ask for; the API server speaks the first one.
 pub const SUPPORTED_VERSIONS: &[&str] = &["1.33"];
@@ -455,18 +456,12 @@ pub struct NodePool {
 
 /// A DNS label of at most [`MAX_NAME_LENGTH`] characters.
 pub fn validate_name(what: &str, name: &str) -> Result<(), ManagementError> {
-    let problems = flotilla_api_machinery::names::is_dns1123_label(name);
-    if let Some(problem) = problems.first() {
-        return Err(ManagementError::invalid_parameter(format!(
+    match flotilla_api_machinery::names::management_name_problems(name).first() {
+        Some(problem) => Err(ManagementError::invalid_parameter(format!(
             "{what} {name:?} is invalid: {problem}"
-        )));
+        ))),
+        None => Ok(()),
     }
-    if name.len() > MAX_NAME_LENGTH {
-        return Err(ManagementError::invalid_parameter(format!(
-            "{what} {name:?} is invalid: must be no more than {MAX_NAME_LENGTH} characters"
-        )));
-    }
-    Ok(())
 }
 
 /// An IPv4 CIDR `a.b.c.d/n` whose host bits are zero, with a prefix of at most `max_prefix`.

@@ -428,6 +428,20 @@ impl Resource for ClusterResource {
         })
     }
 
+    async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
+        // The management API's own rules, checked at plan (unknown values wait for apply).
+        if let Some(name) = config.name.as_deref_option()
+            && let Some(problem) =
+                flotilla_api_machinery::names::management_name_problems(name).first()
+        {
+            diags.error_short(
+                format!("cluster name {name:?} is invalid: {problem}"),
+                AttributePath::new("name"),
+            );
+        }
+        Some(())
+    }
+
     async fn read<'a>(
         &self,
         diags: &mut Diagnostics,

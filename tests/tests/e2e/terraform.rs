@@ -265,13 +265,14 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     );
     terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
 
-    // A name the API refuses: its message on the resource.
+    // An invalid name: refused at plan, on the attribute's line, with the API's own rule.
     terraform
         .write(&cluster_tf(&config, "").replace(r#"name = "tf""#, r#"name = "Not_A_Name""#))?;
-    let refused = terraform.fails(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let refused = terraform.fails(&["plan", "-input=false"], &[])?;
     ensure!(
-        refused.contains("InvalidParameterException") || refused.contains("invalid"),
-        "the API's refusal of the name: {refused}"
+        refused.contains(r#"cluster name "Not_A_Name" is invalid"#)
+            && refused.contains(r#"name = "Not_A_Name""#),
+        "an invalid name is refused at plan on its line: {refused}"
     );
 
     // A node pool of the cluster: created ACTIVE (no cloud: no instances), resized in place,
