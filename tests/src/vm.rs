@@ -134,7 +134,7 @@ impl VmNetwork {
             .spawn()
             .context("starting dnsmasq")?;
         let dnsmasq = Process { child };
-        let nft_table = format!("flotilla-imds-{}", &host_if[3..]);
+        let nft_table = format!("flotilla-imds-{}", host_if.trim_start_matches("flh"));
         let rules = format!(
             "table ip {nft_table} {{\n  chain prerouting {{\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname \"{host_if}\" ip daddr 169.254.169.254 tcp dport 80 dnat to {}\n  }}\n}}\n",
             imds.address()

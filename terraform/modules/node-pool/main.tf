@@ -1,5 +1,5 @@
 # A node pool of a Flotilla cluster: EC2 instances of the cluster's node image that join it,
-# with labels; usable more than once per cluster.
+# with labels and taints; usable more than once per cluster.
 
 terraform {
   required_providers {
@@ -44,6 +44,16 @@ variable "labels" {
   default     = {}
 }
 
+variable "taints" {
+  description = "Taints of the pool's Nodes (effect: NO_SCHEDULE, NO_EXECUTE or PREFER_NO_SCHEDULE)."
+  type = list(object({
+    key    = string
+    value  = optional(string)
+    effect = string
+  }))
+  default = []
+}
+
 variable "subnet_ids" {
   description = "Subnets (default: the cluster's)."
   type        = list(string)
@@ -59,6 +69,14 @@ resource "flotilla_node_pool" "this" {
   desired_size   = var.desired_size
   labels         = var.labels
   subnets        = var.subnet_ids
+  dynamic "taint" {
+    for_each = var.taints
+    content {
+      key    = taint.value.key
+      value  = taint.value.value
+      effect = taint.value.effect
+    }
+  }
 }
 
 output "name" {

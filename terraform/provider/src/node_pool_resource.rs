@@ -3,7 +3,8 @@
 //! `health.issues`); the sizes and labels update in place (so `lifecycle { ignore_changes =
 //! [desired_size] }` suits an autoscaled pool); the cluster, name, instance types, image and
 //! subnets replace it; drift re-creates; `terraform import flotilla_node_pool.X CLUSTER/POOL`.
-//! Taints are not expressible yet.
+//! `taint { key, value, effect }` blocks (EKS's effects: NO_SCHEDULE, NO_EXECUTE,
+//! PREFER_NO_SCHEDULE) update in place.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -18,6 +19,18 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 use crate::common::{POLL, WAIT, attribute, get_if_found, json_text, owned};
 use crate::provider::Connection;
 
+/// One `taint` block.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaintState<'a> {
+    #[serde(borrow = "'a")]
+    key: ValueString<'a>,
+    value: ValueString<'a>,
+    effect: ValueString<'a>,
+}
+
+/// The taint effects the management API takes (EKS's spelling).
+const TAINT_EFFECTS: [&str; 3] = ["NO_SCHEDULE", "NO_EXECUTE", "PREFER_NO_SCHEDULE"];
+
 /// The resource's attributes (Terraform's names).
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct NodePoolState<'a> {
@@ -30,6 +43,7 @@ pub struct NodePoolState<'a> {
     max_size: ValueNumber,
     desired_size: ValueNumber,
     labels: ValueMap<'a, ValueString<'a>>,
+    taint: ValueList<Value<TaintState<'a>>>,
     subnets: ValueList<ValueString<'a>>,
     status: ValueString<'a>,
     ready_nodes: ValueNumber,
@@ -116,6 +130,27 @@ pub fn replacing_changes(
         .collect()
 }
 
+/// The management API's taints for the `taint` blocks.
+fn taints_of(state: &NodePoolState<'_>) -> Vec<serde_json::Value> {
+    state
+        .taint
+        .as_ref_option()
+        .into_iter()
+        .flatten()
+        .filter_map(|taint| taint.as_ref_option())
+        .map(|taint| {
+            let mut wire = serde_json::json!({
+                "key": taint.key.as_deref_option(),
+                "effect": taint.effect.as_deref_option(),
+            });
+            if let Some(value) = taint.value.as_deref_option() {
+                wire["value"] = value.into();
+            }
+            wire
+        })
+        .collect()
+}
+
 fn scaling(state: &NodePoolState<'_>) -> serde_json::Value {
     serde_json::json!({
         "minSize": state.min_size.as_ref_option(),
@@ -130,6 +165,7 @@ pub fn create_request(state: &NodePoolState<'_>) -> serde_json::Value {
         "name": state.name.as_deref_option(),
         "scalingConfig": scaling(state),
         "labels": labels_of(state),
+        "taints": taints_of(state),
         "instanceTypes": texts(&state.instance_types).unwrap_or_default(),
         "subnets": texts(&state.subnets).unwrap_or_default(),
     });
@@ -168,6 +204,20 @@ pub fn state_of<'a>(pool: &serde_json::Value, labels_unset: bool) -> NodePoolSta
         } else {
             Value::Value(labels)
         },
+        taint: Value::Value(
+            pool["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|taint| {
+                    Value::Value(TaintState {
+                        key: json_text(taint, "/key"),
+                        value: json_text(taint, "/value"),
+                        effect: json_text(taint, "/effect"),
+                    })
+                })
+                .collect(),
+        ),
         subnets: strings(&pool["subnets"]),
         status: json_text(pool, "/status"),
         ready_nodes: number("/readyNodes"),
@@ -263,6 +313,26 @@ impl Resource for NodePoolResource {
         .into_iter()
         .map(|(name, attribute)| (name.to_string(), attribute))
         .collect();
+        let taint = Block {
+            version: 1,
+            description: Description::plain("A taint of the pool's Nodes (in place)."),
+            attributes: [
+                ("key", attribute(string(), Required, "The taint's key.")),
+                ("value", attribute(string(), Optional, "Its value.")),
+                (
+                    "effect",
+                    attribute(
+                        string(),
+                        Required,
+                        "NO_SCHEDULE, NO_EXECUTE or PREFER_NO_SCHEDULE.",
+                    ),
+                ),
+            ]
+            .into_iter()
+            .map(|(name, attribute)| (name.to_string(), attribute))
+            .collect(),
+            ..Default::default()
+        };
         Some(Schema {
             version: 1,
             block: Block {
@@ -271,6 +341,12 @@ impl Resource for NodePoolResource {
                     "A node pool of a Flotilla cluster (EC2 instances that join it).",
                 ),
                 attributes,
+                blocks: [(
+                    "taint".to_string(),
+                    tf_provider::schema::NestedBlock::List(taint),
+                )]
+                .into_iter()
+                .collect(),
                 ..Default::default()
             },
         })
@@ -289,6 +365,29 @@ impl Resource for NodePoolResource {
                 format!("min_size {min} is above max_size {max}"),
                 AttributePath::new("min_size"),
             );
+        }
+        for (index, taint) in config
+            .taint
+            .as_ref_option()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if let Some(effect) = taint
+                .as_ref_option()
+                .and_then(|t| t.effect.as_deref_option())
+                && !TAINT_EFFECTS.contains(&effect)
+            {
+                diags.error_short(
+                    format!(
+                        "taint effect {effect:?} is not one of {}",
+                        TAINT_EFFECTS.join(", ")
+                    ),
+                    AttributePath::new("taint")
+                        .index(index as i64)
+                        .attribute("effect"),
+                );
+            }
         }
         if let (Some(min), Some(max), Some(desired)) = (min, max, desired)
             && (desired < min || desired > max)
@@ -416,8 +515,11 @@ impl Resource for NodePoolResource {
         let client = self.connection.client(diags)?;
         let cluster = planned.cluster_name.as_deref_option()?.to_string();
         let name = planned.name.as_deref_option()?.to_string();
-        let request =
-            serde_json::json!({"scalingConfig": scaling(&planned), "labels": labels_of(&planned)});
+        let request = serde_json::json!({
+            "scalingConfig": scaling(&planned),
+            "labels": labels_of(&planned),
+            "taints": taints_of(&planned),
+        });
         let updated = async {
             client
                 .call_json(Method::PATCH, &pool_path(&cluster, &name), Some(&request))
@@ -536,7 +638,23 @@ mod tests {
             create_request(&state),
             serde_json::json!({"name": "workers",
                 "scalingConfig": {"minSize": 1, "maxSize": 2, "desiredSize": 1},
-                "labels": {}, "instanceTypes": [], "subnets": []})
+                "labels": {}, "taints": [], "instanceTypes": [], "subnets": []})
         );
+        let tainted = NodePoolState {
+            taint: Value::Value(vec![Value::Value(TaintState {
+                key: owned("dedicated"),
+                value: owned("gpu"),
+                effect: owned("NO_SCHEDULE"),
+            })]),
+            ..state
+        };
+        assert_eq!(
+            create_request(&tainted)["taints"],
+            serde_json::json!([{"key": "dedicated", "value": "gpu", "effect": "NO_SCHEDULE"}])
+        );
+        let mut document = pool();
+        document["taints"] =
+            serde_json::json!([{"key": "dedicated", "value": "gpu", "effect": "NO_SCHEDULE"}]);
+        assert_eq!(state_of(&document, true).taint, tainted.taint);
     }
 }

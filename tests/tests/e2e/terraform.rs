@@ -280,13 +280,18 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     // its attribute.
     let with_pool = |desired: u32| {
         format!(
-            "{}\nresource \"flotilla_node_pool\" \"workers\" {{\n  cluster_name = flotilla_cluster.tf.name\n  name = \"workers\"\n  min_size = 1\n  max_size = 3\n  desired_size = {desired}\n  labels = {{ pool = \"workers\" }}\n}}\n",
+            "{}\nresource \"flotilla_node_pool\" \"workers\" {{\n  cluster_name = flotilla_cluster.tf.name\n  name = \"workers\"\n  min_size = 1\n  max_size = 3\n  desired_size = {desired}\n  labels = {{ pool = \"workers\" }}\n  taint {{\n    key = \"dedicated\"\n    value = \"batch\"\n    effect = \"NO_SCHEDULE\"\n  }}\n}}\n",
             cluster_tf(&config, r#"team = "platform", tier = "gold""#)
         )
     };
     terraform.write(&with_pool(1))?;
     terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
     let pool = workers_pool(&cli)?;
+    ensure!(
+        pool["taints"]
+            == serde_json::json!([{"key": "dedicated", "value": "batch", "effect": "NO_SCHEDULE"}]),
+        "the pool's taint: {pool}"
+    );
     ensure!(
         pool["status"] == "ACTIVE"
             && pool["scalingConfig"]["desiredSize"] == 1
@@ -318,6 +323,14 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     )?;
     let (code, text) = plan(&terraform)?;
     ensure!(code == 0, "an imported pool plans no changes:\n{text}");
+    terraform.write(&with_pool(1).replace("NO_SCHEDULE", "NoSchedule"))?;
+    let refused = terraform.fails(&["plan", "-input=false"], &[])?;
+    ensure!(
+        refused.contains(
+            r#"taint effect "NoSchedule" is not one of NO_SCHEDULE, NO_EXECUTE, PREFER_NO_SCHEDULE"#
+        ),
+        "a Kubernetes-spelled effect is refused at plan: {refused}"
+    );
     terraform.write(&with_pool(5))?;
     let refused = terraform.fails(&["plan", "-input=false"], &[])?;
     ensure!(
