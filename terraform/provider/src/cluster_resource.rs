@@ -17,7 +17,7 @@ use tf_provider::schema::{AttributeConstraint, AttributeType, Block, Description
 use tf_provider::value::{Value, ValueBool, ValueEmpty, ValueList, ValueMap, ValueString};
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
-use crate::common::{attribute, get_if_found, json_text, owned};
+use crate::common::{attribute, delete_and_wait, get_if_found, json_text, owned, reported};
 use crate::provider::Connection;
 
 use crate::common::{POLL, WAIT};
@@ -595,20 +595,15 @@ impl Resource for ClusterResource {
                 .await?;
             wait_active(&client, &name).await
         };
-        match updated.await {
-            Ok(cluster) => Some((
-                state_of(
-                    &cluster,
-                    config.tags.is_null(),
-                    config.cloud.as_ref_option(),
-                ),
-                private,
-            )),
-            Err(err) => {
-                diags.root_error_short(format!("{err:#}"));
-                None
-            }
-        }
+        let cluster = reported(diags, updated.await)?;
+        Some((
+            state_of(
+                &cluster,
+                config.tags.is_null(),
+                config.cloud.as_ref_option(),
+            ),
+            private,
+        ))
     }
 
     async fn destroy<'a>(
@@ -620,30 +615,11 @@ impl Resource for ClusterResource {
     ) -> Option<()> {
         let client = self.connection.client(diags)?;
         let name = prior.name.as_deref_option()?.to_string();
-        let deleted = async {
-            if describe(&client, &name).await?.is_none() {
-                return Ok(());
-            }
-            client
-                .call_json(Method::DELETE, &format!("/v1/clusters/{name}"), None)
-                .await?;
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while describe(&client, &name).await?.is_some() {
-                anyhow::ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "cluster {name} is still there after {WAIT:?}"
-                );
-                tokio::time::sleep(POLL).await;
-            }
-            anyhow::Ok(())
-        };
-        match deleted.await {
-            Ok(()) => Some(()),
-            Err(err) => {
-                diags.root_error_short(format!("{err:#}"));
-                None
-            }
-        }
+        let deleted = delete_and_wait(&client, &format!("/v1/clusters/{name}"), || {
+            describe(&client, &name)
+        })
+        .await;
+        reported(diags, deleted)
     }
 
     async fn import<'a>(

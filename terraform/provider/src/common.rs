@@ -4,7 +4,10 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use std::future::Future;
+
 use http::Method;
+use tf_provider::Diagnostics;
 use tf_provider::schema::{Attribute, AttributeConstraint, AttributeType, Description};
 use tf_provider::value::ValueString;
 
@@ -52,4 +55,41 @@ pub async fn get_if_found(
         }
         Err(err) => Err(err),
     }
+}
+
+/// The value, or — on an error — the error as one diagnostic on the whole resource and `None`.
+pub fn reported<T>(diags: &mut Diagnostics, result: anyhow::Result<T>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(err) => {
+            diags.root_error_short(format!("{err:#}"));
+            None
+        }
+    }
+}
+
+/// Deletes the object at `path` (unless `describe` finds it gone already) and waits until
+/// `describe` finds nothing, at most [`WAIT`].
+pub async fn delete_and_wait<F, Fut>(
+    client: &flotilla_management_client::ManagementClient,
+    path: &str,
+    describe: F,
+) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<serde_json::Value>>>,
+{
+    if describe().await?.is_none() {
+        return Ok(());
+    }
+    client.call_json(Method::DELETE, path, None).await?;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while describe().await?.is_some() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{path} is still there after {WAIT:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
 }

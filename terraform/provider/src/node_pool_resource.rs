@@ -16,7 +16,9 @@ use tf_provider::schema::{AttributeConstraint, AttributeType, Block, Description
 use tf_provider::value::{Value, ValueEmpty, ValueList, ValueMap, ValueNumber, ValueString};
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
-use crate::common::{POLL, WAIT, attribute, get_if_found, json_text, owned};
+use crate::common::{
+    POLL, WAIT, attribute, delete_and_wait, get_if_found, json_text, owned, reported,
+};
 use crate::provider::Connection;
 
 /// One `taint` block.
@@ -526,13 +528,8 @@ impl Resource for NodePoolResource {
                 .await?;
             wait_active(&client, &cluster, &name).await
         };
-        match updated.await {
-            Ok(found) => Some((state_of(&found, config.labels.is_null()), private)),
-            Err(err) => {
-                diags.root_error_short(format!("{err:#}"));
-                None
-            }
-        }
+        let found = reported(diags, updated.await)?;
+        Some((state_of(&found, config.labels.is_null()), private))
     }
 
     async fn destroy<'a>(
@@ -545,30 +542,11 @@ impl Resource for NodePoolResource {
         let client = self.connection.client(diags)?;
         let cluster = prior.cluster_name.as_deref_option()?.to_string();
         let name = prior.name.as_deref_option()?.to_string();
-        let deleted = async {
-            if describe(&client, &cluster, &name).await?.is_none() {
-                return Ok(());
-            }
-            client
-                .call_json(Method::DELETE, &pool_path(&cluster, &name), None)
-                .await?;
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while describe(&client, &cluster, &name).await?.is_some() {
-                anyhow::ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "node pool {name} is still there after {WAIT:?}"
-                );
-                tokio::time::sleep(POLL).await;
-            }
-            anyhow::Ok(())
-        };
-        match deleted.await {
-            Ok(()) => Some(()),
-            Err(err) => {
-                diags.root_error_short(format!("{err:#}"));
-                None
-            }
-        }
+        let deleted = delete_and_wait(&client, &pool_path(&cluster, &name), || {
+            describe(&client, &cluster, &name)
+        })
+        .await;
+        reported(diags, deleted)
     }
 
     async fn import<'a>(
