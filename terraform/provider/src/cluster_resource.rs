@@ -20,7 +20,7 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 use crate::common::{attribute, delete_and_wait, get_if_found, json_text, owned, reported};
 use crate::provider::Connection;
 
-use crate::common::{POLL, WAIT};
+use crate::common::{Operation, POLL, Timeouts, timeout, timeouts_block, validate_timeouts};
 
 /// `cloud`: where the cluster's instances, load balancers and volumes are made.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,6 +51,8 @@ pub struct ClusterResourceState<'a> {
     /// A block given at most once (the library carries it as a list of zero or one).
     #[serde(with = "tf_provider::value::serde_as_vec")]
     cloud: Value<CloudState<'a>>,
+    #[serde(with = "tf_provider::value::serde_as_vec")]
+    timeouts: Value<Timeouts<'a>>,
     id: ValueString<'a>,
     endpoint: ValueString<'a>,
     certificate_authority: ValueString<'a>,
@@ -91,6 +93,14 @@ fn field(state: &ClusterResourceState<'_>, name: &str) -> serde_json::Value {
             .as_ref_option()
             .map_or(serde_json::Value::Null, cloud_request),
         _ => serde_json::Value::Null,
+    }
+}
+
+impl<'a> ClusterResourceState<'a> {
+    /// This state with the configuration's `timeouts` (Terraform's, unknown to the API).
+    fn keeping(mut self, timeouts: &Value<Timeouts<'a>>) -> Self {
+        self.timeouts = timeouts.clone();
+        self
     }
 }
 
@@ -270,6 +280,7 @@ pub fn state_of<'a>(
             Value::Value(tags)
         },
         cloud: cloud_of(cluster, prior_cloud),
+        timeouts: Value::Null,
         id: json_text(cluster, "/id"),
         endpoint: json_text(cluster, "/endpoint"),
         certificate_authority: json_text(cluster, "/certificateAuthority/data"),
@@ -292,8 +303,9 @@ async fn describe(
 async fn wait_active(
     client: &flotilla_management_client::ManagementClient,
     name: &str,
+    within: std::time::Duration,
 ) -> anyhow::Result<serde_json::Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         let cluster = describe(client, name)
             .await?
@@ -307,7 +319,7 @@ async fn wait_active(
                     .unwrap_or("no reason given")
             ),
             _ if tokio::time::Instant::now() > deadline => {
-                anyhow::bail!("cluster {name} is not ACTIVE after {WAIT:?}")
+                anyhow::bail!("cluster {name} is not ACTIVE after {within:?}")
             }
             _ => tokio::time::sleep(POLL).await,
         }
@@ -417,10 +429,13 @@ impl Resource for ClusterResource {
                     "A Flotilla cluster (a hosted Kubernetes control plane).",
                 ),
                 attributes,
-                blocks: [(
-                    "cloud".to_string(),
-                    tf_provider::schema::NestedBlock::Optional(cloud),
-                )]
+                blocks: [
+                    (
+                        "cloud".to_string(),
+                        tf_provider::schema::NestedBlock::Optional(cloud),
+                    ),
+                    ("timeouts".to_string(), timeouts_block()),
+                ]
                 .into_iter()
                 .collect(),
                 ..Default::default()
@@ -429,6 +444,7 @@ impl Resource for ClusterResource {
     }
 
     async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
+        validate_timeouts(diags, &config.timeouts);
         // The management API's own rules, checked at plan (unknown values wait for apply).
         if let Some(name) = config.name.as_deref_option()
             && let Some(problem) =
@@ -455,7 +471,8 @@ impl Resource for ClusterResource {
             // Gone behind Terraform's back: the plan re-creates it.
             Ok(None) => None,
             Ok(Some(cluster)) => Some((
-                state_of(&cluster, state.tags.is_null(), state.cloud.as_ref_option()),
+                state_of(&cluster, state.tags.is_null(), state.cloud.as_ref_option())
+                    .keeping(&state.timeouts),
                 private_state,
             )),
             Err(err) => {
@@ -546,7 +563,12 @@ impl Resource for ClusterResource {
                     Some(&create_request(&planned)),
                 )
                 .await?;
-            wait_active(&client, &name).await
+            wait_active(
+                &client,
+                &name,
+                timeout(&planned.timeouts, Operation::Create),
+            )
+            .await
         };
         match created.await {
             Ok(cluster) => Some((
@@ -554,7 +576,8 @@ impl Resource for ClusterResource {
                     &cluster,
                     config.tags.is_null(),
                     config.cloud.as_ref_option(),
-                ),
+                )
+                .keeping(&planned.timeouts),
                 private,
             )),
             Err(err) => {
@@ -593,7 +616,12 @@ impl Resource for ClusterResource {
                     Some(&request),
                 )
                 .await?;
-            wait_active(&client, &name).await
+            wait_active(
+                &client,
+                &name,
+                timeout(&planned.timeouts, Operation::Update),
+            )
+            .await
         };
         let cluster = reported(diags, updated.await)?;
         Some((
@@ -601,7 +629,8 @@ impl Resource for ClusterResource {
                 &cluster,
                 config.tags.is_null(),
                 config.cloud.as_ref_option(),
-            ),
+            )
+            .keeping(&planned.timeouts),
             private,
         ))
     }
@@ -615,9 +644,12 @@ impl Resource for ClusterResource {
     ) -> Option<()> {
         let client = self.connection.client(diags)?;
         let name = prior.name.as_deref_option()?.to_string();
-        let deleted = delete_and_wait(&client, &format!("/v1/clusters/{name}"), || {
-            describe(&client, &name)
-        })
+        let deleted = delete_and_wait(
+            &client,
+            &format!("/v1/clusters/{name}"),
+            timeout(&prior.timeouts, Operation::Delete),
+            || describe(&client, &name),
+        )
         .await;
         reported(diags, deleted)
     }

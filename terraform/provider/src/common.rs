@@ -7,11 +7,13 @@ use std::time::Duration;
 use std::future::Future;
 
 use http::Method;
-use tf_provider::Diagnostics;
-use tf_provider::schema::{Attribute, AttributeConstraint, AttributeType, Description};
-use tf_provider::value::ValueString;
+use serde::{Deserialize, Serialize};
+use tf_provider::schema::{Attribute, AttributeConstraint, AttributeType, Block, Description};
+use tf_provider::value::{Value, ValueString};
+use tf_provider::{AttributePath, Diagnostics};
 
-/// How long a create waits for ACTIVE and a delete for the object to go.
+/// How long a create or update waits for ACTIVE and a delete for the object to go, unless the
+/// resource's `timeouts` block says otherwise.
 pub const WAIT: Duration = Duration::from_secs(600);
 /// How often it looks.
 pub const POLL: Duration = Duration::from_millis(500);
@@ -69,10 +71,11 @@ pub fn reported<T>(diags: &mut Diagnostics, result: anyhow::Result<T>) -> Option
 }
 
 /// Deletes the object at `path` (unless `describe` finds it gone already) and waits until
-/// `describe` finds nothing, at most [`WAIT`].
+/// `describe` finds nothing, at most `within`.
 pub async fn delete_and_wait<F, Fut>(
     client: &flotilla_management_client::ManagementClient,
     path: &str,
+    within: Duration,
     describe: F,
 ) -> anyhow::Result<()>
 where
@@ -83,13 +86,140 @@ where
         return Ok(());
     }
     client.call_json(Method::DELETE, path, None).await?;
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + within;
     while describe().await?.is_some() {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "{path} is still there after {WAIT:?}"
+            "{path} is still there after {within:?}"
         );
         tokio::time::sleep(POLL).await;
     }
     Ok(())
+}
+
+/// A resource's `timeouts` block (durations as Terraform writes them: `30s`, `10m`, `1h30m`).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timeouts<'a> {
+    #[serde(borrow = "'a")]
+    create: ValueString<'a>,
+    update: ValueString<'a>,
+    delete: ValueString<'a>,
+}
+
+/// Which wait a timeout bounds.
+#[derive(Debug, Clone, Copy)]
+pub enum Operation {
+    /// Create.
+    Create,
+    /// Update.
+    Update,
+    /// Delete.
+    Delete,
+}
+
+impl<'a> Timeouts<'a> {
+    fn value(&self, operation: Operation) -> &ValueString<'a> {
+        match operation {
+            Operation::Create => &self.create,
+            Operation::Update => &self.update,
+            Operation::Delete => &self.delete,
+        }
+    }
+}
+
+/// The `timeouts` block of a resource (at most once).
+pub fn timeouts_block() -> tf_provider::schema::NestedBlock {
+    let attributes = ["create", "update", "delete"]
+        .into_iter()
+        .map(|name| {
+            (
+                name.to_string(),
+                attribute(
+                    AttributeType::String,
+                    AttributeConstraint::Optional,
+                    &format!("How long {name} may take (e.g. 30m; default 10m)."),
+                ),
+            )
+        })
+        .collect();
+    tf_provider::schema::NestedBlock::Optional(Block {
+        version: 1,
+        description: Description::plain("How long each operation may wait."),
+        attributes,
+        ..Default::default()
+    })
+}
+
+/// A Go-style duration (`1h30m`, `45s`, `500ms`): what Terraform's `timeouts` take.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration such as 30s, 10m or 1h30m");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return Err(bad()),
+        };
+        total += Duration::from_secs_f64(number * seconds);
+        rest = &rest[unit_end..];
+    }
+    Ok(total)
+}
+
+/// How long `operation` may wait under `timeouts` ([`WAIT`] unless set).
+pub fn timeout(timeouts: &Value<Timeouts<'_>>, operation: Operation) -> Duration {
+    timeouts
+        .as_ref_option()
+        .and_then(|t| t.value(operation).as_deref_option())
+        .and_then(|text| parse_duration(text).ok())
+        .unwrap_or(WAIT)
+}
+
+/// Checks at plan that every timeout given is a duration, on its attribute.
+pub fn validate_timeouts(diags: &mut Diagnostics, timeouts: &Value<Timeouts<'_>>) {
+    let Some(given) = timeouts.as_ref_option() else {
+        return;
+    };
+    for (name, operation) in [
+        ("create", Operation::Create),
+        ("update", Operation::Update),
+        ("delete", Operation::Delete),
+    ] {
+        if let Some(text) = given.value(operation).as_deref_option()
+            && let Err(problem) = parse_duration(text)
+        {
+            diags.error_short(problem, AttributePath::new("timeouts").attribute(name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_read_as_terraform_writes_them() {
+        assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["", "10", "ten minutes", "5 m", "3d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -17,7 +17,8 @@ use tf_provider::value::{Value, ValueEmpty, ValueList, ValueMap, ValueNumber, Va
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
-    POLL, WAIT, attribute, delete_and_wait, get_if_found, json_text, owned, reported,
+    Operation, POLL, Timeouts, attribute, delete_and_wait, get_if_found, json_text, owned,
+    reported, timeout, timeouts_block, validate_timeouts,
 };
 use crate::provider::Connection;
 
@@ -46,6 +47,8 @@ pub struct NodePoolState<'a> {
     desired_size: ValueNumber,
     labels: ValueMap<'a, ValueString<'a>>,
     taint: ValueList<Value<TaintState<'a>>>,
+    #[serde(with = "tf_provider::value::serde_as_vec")]
+    timeouts: Value<Timeouts<'a>>,
     subnets: ValueList<ValueString<'a>>,
     status: ValueString<'a>,
     ready_nodes: ValueNumber,
@@ -115,6 +118,14 @@ fn replacing(state: &NodePoolState<'_>) -> [(&'static str, serde_json::Value); 5
         ),
         ("subnets", serde_json::json!(texts(&state.subnets))),
     ]
+}
+
+impl<'a> NodePoolState<'a> {
+    /// This state with the configuration's `timeouts` (Terraform's, unknown to the API).
+    fn keeping(mut self, timeouts: &Value<Timeouts<'a>>) -> Self {
+        self.timeouts = timeouts.clone();
+        self
+    }
 }
 
 /// Which attributes that replace the pool change from `prior` to `proposed` (an unknown or
@@ -221,6 +232,7 @@ pub fn state_of<'a>(pool: &serde_json::Value, labels_unset: bool) -> NodePoolSta
                 .collect(),
         ),
         subnets: strings(&pool["subnets"]),
+        timeouts: Value::Null,
         status: json_text(pool, "/status"),
         ready_nodes: number("/readyNodes"),
         instance_ids: strings(&pool["instanceIds"]),
@@ -246,8 +258,9 @@ async fn wait_active(
     client: &flotilla_management_client::ManagementClient,
     cluster: &str,
     pool: &str,
+    within: std::time::Duration,
 ) -> anyhow::Result<serde_json::Value> {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         let found = describe(client, cluster, pool)
             .await?
@@ -281,7 +294,7 @@ async fn wait_active(
                 )
             }
             _ if tokio::time::Instant::now() > deadline => {
-                anyhow::bail!("node pool {pool} is not ACTIVE after {WAIT:?}")
+                anyhow::bail!("node pool {pool} is not ACTIVE after {within:?}")
             }
             _ => tokio::time::sleep(POLL).await,
         }
@@ -343,10 +356,13 @@ impl Resource for NodePoolResource {
                     "A node pool of a Flotilla cluster (EC2 instances that join it).",
                 ),
                 attributes,
-                blocks: [(
-                    "taint".to_string(),
-                    tf_provider::schema::NestedBlock::List(taint),
-                )]
+                blocks: [
+                    (
+                        "taint".to_string(),
+                        tf_provider::schema::NestedBlock::List(taint),
+                    ),
+                    ("timeouts".to_string(), timeouts_block()),
+                ]
                 .into_iter()
                 .collect(),
                 ..Default::default()
@@ -355,6 +371,7 @@ impl Resource for NodePoolResource {
     }
 
     async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
+        validate_timeouts(diags, &config.timeouts);
         let (min, max, desired) = (
             config.min_size.as_ref_option().copied(),
             config.max_size.as_ref_option().copied(),
@@ -414,7 +431,10 @@ impl Resource for NodePoolResource {
         let name = state.name.as_deref_option()?.to_string();
         match describe(&client, &cluster, &name).await {
             Ok(None) => None,
-            Ok(Some(found)) => Some((state_of(&found, state.labels.is_null()), private)),
+            Ok(Some(found)) => Some((
+                state_of(&found, state.labels.is_null()).keeping(&state.timeouts),
+                private,
+            )),
             Err(err) => {
                 diags.root_error_short(format!("{err:#}"));
                 Some((state, private))
@@ -494,10 +514,19 @@ impl Resource for NodePoolResource {
                     Some(&create_request(&planned)),
                 )
                 .await?;
-            wait_active(&client, &cluster, &name).await
+            wait_active(
+                &client,
+                &cluster,
+                &name,
+                timeout(&planned.timeouts, Operation::Create),
+            )
+            .await
         };
         match created.await {
-            Ok(found) => Some((state_of(&found, config.labels.is_null()), private)),
+            Ok(found) => Some((
+                state_of(&found, config.labels.is_null()).keeping(&planned.timeouts),
+                private,
+            )),
             Err(err) => {
                 diags.error_short(format!("{err:#}"), AttributePath::new("name"));
                 None
@@ -526,10 +555,19 @@ impl Resource for NodePoolResource {
             client
                 .call_json(Method::PATCH, &pool_path(&cluster, &name), Some(&request))
                 .await?;
-            wait_active(&client, &cluster, &name).await
+            wait_active(
+                &client,
+                &cluster,
+                &name,
+                timeout(&planned.timeouts, Operation::Update),
+            )
+            .await
         };
         let found = reported(diags, updated.await)?;
-        Some((state_of(&found, config.labels.is_null()), private))
+        Some((
+            state_of(&found, config.labels.is_null()).keeping(&planned.timeouts),
+            private,
+        ))
     }
 
     async fn destroy<'a>(
@@ -542,9 +580,12 @@ impl Resource for NodePoolResource {
         let client = self.connection.client(diags)?;
         let cluster = prior.cluster_name.as_deref_option()?.to_string();
         let name = prior.name.as_deref_option()?.to_string();
-        let deleted = delete_and_wait(&client, &pool_path(&cluster, &name), || {
-            describe(&client, &cluster, &name)
-        })
+        let deleted = delete_and_wait(
+            &client,
+            &pool_path(&cluster, &name),
+            timeout(&prior.timeouts, Operation::Delete),
+            || describe(&client, &cluster, &name),
+        )
         .await;
         reported(diags, deleted)
     }

@@ -160,6 +160,10 @@ provider "flotilla" {{
 resource "flotilla_cluster" "tf" {{
   name = "tf"
   tags = {{ {tags} }}
+  timeouts {{
+    create = "5m"
+    delete = "5m"
+  }}
 }}
 
 output "id" {{ value = flotilla_cluster.tf.id }}
@@ -247,7 +251,14 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     let (code, text) = plan(&terraform)?;
     ensure!(code == 0, "no changes after the update:\n{text}");
 
-    // Import into an empty state: nothing to change.
+    // Import into an empty state: nothing to change. (A `timeouts` block is configuration
+    // Terraform keeps in the state, which an import cannot know: with one, the first plan after
+    // an import records it as an in-place update.)
+    let tags = r#"team = "platform", tier = "gold""#;
+    terraform.write(&cluster_tf(&config, tags).replace(
+        "  timeouts {\n    create = \"5m\"\n    delete = \"5m\"\n  }\n",
+        "",
+    ))?;
     std::fs::remove_file(terraform.dir().join("terraform.tfstate"))?;
     terraform.ok(
         &["import", "-input=false", "flotilla_cluster.tf", "tf"],
@@ -264,6 +275,18 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
         "a cluster deleted outside Terraform is re-created:\n{text}"
     );
     terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+
+    // A timeout that is not a duration: refused at plan, on its attribute.
+    terraform.write(
+        &cluster_tf(&config, r#"team = "platform", tier = "gold""#)
+            .replace(r#"create = "5m""#, r#"create = "5 minutes""#),
+    )?;
+    let refused = terraform.fails(&["plan", "-input=false"], &[])?;
+    ensure!(
+        refused.contains(r#""5 minutes" is not a duration"#)
+            && refused.contains(r#"in resource "flotilla_cluster" "tf""#),
+        "a bad timeout is refused at plan: {refused}"
+    );
 
     // An invalid name: refused at plan, on the attribute's line, with the API's own rule.
     terraform
