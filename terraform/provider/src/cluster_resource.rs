@@ -17,10 +17,11 @@ use tf_provider::schema::{AttributeConstraint, AttributeType, Block, Description
 use tf_provider::value::{Value, ValueBool, ValueEmpty, ValueList, ValueMap, ValueString};
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
-use crate::common::{attribute, delete_and_wait, get_if_found, json_text, owned, reported};
+use crate::common::{
+    Operation, POLL, Timeouts, attribute, delete_and_wait, get_if_found, json_text, owned,
+    reported, schema, timeout, timeouts_block, validate_timeouts,
+};
 use crate::provider::Connection;
-
-use crate::common::{Operation, POLL, Timeouts, timeout, timeouts_block, validate_timeouts};
 
 /// `cloud`: where the cluster's instances, load balancers and volumes are made.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
@@ -421,26 +422,14 @@ impl Resource for ClusterResource {
             attributes: cloud_attributes(),
             ..Default::default()
         };
-        Some(Schema {
-            version: 1,
-            block: Block {
-                version: 1,
-                description: Description::plain(
-                    "A Flotilla cluster (a hosted Kubernetes control plane).",
-                ),
-                attributes,
-                blocks: [
-                    (
-                        "cloud".to_string(),
-                        tf_provider::schema::NestedBlock::Optional(cloud),
-                    ),
-                    ("timeouts".to_string(), timeouts_block()),
-                ]
-                .into_iter()
-                .collect(),
-                ..Default::default()
-            },
-        })
+        Some(schema(
+            "A Flotilla cluster (a hosted Kubernetes control plane).",
+            attributes,
+            vec![
+                ("cloud", tf_provider::schema::NestedBlock::Optional(cloud)),
+                ("timeouts", timeouts_block()),
+            ],
+        ))
     }
 
     async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {

@@ -127,6 +127,28 @@ impl<'a> Timeouts<'a> {
     }
 }
 
+/// A resource's or data source's schema (version 1): `description`, its attributes and its
+/// nested blocks by name.
+pub fn schema(
+    description: &str,
+    attributes: std::collections::HashMap<String, Attribute>,
+    blocks: Vec<(&str, tf_provider::schema::NestedBlock)>,
+) -> tf_provider::schema::Schema {
+    tf_provider::schema::Schema {
+        version: 1,
+        block: Block {
+            version: 1,
+            description: Description::plain(description),
+            attributes,
+            blocks: blocks
+                .into_iter()
+                .map(|(name, block)| (name.to_string(), block))
+                .collect(),
+            ..Default::default()
+        },
+    }
+}
+
 /// The `timeouts` block of a resource (at most once).
 pub fn timeouts_block() -> tf_provider::schema::NestedBlock {
     let attributes = ["create", "update", "delete"]

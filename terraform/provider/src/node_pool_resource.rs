@@ -18,7 +18,7 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
     Operation, POLL, Timeouts, attribute, delete_and_wait, get_if_found, json_text, owned,
-    reported, timeout, timeouts_block, validate_timeouts,
+    reported, schema, timeout, timeouts_block, validate_timeouts,
 };
 use crate::provider::Connection;
 
@@ -348,26 +348,14 @@ impl Resource for NodePoolResource {
             .collect(),
             ..Default::default()
         };
-        Some(Schema {
-            version: 1,
-            block: Block {
-                version: 1,
-                description: Description::plain(
-                    "A node pool of a Flotilla cluster (EC2 instances that join it).",
-                ),
-                attributes,
-                blocks: [
-                    (
-                        "taint".to_string(),
-                        tf_provider::schema::NestedBlock::List(taint),
-                    ),
-                    ("timeouts".to_string(), timeouts_block()),
-                ]
-                .into_iter()
-                .collect(),
-                ..Default::default()
-            },
-        })
+        Some(schema(
+            "A node pool of a Flotilla cluster (EC2 instances that join it).",
+            attributes,
+            vec![
+                ("taint", tf_provider::schema::NestedBlock::List(taint)),
+                ("timeouts", timeouts_block()),
+            ],
+        ))
     }
 
     async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
