@@ -12,6 +12,7 @@
 pub mod cidr;
 pub mod errors;
 pub mod field;
+pub mod goduration;
 pub mod managed_fields;
 pub mod names;
 pub mod nodeconfig;

@@ -442,32 +442,8 @@ pub async fn delete_mirror(client: &kube::Client, mirror: &Pod) -> Result<(), ku
 
 /// Parses a Go duration as the kubelet's flags take it (`20s`, `500ms`, `1m30s`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {text:?} (e.g. 20s, 500ms, 1m)");
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ms" => number / 1000.0,
-            "s" => number,
-            "m" => number * 60.0,
-            "h" => number * 3600.0,
-            _ => return Err(bad()),
-        };
-        total += Duration::from_secs_f64(seconds);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
+    flotilla_api_machinery::goduration::parse(text)
+        .ok_or_else(|| format!("invalid duration {text:?} (e.g. 20s, 500ms, 1m)"))
 }
 
 #[cfg(test)]

@@ -174,32 +174,8 @@ pub fn timeouts_block() -> tf_provider::schema::NestedBlock {
 
 /// A Go-style duration (`1h30m`, `45s`, `500ms`): what Terraform's `timeouts` take.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration such as 30s, 10m or 1h30m");
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 0.001,
-            _ => return Err(bad()),
-        };
-        total += Duration::from_secs_f64(number * seconds);
-        rest = &rest[unit_end..];
-    }
-    Ok(total)
+    flotilla_api_machinery::goduration::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a duration such as 30s, 10m or 1h30m"))
 }
 
 /// How long `operation` may wait under `timeouts` ([`WAIT`] unless set).
