@@ -242,28 +242,13 @@ fn http_get(kubectl: &Kubectl, pod: &str, host: &str, port: u16) -> String {
 /// The resident memory of the VM's node daemons (the image's own binaries, on the system
 /// allocator), read by a pod in the host's PID namespace.
 fn node_memory(kubectl: &Kubectl, vm_name: &str) -> anyhow::Result<String> {
-    let overrides = format!(r#"{{"spec":{{"nodeName":"{vm_name}","hostPID":true}}}}"#);
-    kubectl.ok(&[
-        "run",
+    let listing = host_pod_output(
+        kubectl,
         "meter",
-        "--image=flotilla.local/busybox:1",
-        "--image-pull-policy=Never",
-        "--restart=Never",
-        "--overrides",
-        &overrides,
-        "--",
-        "sh",
-        "-c",
+        vm_name,
+        "hostPID",
         r#"for s in /proc/[0-9]*/status; do awk '/^Name:/ {n=$2} /^VmRSS:/ {print n, $2}' "$s"; done"#,
-    ])?;
-    until("the meter pod ran", Duration::from_secs(120), || {
-        Ok(kubectl
-            .ok(&["get", "pod", "meter", "-o", "jsonpath={.status.phase}"])?
-            .trim()
-            == "Succeeded")
-    })?;
-    let listing = kubectl.ok(&["logs", "meter"])?;
-    kubectl.ok(&["delete", "pod", "meter", "--wait=false"])?;
+    )?;
     let mut figures = Vec::new();
     for (label, name) in [
         ("kubelet", "flotilla-kubele"),
@@ -281,6 +266,40 @@ fn node_memory(kubectl: &Kubectl, vm_name: &str) -> anyhow::Result<String> {
     Ok(figures.join(", "))
 }
 
+/// What `script` prints in a busybox pod `name` on `node` sharing the node's `namespace`
+/// (`hostPID`, `hostNetwork`); the pod is deleted afterwards.
+fn host_pod_output(
+    kubectl: &Kubectl,
+    name: &str,
+    node: &str,
+    namespace: &str,
+    script: &str,
+) -> anyhow::Result<String> {
+    let overrides = format!(r#"{{"spec":{{"nodeName":"{node}","{namespace}":true}}}}"#);
+    kubectl.ok(&[
+        "run",
+        name,
+        "--image=flotilla.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--overrides",
+        &overrides,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ])?;
+    until(&format!("pod {name} ran"), Duration::from_secs(120), || {
+        Ok(kubectl
+            .ok(&["get", "pod", name, "-o", "jsonpath={.status.phase}"])?
+            .trim()
+            == "Succeeded")
+    })?;
+    let output = kubectl.ok(&["logs", name])?;
+    kubectl.ok(&["delete", "pod", name, "--wait=false"])?;
+    Ok(output)
+}
+
 /// The node image's pod range for a node at `ip` (`flotilla-bootstrap`'s rule).
 fn image_pod_cidr(ip: &str) -> String {
     format!("10.244.{}.0/24", ip.rsplit('.').next().unwrap_or("0"))
@@ -291,27 +310,13 @@ fn image_pod_cidr(ip: &str) -> String {
 fn vm_network_diagnostics(kubectl: &Kubectl, vm_name: &str) -> String {
     let web = jsonpath(kubectl, &["get", "pod", "web"], "{.status.podIP}").unwrap_or_default();
     let direct = http_get(kubectl, "invm", &web, 8080);
-    let overrides = format!(r#"{{"spec":{{"nodeName":"{vm_name}","hostNetwork":true}}}}"#);
-    let _ = kubectl.ok(&[
-        "run",
+    let host = host_pod_output(
+        kubectl,
         "vmhost",
-        "--image=flotilla.local/busybox:1",
-        "--image-pull-policy=Never",
-        "--restart=Never",
-        "--overrides",
-        &overrides,
-        "--",
-        "sh",
-        "-c",
+        vm_name,
+        "hostNetwork",
         "ip -4 addr; ip route; cat /proc/sys/net/ipv4/ip_forward",
-    ]);
-    let _ = until("vmhost ran", Duration::from_secs(60), || {
-        Ok(kubectl
-            .ok(&["get", "pod", "vmhost", "-o", "jsonpath={.status.phase}"])?
-            .trim()
-            == "Succeeded")
-    });
-    let host = kubectl.ok(&["logs", "vmhost"]).unwrap_or_default();
-    let _ = kubectl.ok(&["delete", "pod", "vmhost", "--wait=false"]);
+    )
+    .unwrap_or_else(|err| format!("{err:#}"));
     format!("pod {web}:8080 directly: {direct:?}; the VM's network:\n{host}")
 }
