@@ -29,6 +29,28 @@ pub fn canonical(address: IpAddr) -> IpAddr {
     }
 }
 
+/// The longest prefix a cluster's Service or pod range may have (a /24 and larger).
+pub const MAX_CLUSTER_RANGE_PREFIX: u8 = 24;
+
+/// Why `text` is not an IPv4 network `a.b.c.d/n` (host bits zero) with a prefix of at most
+/// `max_prefix`; `None` when it is. The management API's rule for its ranges, which the
+/// Terraform provider also checks at plan.
+pub fn ipv4_network_problem(text: &str, max_prefix: u8) -> Option<String> {
+    let Ok(parsed) = text.parse::<Cidr>() else {
+        return Some("expected a.b.c.d/n".into());
+    };
+    if !parsed.address().is_ipv4() {
+        return Some("not an IPv4 address".into());
+    }
+    if parsed.prefix() > max_prefix {
+        return Some(format!("prefix length must be at most /{max_prefix}"));
+    }
+    if !parsed.is_network() {
+        return Some("host bits must be zero".into());
+    }
+    None
+}
+
 impl Cidr {
     /// The block of exactly one address.
     pub fn host(address: IpAddr) -> Self {

@@ -34,6 +34,18 @@ pub async fn account(args: &ClientArgs, command: AccountCommand) -> anyhow::Resu
             let list = client.call_json(Method::GET, "/v1/accounts", None).await?;
             print_many(args.output, &list, "accounts", &ACCOUNT_COLUMNS)
         }
+        AccountCommand::Get { id } => {
+            let answer = client
+                .call_json(Method::GET, &format!("/v1/accounts/{id}"), None)
+                .await?;
+            print_one(args.output, &answer["account"], &ACCOUNT_COLUMNS)
+        }
+        AccountCommand::Delete { id } => {
+            let answer = client
+                .call_json(Method::DELETE, &format!("/v1/accounts/{id}"), None)
+                .await?;
+            print_one(args.output, &answer["account"], &ACCOUNT_COLUMNS)
+        }
         AccountCommand::NewKey { id } => {
             let key = client
                 .call_json(Method::POST, &format!("/v1/accounts/{id}/apikeys"), None)

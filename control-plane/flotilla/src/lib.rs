@@ -439,6 +439,18 @@ pub enum AccountCommand {
     /// List accounts.
     #[command(after_help = "Example:\n  flotilla account list -o json")]
     List,
+    /// Show an account.
+    #[command(after_help = "Example:\n  flotilla account get acme")]
+    Get {
+        /// Account id.
+        id: String,
+    },
+    /// Delete an account that has no clusters; its API keys stop working.
+    #[command(after_help = "Example:\n  flotilla account delete acme")]
+    Delete {
+        /// Account id.
+        id: String,
+    },
     /// Issue another API key for an account.
     #[command(after_help = "Example:\n  flotilla account new-key acme")]
     NewKey {

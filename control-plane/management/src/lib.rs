@@ -7,6 +7,7 @@
 //! asynchronous as in EKS: a create answers `CREATING` at once, the reconciler makes it
 //! `ACTIVE`; a delete answers `DELETING` and the reconciler removes every object and credential.
 
+mod accounts;
 pub mod error;
 pub mod model;
 mod openapi;
@@ -49,6 +50,9 @@ fn accounts_prefix() -> String {
 }
 fn account_key(id: &str) -> String {
     format!("{ROOT}accounts/{id}")
+}
+fn api_keys_prefix() -> String {
+    format!("{ROOT}apikeys/")
 }
 fn api_key_key(hash: &str) -> String {
     format!("{ROOT}apikeys/{hash}")
@@ -370,10 +374,17 @@ impl Management {
             .route("/v1/openapi.json", get(openapi_document))
             .route("/v1/version", get(service_version))
             .route("/metrics", get(service_metrics))
-            .route("/v1/accounts", get(list_accounts).post(create_account))
+            .route(
+                "/v1/accounts",
+                get(accounts::list_accounts).post(accounts::create_account),
+            )
+            .route(
+                "/v1/accounts/{account}",
+                get(accounts::describe_account).delete(accounts::delete_account),
+            )
             .route(
                 "/v1/accounts/{account}/apikeys",
-                axum::routing::post(create_api_key),
+                axum::routing::post(accounts::create_api_key),
             )
             .route("/v1/clusters", get(list_clusters).post(create_cluster))
             .route(
@@ -1035,61 +1046,6 @@ async fn service_metrics(State(m): Service, headers: HeaderMap) -> Result<Respon
         m.api.render_metrics(),
     )
         .into_response())
-}
-
-async fn list_accounts(State(m): Service, headers: HeaderMap) -> Result<Response> {
-    if m.authenticate(&headers).await? != Caller::Operator {
-        return Err(ManagementError::access_denied(
-            "only the operator lists accounts",
-        ));
-    }
-    let accounts: Vec<Account> = m
-        .range_all(&accounts_prefix())
-        .await?
-        .into_iter()
-        .map(|(a, _)| a)
-        .collect();
-    Ok(json(
-        StatusCode::OK,
-        &serde_json::json!({ "accounts": accounts }),
-    ))
-}
-
-async fn create_account(State(m): Service, headers: HeaderMap, body: Bytes) -> Result<Response> {
-    if m.authenticate(&headers).await? != Caller::Operator {
-        return Err(ManagementError::access_denied(
-            "only the operator creates accounts",
-        ));
-    }
-    let request: CreateAccountRequest = parse_body(&body)?;
-    validate_name("account id", &request.id)?;
-    if m.storage.get(&account_key(&request.id)).await?.is_some() {
-        return Err(ManagementError::in_use(format!(
-            "account {:?} already exists",
-            request.id
-        )));
-    }
-    m.ensure_account(&request.id).await?;
-    let key = m.issue_api_key(&request.id).await?;
-    Ok(json(StatusCode::CREATED, &key))
-}
-
-async fn create_api_key(
-    State(m): Service,
-    Path(account): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response> {
-    match m.authenticate(&headers).await? {
-        Caller::Operator => {}
-        Caller::Account(own) if own == account => {}
-        // Another account's existence is not revealed.
-        Caller::Account(_) => {
-            return Err(ManagementError::not_found(format!(
-                "no account {account:?}"
-            )));
-        }
-    }
-    Ok(json(StatusCode::CREATED, &m.issue_api_key(&account).await?))
 }
 
 async fn list_clusters(State(m): Service, headers: HeaderMap) -> Result<Response> {

@@ -1,7 +1,7 @@
 //! The management API's wire types (camelCase JSON, field names after EKS CreateCluster and
 //! CreateNodegroup) and their validation. Stored records are these same types.
 
-use flotilla_api_machinery::cidr::Cidr;
+use flotilla_api_machinery::cidr::MAX_CLUSTER_RANGE_PREFIX;
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
@@ -466,20 +466,12 @@ pub fn validate_name(what: &str, name: &str) -> Result<(), ManagementError> {
 
 /// An IPv4 CIDR `a.b.c.d/n` whose host bits are zero, with a prefix of at most `max_prefix`.
 fn validate_cidr(field: &str, cidr: &str, max_prefix: u8) -> Result<(), ManagementError> {
-    let bad = |why: &str| {
-        ManagementError::invalid_parameter(format!("{field} {cidr:?} is invalid: {why}"))
-    };
-    let parsed: Cidr = cidr.parse().map_err(|_| bad("expected a.b.c.d/n"))?;
-    if !parsed.address().is_ipv4() {
-        return Err(bad("not an IPv4 address"));
+    match flotilla_api_machinery::cidr::ipv4_network_problem(cidr, max_prefix) {
+        Some(why) => Err(ManagementError::invalid_parameter(format!(
+            "{field} {cidr:?} is invalid: {why}"
+        ))),
+        None => Ok(()),
     }
-    if parsed.prefix() > max_prefix {
-        return Err(bad(&format!("prefix length must be at most /{max_prefix}")));
-    }
-    if !parsed.is_network() {
-        return Err(bad("host bits must be zero"));
-    }
-    Ok(())
 }
 
 impl CreateClusterRequest {
@@ -495,10 +487,10 @@ impl CreateClusterRequest {
             )));
         }
         if let Some(cidr) = &self.kubernetes_network_config.service_ipv4_cidr {
-            validate_cidr("serviceIpv4Cidr", cidr, 24)?;
+            validate_cidr("serviceIpv4Cidr", cidr, MAX_CLUSTER_RANGE_PREFIX)?;
         }
         if let Some(cidr) = &self.kubernetes_network_config.pod_ipv4_cidr {
-            validate_cidr("podIpv4Cidr", cidr, 24)?;
+            validate_cidr("podIpv4Cidr", cidr, MAX_CLUSTER_RANGE_PREFIX)?;
         }
         self.endpoint_access.validate()?;
         validate_tags(&self.tags)?;

@@ -55,6 +55,10 @@ fn build() -> Value {
                 "get": {"summary": "List accounts (operator)", "responses": answer("Account")},
                 "post": {"summary": "Create an account and its first API key (operator)", "requestBody": body("CreateAccountRequest"), "responses": answer("IssuedApiKey")},
             },
+            "/v1/accounts/{account}": {
+                "get": {"summary": "Describe an account (the operator, or the account itself)", "responses": answer("Account")},
+                "delete": {"summary": "Delete an account without clusters, revoking every API key it has (operator)", "responses": answer("Account")},
+            },
             "/v1/accounts/{account}/apikeys": {
                 "post": {"summary": "Issue another API key", "responses": answer("IssuedApiKey")},
             },

@@ -327,6 +327,37 @@ async fn wait_active(
     }
 }
 
+/// The configuration's ranges that the management API would refuse, each with its attribute
+/// (the API's own rule; unknown values wait for apply).
+fn cidr_problems(config: &ClusterResourceState<'_>) -> Vec<(String, AttributePath)> {
+    use flotilla_api_machinery::cidr::{MAX_CLUSTER_RANGE_PREFIX, ipv4_network_problem};
+    let mut problems = Vec::new();
+    for (name, value) in [
+        ("service_ipv4_cidr", &config.service_ipv4_cidr),
+        ("pod_ipv4_cidr", &config.pod_ipv4_cidr),
+    ] {
+        if let Some(cidr) = value.as_deref_option()
+            && let Some(why) = ipv4_network_problem(cidr, MAX_CLUSTER_RANGE_PREFIX)
+        {
+            problems.push((
+                format!("{cidr:?} is invalid: {why}"),
+                AttributePath::new(name),
+            ));
+        }
+    }
+    for (index, cidr) in config.public_access_cidrs.iter().flatten().enumerate() {
+        if let Some(cidr) = cidr.as_deref_option()
+            && let Some(why) = ipv4_network_problem(cidr, 32)
+        {
+            problems.push((
+                format!("{cidr:?} is invalid: {why}"),
+                AttributePath::new("public_access_cidrs").index(index as i64),
+            ));
+        }
+    }
+    problems
+}
+
 /// The attributes of `cloud`.
 fn cloud_attributes() -> std::collections::HashMap<String, tf_provider::schema::Attribute> {
     use AttributeConstraint::Optional;
@@ -397,14 +428,14 @@ impl Resource for ClusterResource {
         use AttributeConstraint::{Computed, Optional, OptionalComputed, Required};
         let string = || AttributeType::String;
         let attributes = [
-            ("name", attribute(string(), Required, "The cluster's name (replaces the cluster when changed).")),
+            ("name", attribute(string(), Required, "The cluster's name, a DNS label of at most 40 characters checked at plan (replaces the cluster when changed).")),
             ("version", attribute(string(), OptionalComputed, "Kubernetes minor version (default: the newest supported; replaces when changed).")),
-            ("service_ipv4_cidr", attribute(string(), OptionalComputed, "The Services' range (replaces when changed).")),
-            ("pod_ipv4_cidr", attribute(string(), OptionalComputed, "The pods' range (replaces when changed).")),
-            ("endpoint_public_access", attribute(AttributeType::Bool, OptionalComputed, "Whether the API answers on the public endpoint.")),
-            ("endpoint_private_access", attribute(AttributeType::Bool, OptionalComputed, "Whether it answers the private networks.")),
-            ("public_access_cidrs", attribute(AttributeType::List(string().into()), OptionalComputed, "Who may reach the public endpoint.")),
-            ("tags", attribute(AttributeType::Map(string().into()), Optional, "Tags.")),
+            ("service_ipv4_cidr", attribute(string(), OptionalComputed, "The Services' range, an IPv4 CIDR of /24 or larger checked at plan (default 10.96.0.0/12; replaces when changed).")),
+            ("pod_ipv4_cidr", attribute(string(), OptionalComputed, "The pods' range, an IPv4 CIDR of /24 or larger checked at plan (default 10.244.0.0/16; replaces when changed).")),
+            ("endpoint_public_access", attribute(AttributeType::Bool, OptionalComputed, "Whether the API answers on the public endpoint (updated in place).")),
+            ("endpoint_private_access", attribute(AttributeType::Bool, OptionalComputed, "Whether it answers the private networks (updated in place).")),
+            ("public_access_cidrs", attribute(AttributeType::List(string().into()), OptionalComputed, "Who may reach the public endpoint: IPv4 CIDRs, checked at plan (updated in place).")),
+            ("tags", attribute(AttributeType::Map(string().into()), Optional, "Tags (updated in place; a key left out is removed).")),
             ("id", attribute(string(), Computed, "The cluster's id.")),
             ("endpoint", attribute(string(), Computed, "The cluster's Kubernetes API URL.")),
             ("certificate_authority", attribute(string(), Computed, "Base64 of the PEM CA that signed the API's certificate.")),
@@ -443,6 +474,9 @@ impl Resource for ClusterResource {
                 format!("cluster name {name:?} is invalid: {problem}"),
                 AttributePath::new("name"),
             );
+        }
+        for (problem, path) in cidr_problems(&config) {
+            diags.error_short(problem, path);
         }
         Some(())
     }
@@ -544,36 +578,41 @@ impl Resource for ClusterResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = self.connection.client(diags)?;
         let name = planned.name.as_deref_option()?.to_string();
-        let created = async {
-            client
-                .call_json(
-                    Method::POST,
-                    "/v1/clusters",
-                    Some(&create_request(&planned)),
-                )
-                .await?;
-            wait_active(
-                &client,
-                &name,
-                timeout(&planned.timeouts, Operation::Create),
+        let posted = client
+            .call_json(
+                Method::POST,
+                "/v1/clusters",
+                Some(&create_request(&planned)),
             )
-            .await
-        };
-        match created.await {
-            Ok(cluster) => Some((
-                state_of(
-                    &cluster,
-                    config.tags.is_null(),
-                    config.cloud.as_ref_option(),
-                )
-                .keeping(&planned.timeouts),
-                private,
-            )),
+            .await;
+        if let Err(err) = posted {
+            diags.error_short(format!("{err:#}"), AttributePath::new("name"));
+            return None;
+        }
+        let waited = wait_active(
+            &client,
+            &name,
+            timeout(&planned.timeouts, Operation::Create),
+        )
+        .await;
+        let cluster = match waited {
+            Ok(cluster) => cluster,
             Err(err) => {
                 diags.error_short(format!("{err:#}"), AttributePath::new("name"));
-                None
+                // The cluster exists (FAILED or still CREATING): Terraform keeps it as
+                // tainted, so the next apply replaces it and destroy deletes it.
+                describe(&client, &name).await.ok().flatten()?
             }
-        }
+        };
+        Some((
+            state_of(
+                &cluster,
+                config.tags.is_null(),
+                config.cloud.as_ref_option(),
+            )
+            .keeping(&planned.timeouts),
+            private,
+        ))
     }
 
     async fn update<'a>(
@@ -724,6 +763,30 @@ mod tests {
             state.cloud.is_null(),
             "no cloud in the API, none in the state"
         );
+    }
+
+    #[test]
+    fn ranges_the_api_would_refuse_are_found_at_plan_on_their_attribute() {
+        let config = ClusterResourceState {
+            name: owned("prod"),
+            service_ipv4_cidr: owned("10.96.0.1/12"),
+            pod_ipv4_cidr: owned("10.244.0.0/16"),
+            public_access_cidrs: Value::Value(vec![owned("0.0.0.0/0"), owned("203.0.113.0/33")]),
+            ..Default::default()
+        };
+        let problems = cidr_problems(&config);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].0.contains("host bits must be zero"));
+        assert_eq!(problems[0].1, AttributePath::new("service_ipv4_cidr"));
+        assert_eq!(
+            problems[1].1,
+            AttributePath::new("public_access_cidrs").index(1)
+        );
+        let unknown = ClusterResourceState {
+            service_ipv4_cidr: Value::Unknown,
+            ..Default::default()
+        };
+        assert!(cidr_problems(&unknown).is_empty());
     }
 
     #[test]

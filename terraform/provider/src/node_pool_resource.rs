@@ -316,10 +316,10 @@ impl Resource for NodePoolResource {
             ("name", attribute(string(), Required, "The pool's name (replaces it when changed).")),
             ("instance_types", attribute(list(), OptionalComputed, "Instance types; the first is launched (replaces when changed).")),
             ("image_id", attribute(string(), Optional, "The AMI (default: the newest Flotilla node image for the cluster's version; replaces when changed).")),
-            ("min_size", attribute(AttributeType::Number, Required, "Fewest nodes.")),
-            ("max_size", attribute(AttributeType::Number, Required, "Most nodes.")),
-            ("desired_size", attribute(AttributeType::Number, Required, "Nodes wanted (ignore its changes for an autoscaled pool).")),
-            ("labels", attribute(AttributeType::Map(string().into()), Optional, "Labels of the pool's Nodes.")),
+            ("min_size", attribute(AttributeType::Number, Required, "Fewest nodes (updated in place).")),
+            ("max_size", attribute(AttributeType::Number, Required, "Most nodes (updated in place).")),
+            ("desired_size", attribute(AttributeType::Number, Required, "Nodes wanted, min_size ≤ desired_size ≤ max_size checked at plan (updated in place; `lifecycle { ignore_changes = [desired_size] }` for an autoscaled pool).")),
+            ("labels", attribute(AttributeType::Map(string().into()), Optional, "Labels of the pool's Nodes (updated in place).")),
             ("subnets", attribute(list(), OptionalComputed, "Subnets (default: the cluster's; replaces when changed).")),
             ("status", attribute(string(), Computed, "CREATING, ACTIVE, UPDATING, DELETING or DEGRADED.")),
             ("ready_nodes", attribute(AttributeType::Number, Computed, "Ready Nodes of the pool.")),
@@ -494,32 +494,37 @@ impl Resource for NodePoolResource {
         let client = self.connection.client(diags)?;
         let cluster = planned.cluster_name.as_deref_option()?.to_string();
         let name = planned.name.as_deref_option()?.to_string();
-        let created = async {
-            client
-                .call_json(
-                    Method::POST,
-                    &format!("/v1/clusters/{cluster}/nodepools"),
-                    Some(&create_request(&planned)),
-                )
-                .await?;
-            wait_active(
-                &client,
-                &cluster,
-                &name,
-                timeout(&planned.timeouts, Operation::Create),
+        let posted = client
+            .call_json(
+                Method::POST,
+                &format!("/v1/clusters/{cluster}/nodepools"),
+                Some(&create_request(&planned)),
             )
-            .await
-        };
-        match created.await {
-            Ok(found) => Some((
-                state_of(&found, config.labels.is_null()).keeping(&planned.timeouts),
-                private,
-            )),
+            .await;
+        if let Err(err) = posted {
+            diags.error_short(format!("{err:#}"), AttributePath::new("name"));
+            return None;
+        }
+        let waited = wait_active(
+            &client,
+            &cluster,
+            &name,
+            timeout(&planned.timeouts, Operation::Create),
+        )
+        .await;
+        let found = match waited {
+            Ok(found) => found,
             Err(err) => {
                 diags.error_short(format!("{err:#}"), AttributePath::new("name"));
-                None
+                // The pool exists: Terraform keeps it as tainted, so the next apply replaces
+                // it (and destroy deletes it) rather than forgetting it.
+                describe(&client, &cluster, &name).await.ok().flatten()?
             }
-        }
+        };
+        Some((
+            state_of(&found, config.labels.is_null()).keeping(&planned.timeouts),
+            private,
+        ))
     }
 
     async fn update<'a>(

@@ -17,6 +17,7 @@ use tf_provider::schema::{
 use tf_provider::value::{ValueEmpty, ValueString};
 use tf_provider::{AttributePath, Diagnostics, DynamicDataSource, DynamicResource, Provider};
 
+use crate::account_resource::AccountResource;
 use crate::auth_data_sources::{ClusterAuthDataSource, KubeconfigDataSource};
 use crate::cluster_data_source::ClusterDataSource;
 use crate::cluster_resource::ClusterResource;
@@ -167,12 +168,15 @@ impl Provider for FlotillaProvider {
         &self,
         _diags: &mut Diagnostics,
     ) -> Option<HashMap<String, Box<dyn DynamicResource>>> {
+        let account: Box<dyn DynamicResource> =
+            Box::new(AccountResource::new(self.connection.clone()));
         let cluster: Box<dyn DynamicResource> =
             Box::new(ClusterResource::new(self.connection.clone()));
         let node_pool: Box<dyn DynamicResource> =
             Box::new(NodePoolResource::new(self.connection.clone()));
         // Named without the provider's prefix: the server adds `flotilla_`.
         Some(HashMap::from([
+            ("account".to_string(), account),
             ("cluster".to_string(), cluster),
             ("node_pool".to_string(), node_pool),
         ]))

@@ -298,6 +298,18 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
         "an invalid name is refused at plan on its line: {refused}"
     );
 
+    // A range the API would refuse: at plan, on its attribute, with the API's rule.
+    terraform.write(&cluster_tf(&config, "").replace(
+        r#"name = "tf""#,
+        "name = \"tf\"\n  service_ipv4_cidr = \"10.96.0.1/12\"",
+    ))?;
+    let refused = terraform.fails(&["plan", "-input=false"], &[])?;
+    ensure!(
+        refused.contains(r#""10.96.0.1/12" is invalid: host bits must be zero"#)
+            && refused.contains(r#"service_ipv4_cidr = "10.96.0.1/12""#),
+        "an invalid range is refused at plan on its line: {refused}"
+    );
+
     // A node pool of the cluster: created ACTIVE (no cloud: no instances), resized in place,
     // imported by CLUSTER/POOL, and a desired size outside min..max refused at plan time on
     // its attribute.
@@ -346,6 +358,17 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     )?;
     let (code, text) = plan(&terraform)?;
     ensure!(code == 0, "an imported pool plans no changes:\n{text}");
+    // The pool deleted behind Terraform's back: planned for creation, and re-created.
+    cli.ok(&["nodepool", "delete", "tf", "workers", "--wait"])?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 2
+            && text.contains("flotilla_node_pool.workers will be created")
+            && !text.contains("flotilla_cluster.tf will be"),
+        "a pool deleted outside Terraform is re-created:\n{text}"
+    );
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    ensure!(workers_pool(&cli)?["status"] == "ACTIVE", "re-created");
     terraform.write(&with_pool(1).replace("NO_SCHEDULE", "NoSchedule"))?;
     let refused = terraform.fails(&["plan", "-input=false"], &[])?;
     ensure!(
@@ -366,6 +389,122 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
     let names = cli.ok(&["cluster", "list", "-o", "json"])?;
     ensure!(!names.contains("\"tf\""), "the cluster is gone: {names}");
+    Ok(())
+}
+
+fn account_tf(operator_config: &str, id: &str) -> String {
+    format!(
+        r#"terraform {{
+  required_providers {{
+    flotilla = {{ source = "flotilla/flotilla" }}
+  }}
+}}
+
+provider "flotilla" {{
+  config_file = "{operator_config}"
+}}
+
+resource "flotilla_account" "team" {{
+  id = "{id}"
+}}
+"#
+    )
+}
+
+/// The account's key as an output (left out after an import, which has no key).
+const KEY_OUTPUT: &str = r#"
+output "api_key" {
+  value     = flotilla_account.team.api_key
+  sensitive = true
+}
+"#;
+
+/// `flotilla_account` with the operator's credentials: created with its first API key (which
+/// works), a clean plan, refused at plan for a bad id, re-created when deleted behind
+/// Terraform's back, not destroyed while it has a cluster (the API's message, and the state
+/// keeps it), imported (without a key), destroyed (its key then fails).
+#[test]
+fn terraform_manages_an_account_with_the_operators_credentials() -> anyhow::Result<()> {
+    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let operator = flotilla.data_dir().join("operator.json");
+    let operator_cli = flotilla_e2e::FlotillaCli {
+        config: operator.clone(),
+    };
+    let operator = operator.display().to_string();
+    let with_key = account_tf(&operator, "team-a") + KEY_OUTPUT;
+    let terraform = Terraform::new(&with_key)?;
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let key = terraform.ok(&["output", "-raw", "api_key"], &[])?;
+    ensure!(key.starts_with("flo_"), "the account's API key: {key:?}");
+    // A client configuration with the new key: the CLI acts as the account.
+    let mut team_config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        flotilla.data_dir().join("flotilla.json"),
+    )?)?;
+    team_config["apiKey"] = key.trim().into();
+    let team_config_path = terraform.dir().join("team-a.json");
+    std::fs::write(&team_config_path, team_config.to_string())?;
+    let team = flotilla_e2e::FlotillaCli {
+        config: team_config_path,
+    };
+    team.ok(&["cluster", "list"])?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "a second plan shows no changes:\n{text}");
+
+    let refused = {
+        terraform.write(&account_tf(&operator, "Team_A"))?;
+        terraform.fails(&["plan", "-input=false"], &[])?
+    };
+    ensure!(
+        refused.contains(r#"account id "Team_A" is invalid"#)
+            && refused.contains(r#"id = "Team_A""#),
+        "an invalid id is refused at plan on its line: {refused}"
+    );
+    terraform.write(&with_key)?;
+
+    // Deleted behind Terraform's back: planned for creation (with a new key).
+    operator_cli.ok(&["account", "delete", "team-a"])?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 2 && text.contains("flotilla_account.team will be created"),
+        "an account deleted outside Terraform is re-created:\n{text}"
+    );
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let key = terraform.ok(&["output", "-raw", "api_key"], &[])?;
+    team_config["apiKey"] = key.trim().into();
+    std::fs::write(&team.config, team_config.to_string())?;
+
+    // An account with a cluster is not destroyed: the API's message, and it stays in the state.
+    team.ok(&["cluster", "create", "keep", "--wait"])?;
+    let refused = terraform.fails(&["destroy", "-auto-approve", "-input=false"], &[])?;
+    ensure!(
+        refused.contains(r#"account "team-a" still has clusters (keep); delete them first"#),
+        "an account with clusters is not destroyed: {refused}"
+    );
+    let listed = terraform.ok(&["state", "list"], &[])?;
+    ensure!(
+        listed.contains("flotilla_account.team"),
+        "the refused destroy keeps it in the state: {listed}"
+    );
+    team.ok(&["cluster", "delete", "keep", "--wait"])?;
+
+    // Imported into an empty state: the account, without a key (shown only once).
+    terraform.write(&account_tf(&operator, "team-a"))?;
+    std::fs::remove_file(terraform.dir().join("terraform.tfstate"))?;
+    terraform.ok(
+        &["import", "-input=false", "flotilla_account.team", "team-a"],
+        &[],
+    )?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "an imported account plans no changes:\n{text}");
+
+    terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
+    let listed = operator_cli.ok(&["account", "list", "-o", "json"])?;
+    ensure!(!listed.contains("team-a"), "the account is gone: {listed}");
+    let refused = team.fails(&["cluster", "list"])?;
+    ensure!(
+        refused.contains("401") || refused.contains("Unauthorized"),
+        "the deleted account's key no longer works: {refused}"
+    );
     Ok(())
 }
 
@@ -503,6 +642,26 @@ output "vpc_id" {{ value = module.cluster.vpc_id }}
     let (code, text) = plan(&terraform)?;
     ensure!(code == 0, "a second plan shows no changes:\n{text}");
 
+    // A second pool (the node-pool module again) of an instance type EC2 does not have:
+    // the apply fails with the cloud's own message, and the pool stays in the state (tainted)
+    // for destroy to remove.
+    terraform.write(&format!(
+        "{main_tf}\nmodule \"bad_pool\" {{\n  source         = \"./modules/node-pool\"\n  cluster_name   = module.cluster.cluster_name\n  name           = \"bad\"\n  instance_types = [\"m9.huge\"]\n  desired_size   = 1\n  max_size       = 1\n  subnet_ids     = module.cluster.private_subnet_ids\n}}\n"
+    ))?;
+    terraform.ok(&["init", "-input=false"], &[])?;
+    let refused = terraform.fails(&["apply", "-auto-approve", "-input=false"], &[])?;
+    ensure!(
+        refused.contains("node pool bad is DEGRADED")
+            && refused.contains("Ec2InstanceTypeDoesNotExist")
+            && refused.contains("m9.huge"),
+        "a pool of an unknown instance type fails with the cloud's message: {refused}"
+    );
+    let listed = terraform.ok(&["state", "list"], &[])?;
+    ensure!(
+        listed.contains("module.bad_pool.flotilla_node_pool.this"),
+        "the failed pool is in the state: {listed}"
+    );
+
     terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
     let vpcs = aws.try_call(
         "ec2",
@@ -526,6 +685,18 @@ output "vpc_id" {{ value = module.cluster.vpc_id }}
             .iter()
             .all(|r| r["Instances"].as_array().is_none_or(|i| i.is_empty()))),
         "no instance is left: {running}"
+    );
+    let balancers = aws.call("elbv2", "describe_load_balancers", serde_json::json!({}))?;
+    ensure!(
+        balancers["LoadBalancers"]
+            .as_array()
+            .is_none_or(|b| b.is_empty()),
+        "no load balancer is left: {balancers}"
+    );
+    let volumes = aws.call("ec2", "describe_volumes", serde_json::json!({"Filters": [{"Name": "status", "Values": ["available", "in-use", "creating"]}]}))?;
+    ensure!(
+        volumes["Volumes"].as_array().is_none_or(|v| v.is_empty()),
+        "no volume is left: {volumes}"
     );
     Ok(())
 }
