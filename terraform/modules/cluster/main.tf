@@ -1,6 +1,6 @@
 # A Flotilla cluster on its own network, as the terraform-aws-modules/eks module builds one:
-# a VPC with a public and a private subnet in each of two zones, an internet gateway and route
-# tables (hashicorp/aws), a security group for the nodes, the cluster on the private subnets,
+# a VPC with a public and a private subnet in each of two zones, an internet gateway, a NAT
+# gateway and route tables (hashicorp/aws), a security group for the nodes, the cluster on the private subnets,
 # and one node pool (../node-pool).
 
 terraform {
@@ -70,10 +70,22 @@ variable "tags" {
   default = {}
 }
 
+variable "enable_nat_gateway" {
+  description = "A NAT gateway for the private subnets, where the nodes are (they need a way out to the service's endpoint and to image registries unless the VPC has other routes)."
+  type        = bool
+  default     = true
+}
+
+variable "enable_dns_hostnames" {
+  description = "Public DNS hostnames for the VPC's instances. Nothing of Flotilla uses them (nodes sit in the private subnets, the cluster's endpoint is the service's), and hashicorp/aws waits a fixed 10 s after setting it, so it is off unless asked for."
+  type        = bool
+  default     = false
+}
+
 resource "aws_vpc" "this" {
   cidr_block           = var.vpc_cidr
   enable_dns_support   = true
-  enable_dns_hostnames = true
+  enable_dns_hostnames = var.enable_dns_hostnames
   tags                 = merge(var.tags, { Name = var.name })
 }
 
@@ -83,13 +95,15 @@ resource "aws_internet_gateway" "this" {
 }
 
 resource "aws_subnet" "public" {
-  count                   = length(var.availability_zones)
-  vpc_id                  = aws_vpc.this.id
-  availability_zone       = var.availability_zones[count.index]
-  cidr_block              = cidrsubnet(var.vpc_cidr, 8, count.index)
-  map_public_ip_on_launch = true
-  # Where internet-facing load balancers go (the cloud controller's subnet discovery).
-  tags = merge(var.tags, { Name = "${var.name}-public-${count.index}", "kubernetes.io/role/elb" = "1" })
+  count             = length(var.availability_zones)
+  vpc_id            = aws_vpc.this.id
+  availability_zone = var.availability_zones[count.index]
+  cidr_block        = cidrsubnet(var.vpc_cidr, 8, count.index)
+  # Only internet-facing load balancers go here (the cloud controller's subnet discovery), so
+  # instances get no public address by default, as in terraform-aws-modules/vpc (and setting
+  # it costs a fixed 10 s wait in hashicorp/aws).
+  map_public_ip_on_launch = false
+  tags                    = merge(var.tags, { Name = "${var.name}-public-${count.index}", "kubernetes.io/role/elb" = "1" })
 }
 
 resource "aws_subnet" "private" {
@@ -118,6 +132,30 @@ resource "aws_route_table_association" "public" {
 resource "aws_route_table" "private" {
   vpc_id = aws_vpc.this.id
   tags   = merge(var.tags, { Name = "${var.name}-private" })
+}
+
+# The private subnets' way out (the nodes reach the service's endpoint and image registries
+# through it): one NAT gateway in the first public subnet, as terraform-aws-modules/vpc's
+# `single_nat_gateway`.
+resource "aws_eip" "nat" {
+  count  = var.enable_nat_gateway ? 1 : 0
+  domain = "vpc"
+  tags   = merge(var.tags, { Name = "${var.name}-nat" })
+}
+
+resource "aws_nat_gateway" "this" {
+  count         = var.enable_nat_gateway ? 1 : 0
+  allocation_id = aws_eip.nat[0].id
+  subnet_id     = aws_subnet.public[0].id
+  tags          = merge(var.tags, { Name = var.name })
+  depends_on    = [aws_internet_gateway.this]
+}
+
+resource "aws_route" "private_out" {
+  count                  = var.enable_nat_gateway ? 1 : 0
+  route_table_id         = aws_route_table.private.id
+  destination_cidr_block = "0.0.0.0/0"
+  nat_gateway_id         = aws_nat_gateway.this[0].id
 }
 
 resource "aws_route_table_association" "private" {
