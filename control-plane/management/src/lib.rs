@@ -420,6 +420,10 @@ impl Management {
         cluster.certificate_authority = Some(CertificateAuthorityData {
             data: base64::engine::general_purpose::STANDARD.encode(&self.endpoint.ca_pem),
         });
+        cluster.arn = Some(format!(
+            "arn:flotilla:clusters::{}:cluster/{}",
+            cluster.account_id, cluster.name
+        ));
         cluster.identity = Some(ClusterIdentity {
             oidc: OidcIdentity {
                 issuer: cluster.endpoint.clone(),
@@ -647,6 +651,7 @@ impl Management {
             client_request_token: token,
             created_at: now(),
             certificate_authority: None,
+            arn: None,
             identity: None,
             health: Health::default(),
             cloud_released: false,

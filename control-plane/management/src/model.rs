@@ -230,6 +230,10 @@ pub struct Cluster {
     /// (instances, load balancers, volumes) is gone; only then is the tenant destroyed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cloud_released: bool,
+    /// The cluster's resource name (responses only, as EKS's `arn`):
+    /// `arn:flotilla:clusters::ACCOUNT:cluster/NAME`, unique across the service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arn: Option<String>,
     /// The cluster's OIDC issuer for its service-account tokens (responses only, as EKS's
     /// `identity.oidc.issuer`): a cloud IAM trusts it through its discovery document.
     #[serde(default, skip_serializing_if = "Option::is_none")]

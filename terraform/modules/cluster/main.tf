@@ -242,6 +242,10 @@ output "cluster_name" {
   value = flotilla_cluster.this.name
 }
 
+output "cluster_arn" {
+  value = flotilla_cluster.this.arn
+}
+
 output "endpoint" {
   value = flotilla_cluster.this.endpoint
 }

@@ -26,6 +26,7 @@ pub struct ClusterState<'a> {
     endpoint: ValueString<'a>,
     certificate_authority: ValueString<'a>,
     oidc_issuer: ValueString<'a>,
+    arn: ValueString<'a>,
     tags: ValueMap<'a, ValueString<'a>>,
 }
 
@@ -70,6 +71,7 @@ fn state_of<'a>(cluster: &serde_json::Value) -> ClusterState<'a> {
         endpoint: json_text(cluster, "/endpoint"),
         certificate_authority: json_text(cluster, "/certificateAuthority/data"),
         oidc_issuer: json_text(cluster, "/identity/oidc/issuer"),
+        arn: json_text(cluster, "/arn"),
         tags: ValueMap::Value(tags),
     }
 }
@@ -90,6 +92,10 @@ impl DataSource for ClusterDataSource {
                 "Base64 of the PEM CA that signed the API's certificate.",
             ),
             ("oidc_issuer", "The issuer of its service-account tokens."),
+            (
+                "arn",
+                "The cluster's resource name, arn:flotilla:clusters::ACCOUNT:cluster/NAME.",
+            ),
         ]
         .into_iter()
         .map(|(name, description)| {
@@ -162,9 +168,13 @@ mod tests {
             "endpoint": "https://127.0.0.1:6443/clusters/prod-x1",
             "certificateAuthority": {"data": "Q0E="},
             "identity": {"oidc": {"issuer": "https://127.0.0.1:6443/clusters/prod-x1"}},
-            "tags": {"team": "infra"},
+            "tags": {"team": "infra"}, "arn": "arn:flotilla:clusters::acme:cluster/prod",
         }));
         assert_eq!(state.id.as_deref_option(), Some("prod-x1"));
+        assert_eq!(
+            state.arn.as_deref_option(),
+            Some("arn:flotilla:clusters::acme:cluster/prod")
+        );
         assert_eq!(state.certificate_authority.as_deref_option(), Some("Q0E="));
         assert_eq!(
             state.oidc_issuer.as_deref_option(),

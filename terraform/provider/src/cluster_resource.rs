@@ -58,6 +58,7 @@ pub struct ClusterResourceState<'a> {
     endpoint: ValueString<'a>,
     certificate_authority: ValueString<'a>,
     oidc_issuer: ValueString<'a>,
+    arn: ValueString<'a>,
     status: ValueString<'a>,
 }
 
@@ -286,6 +287,7 @@ pub fn state_of<'a>(
         endpoint: json_text(cluster, "/endpoint"),
         certificate_authority: json_text(cluster, "/certificateAuthority/data"),
         oidc_issuer: json_text(cluster, "/identity/oidc/issuer"),
+        arn: json_text(cluster, "/arn"),
         status: json_text(cluster, "/status"),
     }
 }
@@ -440,6 +442,7 @@ impl Resource for ClusterResource {
             ("endpoint", attribute(string(), Computed, "The cluster's Kubernetes API URL.")),
             ("certificate_authority", attribute(string(), Computed, "Base64 of the PEM CA that signed the API's certificate.")),
             ("oidc_issuer", attribute(string(), Computed, "The issuer of its service-account tokens.")),
+            ("arn", attribute(string(), Computed, "The cluster's resource name, arn:flotilla:clusters::ACCOUNT:cluster/NAME (unique across the service).")),
             ("status", attribute(string(), Computed, "CREATING, ACTIVE, UPDATING, DELETING or FAILED.")),
         ]
         .into_iter()
@@ -526,6 +529,7 @@ impl Resource for ClusterResource {
             &mut state.endpoint,
             &mut state.certificate_authority,
             &mut state.oidc_issuer,
+            &mut state.arn,
             &mut state.status,
         ] {
             unknown_if_null(value);

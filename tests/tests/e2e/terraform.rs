@@ -169,6 +169,7 @@ resource "flotilla_cluster" "tf" {{
 output "id" {{ value = flotilla_cluster.tf.id }}
 output "status" {{ value = flotilla_cluster.tf.status }}
 output "endpoint" {{ value = flotilla_cluster.tf.endpoint }}
+output "arn" {{ value = flotilla_cluster.tf.arn }}
 "#
     )
 }
@@ -226,6 +227,7 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     ensure!(
         outputs["status"]["value"] == "ACTIVE"
             && outputs["id"]["value"] == listed["id"]
+            && outputs["arn"]["value"] == "arn:flotilla:clusters::default:cluster/tf"
             && listed["tags"]["team"] == "infra",
         "the cluster Terraform made: {outputs} / {listed}"
     );
