@@ -386,11 +386,41 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
         "a desired size outside min..max is refused at plan on its attribute: {refused}"
     );
 
+    // An autoscaled pool: with `ignore_changes = [desired_size]`, a scale made outside
+    // Terraform (an autoscaler's) plans nothing.
+    terraform.write(&with_pool(2).replace(
+        "  taint {",
+        "  lifecycle {\n    ignore_changes = [desired_size]\n  }\n  taint {",
+    ))?;
+    cli.ok(&[
+        "nodepool",
+        "scale",
+        "tf",
+        "workers",
+        "--desired",
+        "3",
+        "--wait",
+    ])?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 0,
+        "an ignored desired size plans no changes after a scale outside Terraform:\n{text}"
+    );
+
     // Destroy leaves nothing.
     terraform.write(&with_pool(2))?;
     terraform.ok(&["destroy", "-auto-approve", "-input=false"], &[])?;
     let names = cli.ok(&["cluster", "list", "-o", "json"])?;
     ensure!(!names.contains("\"tf\""), "the cluster is gone: {names}");
+
+    // A name already taken (made outside Terraform): the API's message, on the name.
+    cli.ok(&["cluster", "create", "tf", "--wait"])?;
+    terraform.write(&cluster_tf(&config, ""))?;
+    let refused = terraform.fails(&["apply", "-auto-approve", "-input=false"], &[])?;
+    ensure!(
+        refused.contains(r#"cluster "tf" already exists"#) && refused.contains(r#"name = "tf""#),
+        "a taken name fails with the API's message on its attribute: {refused}"
+    );
     Ok(())
 }
 
