@@ -244,8 +244,18 @@ async fn start(
         .await
         .context("sealing the management records")?;
     management.spawn_reconciler();
-    // The management API owns `/v1/…`; everything else is the API server's.
-    let router = management.router().merge(server.router());
+    // The management API owns `/v1/…`; everything else is the API server's. The console
+    // (`/console/…`) is a client of both, through that router in memory.
+    let apis = management.router().merge(server.router());
+    let console = flotilla_console::Console::new(
+        apis.clone(),
+        browser_address,
+        &management
+            .console_session_key()
+            .await
+            .context("making the console's session key")?,
+    );
+    let router = console.router().merge(apis);
     let identity = placement_options
         .replica_id
         .clone()
@@ -275,6 +285,16 @@ async fn start(
         public_url,
         serving_ca: ca,
     })
+}
+
+/// What the console's calls carry of a browser request: its address, so a cluster's endpoint
+/// access rules apply to the browser as if it called the cluster itself.
+fn browser_address(extensions: &http::Extensions) -> http::Extensions {
+    let mut kept = http::Extensions::new();
+    if let Some(address) = extensions.get::<flotilla_apiserver::serve::ClientAddress>() {
+        kept.insert(*address);
+    }
+    kept
 }
 
 /// The networks the service distinguishes.
@@ -603,6 +623,11 @@ impl std::fmt::Display for UpSummary<'_> {
             self.public_url
         )?;
         writeln!(f, "Management endpoint: {}/v1/", self.public_url)?;
+        writeln!(
+            f,
+            "Console: {}/console/ (sign in with the apiKey of {client_config})",
+            self.public_url
+        )?;
         writeln!(
             f,
             "Client configuration: {client_config} (export FLOTILLA_CONFIG={client_config})"

@@ -50,6 +50,16 @@ async fn account_record(m: &crate::Management, id: &str) -> Result<(Account, i64
     Ok((m.open(&kv)?, kv.mod_revision))
 }
 
+/// `GET /v1/identity`: who the credential is (AWS's `GetCallerIdentity`), for clients that
+/// show it (the console).
+pub(crate) async fn caller_identity(State(m): Service, headers: HeaderMap) -> Result<Response> {
+    let identity = match m.authenticate(&headers).await? {
+        Caller::Operator => serde_json::json!({ "operator": true }),
+        Caller::Account(id) => serde_json::json!({ "operator": false, "accountId": id }),
+    };
+    Ok(json(StatusCode::OK, &identity))
+}
+
 pub(crate) async fn list_accounts(State(m): Service, headers: HeaderMap) -> Result<Response> {
     require_operator(&m, &headers, "lists accounts").await?;
     let accounts: Vec<Account> = m

@@ -57,6 +57,9 @@ fn api_keys_prefix() -> String {
 fn api_key_key(hash: &str) -> String {
     format!("{ROOT}apikeys/{hash}")
 }
+fn console_session_key_key() -> String {
+    format!("{ROOT}console-session-key")
+}
 fn operator_key(hash: &str) -> String {
     format!("{ROOT}operator-tokens/{hash}")
 }
@@ -374,6 +377,7 @@ impl Management {
             .route("/v1/openapi.json", get(openapi_document))
             .route("/v1/version", get(service_version))
             .route("/metrics", get(service_metrics))
+            .route("/v1/identity", get(accounts::caller_identity))
             .route(
                 "/v1/accounts",
                 get(accounts::list_accounts).post(accounts::create_account),
@@ -444,6 +448,34 @@ impl Management {
             .create(&operator_key(&sha256_hex(token)), Bytes::from_static(b"{}"))
             .await?;
         Ok(())
+    }
+
+    /// The key that seals the console's session cookies: one for the whole service, so every
+    /// replica opens the cookies any of them issued; made (sealed, like every record) on
+    /// first use.
+    pub async fn console_session_key(&self) -> Result<[u8; 32]> {
+        use base64::Engine;
+        let key = console_session_key_key();
+        let stored = match self.storage.get(&key).await? {
+            Some(kv) => self.open::<String>(&kv)?,
+            None => {
+                let fresh: [u8; 32] = rand::rng().random();
+                let text = base64::engine::general_purpose::STANDARD.encode(fresh);
+                match self.storage.create(&key, self.seal(&key, &text)?).await? {
+                    Outcome::Done(_) => text,
+                    // Another replica made it first: theirs is the key.
+                    Outcome::Conflict(Some(kv)) => self.open::<String>(&kv)?,
+                    Outcome::Conflict(None) => {
+                        return Err(ManagementError::internal("console key vanished"));
+                    }
+                }
+            }
+        };
+        base64::engine::general_purpose::STANDARD
+            .decode(stored)
+            .ok()
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .ok_or_else(|| ManagementError::internal("the console session key is malformed"))
     }
 
     /// A new random operator token, for a first start.

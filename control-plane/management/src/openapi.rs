@@ -51,6 +51,9 @@ fn build() -> Value {
             "/v1/version": {
                 "get": {"summary": "The service's version and its clusters' Kubernetes version (no credential needed)", "security": [], "responses": {"200": {"description": "{version, kubernetes}", "content": {"application/json": {"schema": {"type": "object", "required": ["version", "kubernetes"], "properties": {"version": {"type": "string"}, "kubernetes": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}},
             },
+            "/v1/identity": {
+                "get": {"summary": "Who the credential is: the operator, or which account", "responses": {"200": {"description": "{operator, accountId}", "content": {"application/json": {"schema": {"type": "object", "required": ["operator"], "properties": {"operator": {"type": "boolean"}, "accountId": {"type": "string"}}}}}}, "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}},
+            },
             "/v1/accounts": {
                 "get": {"summary": "List accounts (operator)", "responses": answer("Account")},
                 "post": {"summary": "Create an account and its first API key (operator)", "requestBody": body("CreateAccountRequest"), "responses": answer("IssuedApiKey")},

@@ -23,12 +23,12 @@ fn printed_lines(flotilla: &Flotilla) -> anyhow::Result<Vec<String>> {
 }
 
 /// The lines name, in order: the kubeconfig, its export, the API, the management API, the
-/// client configuration, how to stop.
+/// console, the client configuration, how to stop.
 fn check_printed(flotilla: &Flotilla) -> anyhow::Result<()> {
     let lines = printed_lines(flotilla)?;
     let kubeconfig = flotilla.kubeconfig.canonicalize()?;
     let client_config = flotilla.data_dir().join("flotilla.json").canonicalize()?;
-    ensure!(lines.len() == 6, "up printed {lines:#?}");
+    ensure!(lines.len() == 7, "up printed {lines:#?}");
     ensure!(lines[0] == kubeconfig.display().to_string(), "{lines:#?}");
     ensure!(
         lines[1] == format!("export KUBECONFIG={}", kubeconfig.display()),
@@ -45,13 +45,18 @@ fn check_printed(flotilla: &Flotilla) -> anyhow::Result<()> {
         "{lines:#?}"
     );
     ensure!(
-        lines[4].starts_with(&format!(
+        lines[4].starts_with("Console: https://127.0.0.1:")
+            && lines[4].contains("/console/ (sign in with the apiKey of"),
+        "{lines:#?}"
+    );
+    ensure!(
+        lines[5].starts_with(&format!(
             "Client configuration: {}",
             client_config.display()
         )),
         "{lines:#?}"
     );
-    ensure!(lines[5].starts_with("Stop with Ctrl-C"), "{lines:#?}");
+    ensure!(lines[6].starts_with("Stop with Ctrl-C"), "{lines:#?}");
     Ok(())
 }
 

@@ -1,0 +1,74 @@
+// Flotilla console: the little the pages need beyond HTML — live regions fed by server-sent
+// events, a banner while the connection is lost, typed confirmations, and the create form's
+// CLI/Terraform preview (rendered by the server).
+"use strict";
+
+function banner(show) {
+  const element = document.getElementById("connection-banner");
+  if (element) element.hidden = !show;
+}
+
+// <tbody data-live="/console/live/..."> receives `row` events ({id, html, parent}) that
+// replace or add a row, and `gone` events ({id}) that remove one.
+function liveRegions() {
+  for (const region of document.querySelectorAll("[data-live]")) {
+    const source = new EventSource(region.dataset.live);
+    source.addEventListener("open", () => banner(false));
+    source.addEventListener("error", () => banner(true));
+    source.addEventListener("row", (event) => {
+      const change = JSON.parse(event.data);
+      const existing = document.getElementById(change.id);
+      if (existing) {
+        existing.outerHTML = change.html;
+      } else {
+        const parent = document.getElementById(change.parent) || region;
+        parent.insertAdjacentHTML("beforeend", change.html);
+      }
+      const empty = document.getElementById(region.id + "-empty");
+      if (empty) empty.remove();
+    });
+    source.addEventListener("gone", (event) => {
+      const change = JSON.parse(event.data);
+      const existing = document.getElementById(change.id);
+      if (existing) existing.remove();
+    });
+  }
+}
+
+// <input data-confirm="NAME"> enables its form's submit button only when NAME is typed.
+function typedConfirmations() {
+  for (const input of document.querySelectorAll("input[data-confirm]")) {
+    const button = input.form && input.form.querySelector("button[type=submit]");
+    if (!button) continue;
+    const check = () => { button.disabled = input.value !== input.dataset.confirm; };
+    input.addEventListener("input", check);
+    check();
+  }
+}
+
+// <form data-preview="URL">: the server renders the equivalent CLI command and Terraform
+// block for what is typed so far, into #preview.
+function previews() {
+  for (const form of document.querySelectorAll("form[data-preview]")) {
+    let timer = null;
+    const refresh = async () => {
+      const body = new URLSearchParams(new FormData(form));
+      try {
+        const answer = await fetch(form.dataset.preview, { method: "POST", body, credentials: "same-origin" });
+        if (answer.ok) document.getElementById("preview").innerHTML = await answer.text();
+      } catch (_) {
+        banner(true);
+      }
+    };
+    form.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(refresh, 250);
+    });
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  liveRegions();
+  typedConfirmations();
+  previews();
+});

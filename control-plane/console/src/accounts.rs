@@ -1,0 +1,189 @@
+//! Accounts, the operator's pages: the list, creating an account (its first API key shown
+//! once), issuing another key (rotation: the old ones keep working until the account is
+//! deleted), and deleting an account without clusters.
+
+use std::collections::HashMap;
+
+use axum::Router;
+use axum::extract::Path;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{Method, StatusCode};
+use maud::{Markup, html};
+
+use crate::layout::{Section, csrf_field, page, text_field, time};
+use crate::session::Session;
+use crate::upstream::segment;
+use crate::{Console, Signed};
+
+pub(crate) fn routes() -> Router<std::sync::Arc<Console>> {
+    Router::new()
+        .route("/console/accounts", get(list).post(create))
+        .route("/console/accounts/{id}/keys", post(new_key))
+        .route("/console/accounts/{id}/delete", post(delete))
+}
+
+/// A key shown once, with what it is for.
+struct ShownKey<'a> {
+    account: &'a str,
+    key: &'a str,
+}
+
+fn list_body(
+    session: &Session,
+    accounts: &[serde_json::Value],
+    shown: Option<ShownKey<'_>>,
+    error: Option<&str>,
+    typed: &str,
+) -> Markup {
+    html! {
+        h1 { "Accounts" }
+        @if let Some(shown) = shown {
+            div.notice role="status" {
+                "API key of " strong { (shown.account) } " (shown this once; keep it now): "
+                code #new-api-key { (shown.key) }
+            }
+        }
+        div.scroll {
+            table {
+                thead { tr { th scope="col" { "Account" } th scope="col" { "Created" } th scope="col" { "Keys" } th scope="col" { "Delete" } } }
+                tbody #accounts {
+                    @for account in accounts {
+                        @let id = account["id"].as_str().unwrap_or_default();
+                        tr id=(format!("account-{id}")) {
+                            td { (id) }
+                            td { (time(account["createdAt"].as_str().unwrap_or_default())) }
+                            td {
+                                form method="post" action=(format!("/console/accounts/{}/keys", segment(id))) {
+                                    (csrf_field(session))
+                                    button.secondary type="submit" aria-label=(format!("New API key for {id}")) { "New API key" }
+                                }
+                            }
+                            td {
+                                form method="post" action=(format!("/console/accounts/{}/delete", segment(id))) {
+                                    (csrf_field(session))
+                                    button.danger type="submit" aria-label=(format!("Delete {id}")) { "Delete" }
+                                }
+                            }
+                        }
+                    }
+                    @if accounts.is_empty() { tr { td colspan="4" .muted { "No accounts." } } }
+                }
+            }
+        }
+        h2 { "Create an account" }
+        form.stacked method="post" action="/console/accounts" {
+            (csrf_field(session))
+            (text_field("id", "Account id", "a DNS label", typed, error))
+            div.actions { button type="submit" { "Create account" } }
+        }
+    }
+}
+
+async fn render(
+    signed: &Signed,
+    shown: Option<ShownKey<'_>>,
+    error: Option<&str>,
+    typed: &str,
+) -> Response {
+    if !signed.session.is_operator() {
+        return signed.error(StatusCode::FORBIDDEN, "Only the operator manages accounts.");
+    }
+    let accounts = match signed.upstream().get("/v1/accounts").await {
+        Ok(answer) => answer["accounts"].as_array().cloned().unwrap_or_default(),
+        Err(err) => return signed.failed(&err),
+    };
+    let body = list_body(&signed.session, &accounts, shown, error, typed);
+    let status = if error.is_some() {
+        StatusCode::UNPROCESSABLE_ENTITY
+    } else {
+        StatusCode::OK
+    };
+    (
+        status,
+        Html(page(Some(&signed.session), Section::Accounts, "Accounts", body).into_string()),
+    )
+        .into_response()
+}
+
+async fn list(signed: Signed) -> Response {
+    render(&signed, None, None, "").await
+}
+
+async fn create(
+    signed: Signed,
+    axum::Form(fields): axum::Form<HashMap<String, String>>,
+) -> Response {
+    if let Some(refused) = signed.refuse_forged(&fields) {
+        return refused;
+    }
+    let id = fields.get("id").map_or("", |v| v.trim());
+    match signed
+        .upstream()
+        .call(
+            Method::POST,
+            "/v1/accounts",
+            Some(&serde_json::json!({"id": id})),
+        )
+        .await
+    {
+        Ok(issued) => {
+            let key = issued["apiKey"].as_str().unwrap_or_default();
+            render(&signed, Some(ShownKey { account: id, key }), None, "").await
+        }
+        Err(err) if err.status.is_client_error() => {
+            render(&signed, None, Some(&err.message), id).await
+        }
+        Err(err) => signed.failed(&err),
+    }
+}
+
+async fn new_key(
+    signed: Signed,
+    Path(id): Path<String>,
+    axum::Form(fields): axum::Form<HashMap<String, String>>,
+) -> Response {
+    if let Some(refused) = signed.refuse_forged(&fields) {
+        return refused;
+    }
+    match signed
+        .upstream()
+        .call(
+            Method::POST,
+            &format!("/v1/accounts/{}/apikeys", segment(&id)),
+            None,
+        )
+        .await
+    {
+        Ok(issued) => {
+            let key = issued["apiKey"].as_str().unwrap_or_default();
+            render(&signed, Some(ShownKey { account: &id, key }), None, "").await
+        }
+        Err(err) => signed.failed(&err),
+    }
+}
+
+async fn delete(
+    signed: Signed,
+    Path(id): Path<String>,
+    axum::Form(fields): axum::Form<HashMap<String, String>>,
+) -> Response {
+    if let Some(refused) = signed.refuse_forged(&fields) {
+        return refused;
+    }
+    match signed
+        .upstream()
+        .call(
+            Method::DELETE,
+            &format!("/v1/accounts/{}", segment(&id)),
+            None,
+        )
+        .await
+    {
+        Ok(_) => render(&signed, None, None, "").await,
+        Err(err) if err.status.is_client_error() => {
+            render(&signed, None, Some(&err.message), "").await
+        }
+        Err(err) => signed.failed(&err),
+    }
+}
