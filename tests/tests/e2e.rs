@@ -12,6 +12,8 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 mod bootstrap;
 #[path = "e2e/cluster.rs"]
 mod cluster;
+#[path = "e2e/console.rs"]
+mod console;
 #[path = "e2e/controllers.rs"]
 mod controllers;
 #[path = "e2e/deployment.rs"]

@@ -679,7 +679,7 @@ async fn detail(signed: Signed, Path(name): Path<String>) -> Response {
         form.stacked method="post" action=(format!("{base}/delete")) {
             (csrf_field(&signed.session))
             label for="confirm" {
-                "Type " strong { (name) } " to delete the cluster and everything in it"
+                span { "Type " strong { (name) } " to delete the cluster and everything in it" }
                 input #confirm name="confirm" data-confirm=(name) autocomplete="off";
             }
             div.actions { button.danger type="submit" disabled { "Delete cluster" } }

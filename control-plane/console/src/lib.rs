@@ -10,6 +10,7 @@ mod accounts;
 mod clusters;
 mod layout;
 mod live;
+mod metrics;
 mod nodepools;
 pub mod session;
 mod upstream;
@@ -79,6 +80,7 @@ impl Console {
             .merge(nodepools::routes())
             .merge(workloads::routes())
             .merge(accounts::routes())
+            .merge(metrics::routes())
             .merge(live::routes())
             .with_state(self.clone())
     }

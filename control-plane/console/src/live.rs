@@ -15,10 +15,12 @@ use axum::routing::get;
 
 use crate::upstream::{UpstreamError, segment};
 use crate::workloads::{Tenant, items, pod_row, pod_row_id, tenant};
-use crate::{Console, Signed, clusters, nodepools};
+use crate::{Console, Signed, clusters, metrics, nodepools};
 
 /// How often a stream looks at its source.
 const INTERVAL: Duration = Duration::from_millis(500);
+/// How often the metrics panel samples the cluster's counters.
+const METRICS_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a cluster token is reused (they last 15 minutes).
 const TOKEN_REUSE: Duration = Duration::from_secs(600);
 
@@ -28,6 +30,7 @@ pub(crate) fn routes() -> Router<std::sync::Arc<Console>> {
         .route("/console/live/clusters/{name}", get(overview_live))
         .route("/console/live/clusters/{name}/nodepools", get(pools_live))
         .route("/console/live/clusters/{name}/pods", get(pods_live))
+        .route("/console/live/clusters/{name}/metrics", get(metrics_live))
 }
 
 /// What a stream watches.
@@ -40,6 +43,8 @@ enum Source {
     Pools(String),
     /// One cluster's pods.
     Pods(String),
+    /// One cluster's request metrics.
+    Metrics(String),
 }
 
 /// A stream's state between looks.
@@ -51,6 +56,8 @@ struct Watch {
     sent: BTreeMap<String, String>,
     queue: VecDeque<Event>,
     tenant: Option<(Tenant, Instant)>,
+    /// The metrics samples so far (metrics only).
+    samples: VecDeque<metrics::Sample>,
     first: bool,
 }
 
@@ -92,23 +99,46 @@ impl Watch {
                 })
                 .collect(),
             Source::Pods(name) => {
-                let fresh = self
-                    .tenant
-                    .as_ref()
-                    .is_some_and(|(_, at)| at.elapsed() < TOKEN_REUSE);
-                if !fresh {
-                    self.tenant = Some((tenant(&upstream, name).await?, Instant::now()));
-                }
-                let Some((tenant, _)) = &self.tenant else {
-                    return Ok(BTreeMap::new());
-                };
-                items(&upstream, tenant, "/api/v1/pods")
+                let name = name.clone();
+                let tenant = self.tenant(&name).await?;
+                items(&self.signed.upstream(), &tenant, "/api/v1/pods")
                     .await?
                     .iter()
                     .map(|pod| (pod_row_id(pod), pod_row(pod).into_string()))
                     .collect()
             }
+            Source::Metrics(name) => {
+                let due = self
+                    .samples
+                    .back()
+                    .is_none_or(|last| last.at.elapsed() >= METRICS_INTERVAL);
+                if due {
+                    let name = name.clone();
+                    let tenant = self.tenant(&name).await?;
+                    let sample = metrics::sample(&self.signed.upstream(), &tenant).await?;
+                    self.samples.push_back(sample);
+                    while self.samples.len() > metrics::KEPT {
+                        self.samples.pop_front();
+                    }
+                }
+                BTreeMap::from([(
+                    "metrics-panel".to_string(),
+                    metrics::panel(&self.samples).into_string(),
+                )])
+            }
         })
+    }
+
+    /// Cluster `name`'s tenant API and a token for it, reused while the token is young.
+    async fn tenant(&mut self, name: &str) -> Result<Tenant, UpstreamError> {
+        match &self.tenant {
+            Some((tenant, at)) if at.elapsed() < TOKEN_REUSE => Ok(tenant.clone()),
+            _ => {
+                let fresh = tenant(&self.signed.upstream(), name).await?;
+                self.tenant = Some((fresh.clone(), Instant::now()));
+                Ok(fresh)
+            }
+        }
     }
 
     /// Queues the events that turn what was sent into `now`.
@@ -138,6 +168,7 @@ fn stream(signed: Signed, source: Source, parent: &'static str) -> Response {
         sent: BTreeMap::new(),
         queue: VecDeque::new(),
         tenant: None,
+        samples: VecDeque::new(),
         first: true,
     };
     let events = futures::stream::unfold(watch, |mut watch| async move {
@@ -183,6 +214,10 @@ async fn pods_live(signed: Signed, Path(name): Path<String>) -> Response {
     stream(signed, Source::Pods(name), "pods")
 }
 
+async fn metrics_live(signed: Signed, Path(name): Path<String>) -> Response {
+    stream(signed, Source::Metrics(name), "metrics-live")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +235,7 @@ mod tests {
             sent: BTreeMap::new(),
             queue: VecDeque::new(),
             tenant: None,
+            samples: VecDeque::new(),
             first: true,
         }
     }

@@ -19,6 +19,7 @@ pub(crate) fn routes() -> Router<std::sync::Arc<Console>> {
 }
 
 /// Where a cluster's tenant API is (`/clusters/{id}`) and a token for it.
+#[derive(Clone)]
 pub(crate) struct Tenant {
     /// The tenant API's path prefix.
     pub prefix: String,
