@@ -8,6 +8,21 @@ function banner(show) {
   if (element) element.hidden = !show;
 }
 
+// Row updates held back while the row has the focus, by element id.
+const pending = new Map();
+
+function applyPending(id) {
+  const existing = document.getElementById(id);
+  const html = pending.get(id);
+  if (!existing || html === undefined) return;
+  if (existing.contains(document.activeElement) && document.activeElement !== document.body) {
+    existing.addEventListener("focusout", () => setTimeout(() => applyPending(id), 0), { once: true });
+    return;
+  }
+  pending.delete(id);
+  existing.outerHTML = html;
+}
+
 // <tbody data-live="/console/live/..."> receives `row` events ({id, html, parent}) that
 // replace or add a row, and `gone` events ({id}) that remove one.
 function liveRegions() {
@@ -18,7 +33,11 @@ function liveRegions() {
     source.addEventListener("row", (event) => {
       const change = JSON.parse(event.data);
       const existing = document.getElementById(change.id);
-      if (existing) {
+      if (existing && existing.contains(document.activeElement) && document.activeElement !== document.body) {
+        // Someone is typing in this row (a scale form): its update waits until they leave it.
+        pending.set(change.id, change.html);
+        existing.addEventListener("focusout", () => setTimeout(() => applyPending(change.id), 0), { once: true });
+      } else if (existing) {
         existing.outerHTML = change.html;
       } else {
         const parent = document.getElementById(change.parent) || region;
@@ -67,7 +86,16 @@ function previews() {
   }
 }
 
+// <form data-ask="Question?">: submitted only when the question is answered OK.
+function confirmations() {
+  document.addEventListener("submit", (event) => {
+    const question = event.target.dataset && event.target.dataset.ask;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  confirmations();
   liveRegions();
   typedConfirmations();
   previews();

@@ -29,15 +29,27 @@ struct ShownKey<'a> {
     key: &'a str,
 }
 
+/// A refusal and where it belongs: beside the new account's id, or above the list.
+#[derive(Clone, Copy)]
+enum Refusal<'a> {
+    Id(&'a str),
+    List(&'a str),
+}
+
 fn list_body(
     session: &Session,
     accounts: &[serde_json::Value],
     shown: Option<ShownKey<'_>>,
-    error: Option<&str>,
+    refusal: Option<Refusal<'_>>,
     typed: &str,
 ) -> Markup {
+    let id_error = match refusal {
+        Some(Refusal::Id(message)) => Some(message),
+        _ => None,
+    };
     html! {
         h1 { "Accounts" }
+        @if let Some(Refusal::List(message)) = refusal { p.error role="alert" { (message) } }
         @if let Some(shown) = shown {
             div.notice role="status" {
                 "API key of " strong { (shown.account) } " (shown this once; keep it now): "
@@ -60,7 +72,7 @@ fn list_body(
                                 }
                             }
                             td {
-                                form method="post" action=(format!("/console/accounts/{}/delete", segment(id))) {
+                                form method="post" action=(format!("/console/accounts/{}/delete", segment(id))) data-ask=(format!("Delete account {id}? Its API keys stop working.")) {
                                     (csrf_field(session))
                                     button.danger type="submit" aria-label=(format!("Delete {id}")) { "Delete" }
                                 }
@@ -74,7 +86,7 @@ fn list_body(
         h2 { "Create an account" }
         form.stacked method="post" action="/console/accounts" {
             (csrf_field(session))
-            (text_field("id", "Account id", "a DNS label", typed, error))
+            (text_field("id", "Account id", "a DNS label", typed, id_error))
             div.actions { button type="submit" { "Create account" } }
         }
     }
@@ -83,7 +95,7 @@ fn list_body(
 async fn render(
     signed: &Signed,
     shown: Option<ShownKey<'_>>,
-    error: Option<&str>,
+    refusal: Option<Refusal<'_>>,
     typed: &str,
 ) -> Response {
     if !signed.session.is_operator() {
@@ -93,8 +105,8 @@ async fn render(
         Ok(answer) => answer["accounts"].as_array().cloned().unwrap_or_default(),
         Err(err) => return signed.failed(&err),
     };
-    let body = list_body(&signed.session, &accounts, shown, error, typed);
-    let status = if error.is_some() {
+    let body = list_body(&signed.session, &accounts, shown, refusal, typed);
+    let status = if refusal.is_some() {
         StatusCode::UNPROCESSABLE_ENTITY
     } else {
         StatusCode::OK
@@ -132,7 +144,7 @@ async fn create(
             render(&signed, Some(ShownKey { account: id, key }), None, "").await
         }
         Err(err) if err.status.is_client_error() => {
-            render(&signed, None, Some(&err.message), id).await
+            render(&signed, None, Some(Refusal::Id(&err.message)), id).await
         }
         Err(err) => signed.failed(&err),
     }
@@ -182,7 +194,7 @@ async fn delete(
     {
         Ok(_) => render(&signed, None, None, "").await,
         Err(err) if err.status.is_client_error() => {
-            render(&signed, None, Some(&err.message), "").await
+            render(&signed, None, Some(Refusal::List(&err.message)), "").await
         }
         Err(err) => signed.failed(&err),
     }

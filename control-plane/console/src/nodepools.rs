@@ -68,7 +68,7 @@ pub(crate) fn pool_row(session: &Session, cluster: &str, pool: &serde_json::Valu
                 }
             }
             td {
-                form method="post" action=(format!("{base}/delete")) {
+                form method="post" action=(format!("{base}/delete")) data-ask=(format!("Delete node pool {name} and its instances?")) {
                     (csrf_field(session))
                     button.danger type="submit" aria-label=(format!("Delete {name}")) { "Delete" }
                 }

@@ -299,3 +299,200 @@ fn console_signs_in_creates_watches_and_deletes_clusters() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+/// 3. Node pools on a LocalStack-backed cluster: one created through the form, its nodes
+/// appearing (the harness's hypervisor boots simulated nodes for the instances), scaled
+/// through its row's form, and a pool of an instance type EC2 does not have shown DEGRADED
+/// with EC2's reason — each without a reload.
+#[test]
+fn console_manages_node_pools_on_localstack() -> anyhow::Result<()> {
+    use crate::nodepools::{create_cluster, register_node_image};
+    let started = Instant::now();
+    let aws = flotilla_e2e::LocalStack::start()?;
+    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let _hypervisor = flotilla_e2e::hypervisor::Hypervisor::start(aws.port)?;
+    let (base, key) = endpoint_and_key(&flotilla)?;
+    let cli = FlotillaCli {
+        config: flotilla.data_dir().join("flotilla.json"),
+    };
+    register_node_image(&aws, "flotilla-node-1.33", Some("1.33"))?;
+    create_cluster(&cli, &aws, flotilla.data_dir())?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let browser = Browser::start("manages-node-pools").await?;
+        sign_in(&browser, &base, &key).await?;
+        browser
+            .wait_for_text("header.top", "Sign out", Duration::from_secs(10))
+            .await?;
+        browser
+            .step("create pool", async {
+                browser
+                    .client
+                    .goto(&format!("{base}/console/clusters/prod/nodepools"))
+                    .await?;
+                fill(&browser, "#pool_name", "workers").await?;
+                fill(&browser, "#instance_types", "t3.medium").await?;
+                fill(&browser, "#min", "1").await?;
+                fill(&browser, "#desired", "2").await?;
+                fill(&browser, "#max", "3").await?;
+                click(&browser, "form.stacked button[type=submit]").await?;
+                let took = browser
+                    .wait_for_text("#pool-workers", "2 / 2", Duration::from_secs(120))
+                    .await?;
+                eprintln!(
+                    "console: pool created → 2 / 2 ready shown after {:.1} s",
+                    took.as_secs_f64()
+                );
+                browser
+                    .wait_for_text("#pool-workers", "ACTIVE", Duration::from_secs(60))
+                    .await?;
+                Ok(())
+            })
+            .await?;
+        browser
+            .step("nodes appear", async {
+                click(&browser, "a[href='/console/clusters/prod/workloads']").await?;
+                let nodes = browser
+                    .client
+                    .find(Locator::Css("#nodes"))
+                    .await?
+                    .text()
+                    .await?;
+                ensure!(
+                    nodes.matches("True").count() >= 2,
+                    "two Ready nodes: {nodes}"
+                );
+                Ok(())
+            })
+            .await?;
+        browser
+            .step("scale", async {
+                click(&browser, "a[href='/console/clusters/prod/nodepools']").await?;
+                fill(&browser, "#pool-workers input[name=desired]", "3").await?;
+                click(&browser, "#pool-workers form.actions button").await?;
+                browser
+                    .wait_for_text("#pool-workers", "3 / 3", Duration::from_secs(120))
+                    .await?;
+                Ok(())
+            })
+            .await?;
+        browser
+            .step("degraded", async {
+                fill(&browser, "#pool_name", "bad").await?;
+                fill(&browser, "#instance_types", "m9.huge").await?;
+                fill(&browser, "#desired", "1").await?;
+                click(&browser, "form.stacked button[type=submit]").await?;
+                browser
+                    .wait_for_text("#pool-bad", "DEGRADED", Duration::from_secs(60))
+                    .await?;
+                browser
+                    .wait_for_text(
+                        "#pool-bad",
+                        "Ec2InstanceTypeDoesNotExist",
+                        Duration::from_secs(10),
+                    )
+                    .await?;
+                let shot = browser.screenshot("reference-node-pools").await?;
+                eprintln!("console: reference screenshot {}", shot.display());
+                Ok(())
+            })
+            .await?;
+        browser.close().await
+    })?;
+    eprintln!(
+        "console: node pool suite took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The operator's pages: signed in with the operator token, an account is created (its key
+/// shown once) and given another key; the new account signs in with it and is refused the
+/// accounts page; the operator deletes the account after a confirmation; a narrow window
+/// needs no sideways scrolling.
+#[test]
+fn console_operator_manages_accounts() -> anyhow::Result<()> {
+    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let (base, _) = endpoint_and_key(&flotilla)?;
+    let operator: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        flotilla.data_dir().join("operator.json"),
+    )?)?;
+    let operator_key = operator["apiKey"].as_str().context("no operator key")?.to_string();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let browser = Browser::start("operator-manages-accounts").await?;
+        let first_key = browser
+            .step("create account", async {
+                sign_in(&browser, &base, &operator_key).await?;
+                browser.wait_for_text("header.top", "Operator", Duration::from_secs(10)).await?;
+                browser.wait_for_text("h1", "Accounts", Duration::from_secs(10)).await?;
+                fill(&browser, "#id", "Team_X").await?;
+                click(&browser, "form.stacked button[type=submit]").await?;
+                browser.wait_for_text("#id-error", "is invalid", Duration::from_secs(10)).await?;
+                fill(&browser, "#id", "team-x").await?;
+                click(&browser, "form.stacked button[type=submit]").await?;
+                browser.wait_for_text("#new-api-key", "flo_", Duration::from_secs(10)).await?;
+                Ok(browser.client.find(Locator::Css("#new-api-key")).await?.text().await?)
+            })
+            .await?;
+        let second_key = browser
+            .step("new key", async {
+                click(&browser, "#account-team-x button.secondary").await?;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let shown = browser.client.find(Locator::Css("#new-api-key")).await?.text().await?;
+                    if shown != first_key && shown.starts_with("flo_") {
+                        return Ok(shown);
+                    }
+                    ensure!(Instant::now() < deadline, "no new key shown");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+            .await?;
+        browser
+            .step("account signs in", async {
+                click(&browser, "header form button[type=submit]").await?;
+                browser.wait_for_text("h1", "Sign in", Duration::from_secs(10)).await?;
+                sign_in(&browser, &base, &second_key).await?;
+                browser.wait_for_text("header.top", "team-x", Duration::from_secs(10)).await?;
+                browser.wait_for_text("#clusters", "No clusters yet.", Duration::from_secs(10)).await?;
+                browser.client.goto(&format!("{base}/console/accounts")).await?;
+                browser.wait_for_text("main", "Only the operator manages accounts.", Duration::from_secs(10)).await?;
+                Ok(())
+            })
+            .await?;
+        browser
+            .step("narrow window", async {
+                browser.client.set_window_size(420, 800).await?;
+                browser.client.goto(&format!("{base}/console/clusters")).await?;
+                let overflow = browser
+                    .client
+                    .execute("return document.documentElement.scrollWidth - window.innerWidth;", vec![])
+                    .await?;
+                ensure!(overflow.as_i64().unwrap_or(1) <= 0, "the page scrolls sideways by {overflow} px");
+                browser.screenshot("reference-narrow-cluster-list").await?;
+                browser.client.set_window_size(1280, 900).await?;
+                Ok(())
+            })
+            .await?;
+        browser
+            .step("delete account", async {
+                click(&browser, "header form button[type=submit]").await?;
+                browser.wait_for_text("h1", "Sign in", Duration::from_secs(10)).await?;
+                sign_in(&browser, &base, &operator_key).await?;
+                browser.wait_for_text("#accounts", "team-x", Duration::from_secs(10)).await?;
+                click(&browser, "#account-team-x button.danger").await?;
+                let question = browser.client.get_alert_text().await?;
+                ensure!(question.contains("Delete account team-x?"), "asked: {question}");
+                browser.client.accept_alert().await?;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while browser.client.find(Locator::Css("#account-team-x")).await.is_ok() {
+                    ensure!(Instant::now() < deadline, "team-x is still listed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(())
+            })
+            .await?;
+        browser.close().await
+    })
+}

@@ -84,7 +84,7 @@ fn pool_field(cli: &FlotillaCli, pool: &str, field: &str) -> anyhow::Result<serd
 
 /// Registers an AMI, tagged as a Flotilla node image for Kubernetes `version` when given; its
 /// id.
-fn register_node_image(
+pub(crate) fn register_node_image(
     aws: &LocalStack,
     name: &str,
     version: Option<&str>,
@@ -119,7 +119,7 @@ fn register_node_image(
 
 /// `flotilla cluster create prod` on LocalStack's EC2 (both subnets of its network), waited
 /// for; its id and a kubectl for it.
-fn create_cluster(
+pub(crate) fn create_cluster(
     cli: &FlotillaCli,
     aws: &LocalStack,
     data_dir: &std::path::Path,
