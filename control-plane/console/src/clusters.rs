@@ -12,7 +12,9 @@ use http::{Method, StatusCode};
 use maud::{Markup, html};
 use ring::digest;
 
-use crate::layout::{Section, check_field, csrf_field, page, status, text_field, time};
+use crate::layout::{
+    Listing, PAGE_SIZE, Section, check_field, csrf_field, page, pager, status, text_field, time,
+};
 use crate::upstream::{Upstream, UpstreamError, segment};
 use crate::{Console, Signed};
 
@@ -32,21 +34,27 @@ pub(crate) struct ClusterRow {
     pub pools: Vec<serde_json::Value>,
 }
 
-/// The account's clusters with their pools, sorted by name; `filter` keeps those whose name
-/// or a tag (key or value) contains it.
+/// One page of the account's clusters (sorted by name, filtered) with their pools, and how
+/// many clusters match in all. Only the page's clusters' pools are read.
 pub(crate) async fn cluster_rows(
     upstream: &Upstream<'_>,
-    filter: &str,
-) -> Result<Vec<ClusterRow>, UpstreamError> {
+    listing: &Listing,
+) -> Result<(Vec<ClusterRow>, usize), UpstreamError> {
     let answer = upstream.get("/v1/clusters").await?;
     let mut clusters: Vec<serde_json::Value> = answer["clusters"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .into_iter()
-        .filter(|c| matches_filter(c, filter))
+        .filter(|c| matches_filter(c, &listing.filter))
         .collect();
     clusters.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let total = clusters.len();
+    let clusters: Vec<serde_json::Value> = clusters
+        .into_iter()
+        .skip((listing.page - 1) * PAGE_SIZE)
+        .take(PAGE_SIZE)
+        .collect();
     let pools = futures::future::join_all(clusters.iter().map(|c| {
         let name = c["name"].as_str().unwrap_or_default().to_string();
         async move {
@@ -58,11 +66,14 @@ pub(crate) async fn cluster_rows(
         }
     }))
     .await;
-    Ok(clusters
-        .into_iter()
-        .zip(pools)
-        .map(|(cluster, pools)| ClusterRow { cluster, pools })
-        .collect())
+    Ok((
+        clusters
+            .into_iter()
+            .zip(pools)
+            .map(|(cluster, pools)| ClusterRow { cluster, pools })
+            .collect(),
+        total,
+    ))
 }
 
 fn matches_filter(cluster: &serde_json::Value, filter: &str) -> bool {
@@ -130,20 +141,15 @@ fn tags_text(cluster: &serde_json::Value) -> String {
 }
 
 /// The list page's body.
-pub(crate) fn list_body(rows: &[ClusterRow], filter: &str) -> Markup {
-    let live = format!(
-        "/console/live/clusters?{}",
-        form_urlencoded::Serializer::new(String::new())
-            .append_pair("q", filter)
-            .finish()
-    );
+pub(crate) fn list_body(rows: &[ClusterRow], listing: &Listing, total: usize) -> Markup {
+    let live = format!("/console/live/clusters?{}", listing.query(listing.page));
     html! {
         h1 { "Clusters" }
         div.actions {
             form method="get" action="/console/clusters" role="search" {
                 label.check for="q" {
                     "Filter"
-                    input #q name="q" value=(filter) placeholder="name or tag";
+                    input #q name="q" value=(listing.filter) placeholder="name or tag";
                 }
             }
             a.button href="/console/clusters/new" { "Create cluster" }
@@ -165,21 +171,22 @@ pub(crate) fn list_body(rows: &[ClusterRow], filter: &str) -> Markup {
                 }
             }
         }
+        (pager("/console/clusters", listing, rows.len(), total))
     }
 }
 
 async fn list(signed: Signed, Query(query): Query<HashMap<String, String>>) -> Response {
-    let filter = query.get("q").map_or("", String::as_str);
+    let listing = Listing::from_query(&query);
     if signed.session.is_operator() {
         return Redirect::to("/console/accounts").into_response();
     }
-    match cluster_rows(&signed.upstream(), filter).await {
-        Ok(rows) => Html(
+    match cluster_rows(&signed.upstream(), &listing).await {
+        Ok((rows, total)) => Html(
             page(
                 Some(&signed.session),
                 Section::Clusters,
                 "Clusters",
-                list_body(&rows, filter),
+                list_body(&rows, &listing, total),
             )
             .into_string(),
         )

@@ -2,6 +2,8 @@
 //! banner), the error page, and small pieces of markup (status badges, form fields with their
 //! message beside them, times).
 
+use std::collections::HashMap;
+
 use axum::response::{Html, IntoResponse, Response};
 use http::StatusCode;
 use maud::{DOCTYPE, Markup, html};
@@ -129,4 +131,75 @@ pub fn time(text: &str) -> Markup {
         })
         .unwrap_or_else(|_| text.to_string());
     html! { time datetime=(text) { (shown) } }
+}
+
+/// How many rows a page of a long list (clusters, pods) shows.
+pub(crate) const PAGE_SIZE: usize = 50;
+
+/// Which page of a list, from `?page=N` (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listing {
+    /// Keeps the clusters whose name or a tag contains it.
+    pub filter: String,
+    /// 1-based.
+    pub page: usize,
+}
+
+impl Listing {
+    pub(crate) fn from_query(query: &HashMap<String, String>) -> Self {
+        Listing {
+            filter: query.get("q").cloned().unwrap_or_default(),
+            page: query
+                .get("page")
+                .and_then(|p| p.parse().ok())
+                .filter(|p| *p >= 1)
+                .unwrap_or(1),
+        }
+    }
+
+    /// The query string of page `page` of this listing.
+    pub(crate) fn query(&self, page: usize) -> String {
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("q", &self.filter)
+            .append_pair("page", &page.to_string())
+            .finish()
+    }
+}
+
+/// "Showing 51–100 of 1000" with the links to the pages around.
+pub(crate) fn pager(base: &str, listing: &Listing, shown: usize, total: usize) -> Markup {
+    let first = (listing.page - 1) * PAGE_SIZE;
+    let pages = total.div_ceil(PAGE_SIZE).max(1);
+    html! {
+        nav.actions aria-label="Pages" {
+            span.muted {
+                @if shown == 0 { "None shown" } @else { "Showing " (first + 1) "–" (first + shown) }
+                " of " (total)
+            }
+            @if listing.page > 1 { a href=(format!("{base}?{}", listing.query(listing.page - 1))) rel="prev" { "Previous" } }
+            @if listing.page < pages { a href=(format!("{base}?{}", listing.query(listing.page + 1))) rel="next" { "Next" } }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_are_read_from_the_query_and_linked_both_ways() {
+        let query: HashMap<String, String> = [
+            ("q".to_string(), "team=a b".to_string()),
+            ("page".to_string(), "2".to_string()),
+        ]
+        .into();
+        let listing = Listing::from_query(&query);
+        assert_eq!(listing.page, 2);
+        assert_eq!(listing.query(3), "q=team%3Da+b&page=3");
+        let html = pager("/console/clusters", &listing, PAGE_SIZE, 3 * PAGE_SIZE).into_string();
+        assert!(html.contains("Showing 51–100 of 150"), "{html}");
+        assert!(html.contains("page=1") && html.contains("page=3"), "{html}");
+        let bad: HashMap<String, String> = [("page".to_string(), "0".to_string())].into();
+        assert_eq!(Listing::from_query(&bad).page, 1);
+    }
 }

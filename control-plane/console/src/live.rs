@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::upstream::{UpstreamError, segment};
-use crate::workloads::{Tenant, items, pod_row, pod_row_id, tenant};
+use crate::workloads::{Tenant, items, pod_page, pod_row, pod_row_id, tenant};
 use crate::{Console, Signed, clusters, metrics, nodepools};
 
 /// How often a stream looks at its source.
@@ -35,14 +35,14 @@ pub(crate) fn routes() -> Router<std::sync::Arc<Console>> {
 
 /// What a stream watches.
 enum Source {
-    /// The account's clusters matching a filter.
-    Clusters(String),
+    /// One page of the account's clusters matching a filter.
+    Clusters(crate::layout::Listing),
     /// One cluster's overview.
     Overview(String),
     /// One cluster's node pools.
     Pools(String),
-    /// One cluster's pods.
-    Pods(String),
+    /// One page of one cluster's pods.
+    Pods(String, crate::layout::Listing),
     /// One cluster's request metrics.
     Metrics(String),
 }
@@ -66,8 +66,9 @@ impl Watch {
     async fn snapshot(&mut self) -> Result<BTreeMap<String, String>, UpstreamError> {
         let upstream = self.signed.upstream();
         Ok(match &self.source {
-            Source::Clusters(filter) => clusters::cluster_rows(&upstream, filter)
+            Source::Clusters(listing) => clusters::cluster_rows(&upstream, listing)
                 .await?
+                .0
                 .iter()
                 .map(|row| {
                     (
@@ -98,11 +99,11 @@ impl Watch {
                     )
                 })
                 .collect(),
-            Source::Pods(name) => {
-                let name = name.clone();
+            Source::Pods(name, listing) => {
+                let (name, listing) = (name.clone(), listing.clone());
                 let tenant = self.tenant(&name).await?;
-                items(&self.signed.upstream(), &tenant, "/api/v1/pods")
-                    .await?
+                let pods = items(&self.signed.upstream(), &tenant, "/api/v1/pods").await?;
+                pod_page(&pods, &listing)
                     .iter()
                     .map(|pod| (pod_row_id(pod), pod_row(pod).into_string()))
                     .collect()
@@ -198,8 +199,11 @@ fn stream(signed: Signed, source: Source, parent: &'static str) -> Response {
 }
 
 async fn clusters_live(signed: Signed, Query(query): Query<HashMap<String, String>>) -> Response {
-    let filter = query.get("q").cloned().unwrap_or_default();
-    stream(signed, Source::Clusters(filter), "clusters")
+    stream(
+        signed,
+        Source::Clusters(crate::layout::Listing::from_query(&query)),
+        "clusters",
+    )
 }
 
 async fn overview_live(signed: Signed, Path(name): Path<String>) -> Response {
@@ -210,8 +214,13 @@ async fn pools_live(signed: Signed, Path(name): Path<String>) -> Response {
     stream(signed, Source::Pools(name), "pools")
 }
 
-async fn pods_live(signed: Signed, Path(name): Path<String>) -> Response {
-    stream(signed, Source::Pods(name), "pods")
+async fn pods_live(
+    signed: Signed,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let listing = crate::layout::Listing::from_query(&query);
+    stream(signed, Source::Pods(name, listing), "pods")
 }
 
 async fn metrics_live(signed: Signed, Path(name): Path<String>) -> Response {
@@ -230,7 +239,7 @@ mod tests {
                 connection: http::Extensions::new(),
                 console,
             },
-            source: Source::Clusters(String::new()),
+            source: Source::Clusters(crate::layout::Listing::from_query(&HashMap::new())),
             parent: "clusters",
             sent: BTreeMap::new(),
             queue: VecDeque::new(),

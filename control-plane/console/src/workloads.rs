@@ -2,15 +2,17 @@
 //! management API issues to the signed-in account): nodes with conditions and capacity,
 //! namespaces, Deployments, Pods (live), Services with their load balancers, recent Events.
 
+use std::collections::HashMap;
+
 use axum::Router;
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use http::Method;
 use maud::{Markup, html};
 
 use crate::clusters::cluster_tabs;
-use crate::layout::{Section, page, status, time};
+use crate::layout::{Listing, PAGE_SIZE, Section, page, pager, status, time};
 use crate::upstream::{Upstream, UpstreamError, segment};
 use crate::{Console, Signed};
 
@@ -133,7 +135,21 @@ fn nodes_table(nodes: &[serde_json::Value], pods: &[serde_json::Value]) -> Marku
     }
 }
 
-async fn workloads(signed: Signed, Path(name): Path<String>) -> Response {
+/// Page `listing.page` of `pods` (sorted by namespace and name, as the API lists them).
+pub(crate) fn pod_page<'a>(
+    pods: &'a [serde_json::Value],
+    listing: &Listing,
+) -> &'a [serde_json::Value] {
+    let start = ((listing.page - 1) * PAGE_SIZE).min(pods.len());
+    &pods[start..(start + PAGE_SIZE).min(pods.len())]
+}
+
+async fn workloads(
+    signed: Signed,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let listing = Listing::from_query(&query);
     let upstream = signed.upstream();
     let tenant = match tenant(&upstream, &name).await {
         Ok(tenant) => tenant,
@@ -195,11 +211,12 @@ async fn workloads(signed: Signed, Path(name): Path<String>) -> Response {
         h2 { "Pods" }
         div.scroll { table {
             thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Phase" } th scope="col" { "Restarts" } th scope="col" { "Node" } th.hide-narrow scope="col" { "IP" } } }
-            tbody #pods data-live=(format!("/console/live/clusters/{}/pods", segment(&name))) {
-                @for pod in &pods { (pod_row(pod)) }
+            tbody #pods data-live=(format!("/console/live/clusters/{}/pods?{}", segment(&name), listing.query(listing.page))) {
+                @for pod in pod_page(&pods, &listing) { (pod_row(pod)) }
                 @if pods.is_empty() { tr #pods-empty { td colspan="6" .muted { "No pods." } } }
             }
         } }
+        (pager(&format!("/console/clusters/{}/workloads", segment(&name)), &listing, pod_page(&pods, &listing).len(), pods.len()))
         h2 { "Services" }
         div.scroll { table {
             thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Type" } th scope="col" { "Cluster IP" } th scope="col" { "Load balancer" } } }

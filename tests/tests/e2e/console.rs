@@ -417,22 +417,38 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
     let operator: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
         flotilla.data_dir().join("operator.json"),
     )?)?;
-    let operator_key = operator["apiKey"].as_str().context("no operator key")?.to_string();
+    let operator_key = operator["apiKey"]
+        .as_str()
+        .context("no operator key")?
+        .to_string();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let browser = Browser::start("operator-manages-accounts").await?;
         let first_key = browser
             .step("create account", async {
                 sign_in(&browser, &base, &operator_key).await?;
-                browser.wait_for_text("header.top", "Operator", Duration::from_secs(10)).await?;
-                browser.wait_for_text("h1", "Accounts", Duration::from_secs(10)).await?;
+                browser
+                    .wait_for_text("header.top", "Operator", Duration::from_secs(10))
+                    .await?;
+                browser
+                    .wait_for_text("h1", "Accounts", Duration::from_secs(10))
+                    .await?;
                 fill(&browser, "#id", "Team_X").await?;
                 click(&browser, "form.stacked button[type=submit]").await?;
-                browser.wait_for_text("#id-error", "is invalid", Duration::from_secs(10)).await?;
+                browser
+                    .wait_for_text("#id-error", "is invalid", Duration::from_secs(10))
+                    .await?;
                 fill(&browser, "#id", "team-x").await?;
                 click(&browser, "form.stacked button[type=submit]").await?;
-                browser.wait_for_text("#new-api-key", "flo_", Duration::from_secs(10)).await?;
-                Ok(browser.client.find(Locator::Css("#new-api-key")).await?.text().await?)
+                browser
+                    .wait_for_text("#new-api-key", "flo_", Duration::from_secs(10))
+                    .await?;
+                Ok(browser
+                    .client
+                    .find(Locator::Css("#new-api-key"))
+                    .await?
+                    .text()
+                    .await?)
             })
             .await?;
         let second_key = browser
@@ -440,7 +456,12 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
                 click(&browser, "#account-team-x button.secondary").await?;
                 let deadline = Instant::now() + Duration::from_secs(10);
                 loop {
-                    let shown = browser.client.find(Locator::Css("#new-api-key")).await?.text().await?;
+                    let shown = browser
+                        .client
+                        .find(Locator::Css("#new-api-key"))
+                        .await?
+                        .text()
+                        .await?;
                     if shown != first_key && shown.starts_with("flo_") {
                         return Ok(shown);
                     }
@@ -452,24 +473,48 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
         browser
             .step("account signs in", async {
                 click(&browser, "header form button[type=submit]").await?;
-                browser.wait_for_text("h1", "Sign in", Duration::from_secs(10)).await?;
+                browser
+                    .wait_for_text("h1", "Sign in", Duration::from_secs(10))
+                    .await?;
                 sign_in(&browser, &base, &second_key).await?;
-                browser.wait_for_text("header.top", "team-x", Duration::from_secs(10)).await?;
-                browser.wait_for_text("#clusters", "No clusters yet.", Duration::from_secs(10)).await?;
-                browser.client.goto(&format!("{base}/console/accounts")).await?;
-                browser.wait_for_text("main", "Only the operator manages accounts.", Duration::from_secs(10)).await?;
+                browser
+                    .wait_for_text("header.top", "team-x", Duration::from_secs(10))
+                    .await?;
+                browser
+                    .wait_for_text("#clusters", "No clusters yet.", Duration::from_secs(10))
+                    .await?;
+                browser
+                    .client
+                    .goto(&format!("{base}/console/accounts"))
+                    .await?;
+                browser
+                    .wait_for_text(
+                        "main",
+                        "Only the operator manages accounts.",
+                        Duration::from_secs(10),
+                    )
+                    .await?;
                 Ok(())
             })
             .await?;
         browser
             .step("narrow window", async {
                 browser.client.set_window_size(420, 800).await?;
-                browser.client.goto(&format!("{base}/console/clusters")).await?;
+                browser
+                    .client
+                    .goto(&format!("{base}/console/clusters"))
+                    .await?;
                 let overflow = browser
                     .client
-                    .execute("return document.documentElement.scrollWidth - window.innerWidth;", vec![])
+                    .execute(
+                        "return document.documentElement.scrollWidth - window.innerWidth;",
+                        vec![],
+                    )
                     .await?;
-                ensure!(overflow.as_i64().unwrap_or(1) <= 0, "the page scrolls sideways by {overflow} px");
+                ensure!(
+                    overflow.as_i64().unwrap_or(1) <= 0,
+                    "the page scrolls sideways by {overflow} px"
+                );
                 browser.screenshot("reference-narrow-cluster-list").await?;
                 browser.client.set_window_size(1280, 900).await?;
                 Ok(())
@@ -478,15 +523,27 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
         browser
             .step("delete account", async {
                 click(&browser, "header form button[type=submit]").await?;
-                browser.wait_for_text("h1", "Sign in", Duration::from_secs(10)).await?;
+                browser
+                    .wait_for_text("h1", "Sign in", Duration::from_secs(10))
+                    .await?;
                 sign_in(&browser, &base, &operator_key).await?;
-                browser.wait_for_text("#accounts", "team-x", Duration::from_secs(10)).await?;
+                browser
+                    .wait_for_text("#accounts", "team-x", Duration::from_secs(10))
+                    .await?;
                 click(&browser, "#account-team-x button.danger").await?;
                 let question = browser.client.get_alert_text().await?;
-                ensure!(question.contains("Delete account team-x?"), "asked: {question}");
+                ensure!(
+                    question.contains("Delete account team-x?"),
+                    "asked: {question}"
+                );
                 browser.client.accept_alert().await?;
                 let deadline = Instant::now() + Duration::from_secs(10);
-                while browser.client.find(Locator::Css("#account-team-x")).await.is_ok() {
+                while browser
+                    .client
+                    .find(Locator::Css("#account-team-x"))
+                    .await
+                    .is_ok()
+                {
                     ensure!(Instant::now() < deadline, "team-x is still listed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
