@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::upstream::{UpstreamError, segment};
-use crate::workloads::{Tenant, items, pod_page, pod_row, pod_row_id, tenant};
+use crate::workloads::{PodQuery, Tenant, items, pod_row, pod_row_id, tenant};
 use crate::{Console, Signed, clusters, metrics, nodepools};
 
 /// How often a stream looks at its source.
@@ -42,7 +42,7 @@ enum Source {
     /// One cluster's node pools.
     Pools(String),
     /// One page of one cluster's pods.
-    Pods(String, crate::layout::Listing),
+    Pods(String, PodQuery),
     /// One cluster's request metrics.
     Metrics(String),
 }
@@ -99,11 +99,11 @@ impl Watch {
                     )
                 })
                 .collect(),
-            Source::Pods(name, listing) => {
-                let (name, listing) = (name.clone(), listing.clone());
+            Source::Pods(name, pods) => {
+                let (name, path) = (name.clone(), pods.path());
                 let tenant = self.tenant(&name).await?;
-                let pods = items(&self.signed.upstream(), &tenant, "/api/v1/pods").await?;
-                pod_page(&pods, &listing)
+                items(&self.signed.upstream(), &tenant, &path)
+                    .await?
                     .iter()
                     .map(|pod| (pod_row_id(pod), pod_row(pod).into_string()))
                     .collect()
@@ -219,8 +219,11 @@ async fn pods_live(
     Path(name): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let listing = crate::layout::Listing::from_query(&query);
-    stream(signed, Source::Pods(name, listing), "pods")
+    stream(
+        signed,
+        Source::Pods(name, PodQuery::from_query(&query)),
+        "pods",
+    )
 }
 
 async fn metrics_live(signed: Signed, Path(name): Path<String>) -> Response {

@@ -12,7 +12,7 @@ use http::Method;
 use maud::{Markup, html};
 
 use crate::clusters::cluster_tabs;
-use crate::layout::{Listing, PAGE_SIZE, Section, page, pager, status, time};
+use crate::layout::{Section, page, status, time};
 use crate::upstream::{Upstream, UpstreamError, segment};
 use crate::{Console, Signed};
 
@@ -50,17 +50,87 @@ pub(crate) async fn tenant(upstream: &Upstream<'_>, name: &str) -> Result<Tenant
     })
 }
 
+/// How many rows of a cluster's list the page asks the API for (the API pages, so a cluster
+/// with thousands of pods costs the page no more than one with fifty).
+const LIST_LIMIT: usize = 50;
+
+/// One page of a list of the tenant API: its items, the continue token of the next page and
+/// how many items follow (when the API says).
+pub(crate) struct ListPage {
+    pub items: Vec<serde_json::Value>,
+    pub next: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+/// A page of the list at `path` of the tenant API.
+pub(crate) async fn list_page(
+    upstream: &Upstream<'_>,
+    tenant: &Tenant,
+    path: &str,
+) -> Result<ListPage, UpstreamError> {
+    let answer = upstream
+        .with_bearer(&tenant.token)
+        .get(&format!("{}{path}", tenant.prefix))
+        .await?;
+    Ok(ListPage {
+        items: answer["items"].as_array().cloned().unwrap_or_default(),
+        next: answer["metadata"]["continue"]
+            .as_str()
+            .filter(|c| !c.is_empty())
+            .map(str::to_string),
+        remaining: answer["metadata"]["remainingItemCount"].as_u64(),
+    })
+}
+
 /// `items` of a list at `path` of the tenant API.
 pub(crate) async fn items(
     upstream: &Upstream<'_>,
     tenant: &Tenant,
     path: &str,
 ) -> Result<Vec<serde_json::Value>, UpstreamError> {
-    let answer = upstream
-        .with_bearer(&tenant.token)
-        .get(&format!("{}{path}", tenant.prefix))
-        .await?;
-    Ok(answer["items"].as_array().cloned().unwrap_or_default())
+    Ok(list_page(upstream, tenant, path).await?.items)
+}
+
+/// Which pods the workloads page lists: those of one node (or all), from a continue token
+/// (or the first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PodQuery {
+    pub node: String,
+    pub from: String,
+}
+
+impl PodQuery {
+    pub(crate) fn from_query(query: &HashMap<String, String>) -> Self {
+        PodQuery {
+            node: query.get("node").cloned().unwrap_or_default(),
+            from: query.get("continue").cloned().unwrap_or_default(),
+        }
+    }
+
+    /// The page's query string, from `from`.
+    pub(crate) fn query(&self, from: &str) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if !self.node.is_empty() {
+            query.append_pair("node", &self.node);
+        }
+        if !from.is_empty() {
+            query.append_pair("continue", from);
+        }
+        query.finish()
+    }
+
+    /// The tenant API path of this page.
+    pub(crate) fn path(&self) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        query.append_pair("limit", &LIST_LIMIT.to_string());
+        if !self.node.is_empty() {
+            query.append_pair("fieldSelector", &format!("spec.nodeName={}", self.node));
+        }
+        if !self.from.is_empty() {
+            query.append_pair("continue", &self.from);
+        }
+        format!("/api/v1/pods?{}", query.finish())
+    }
 }
 
 fn text<'a>(value: &'a serde_json::Value, pointer: &str) -> &'a str {
@@ -111,7 +181,7 @@ fn condition(node: &serde_json::Value, kind: &str) -> String {
         .to_string()
 }
 
-fn nodes_table(nodes: &[serde_json::Value], pods: &[serde_json::Value]) -> Markup {
+fn nodes_table(cluster: &str, nodes: &[serde_json::Value]) -> Markup {
     html! {
         h2 { "Nodes" }
         div.scroll { table {
@@ -126,7 +196,10 @@ fn nodes_table(nodes: &[serde_json::Value], pods: &[serde_json::Value]) -> Marku
                         td { @if pressure.is_empty() { span.muted { "none" } } @else { span.error { (pressure.join(", ")) } } }
                         td { (text(node, "/status/capacity/cpu")) }
                         td { (text(node, "/status/capacity/memory")) }
-                        td { (pods.iter().filter(|p| text(p, "/spec/nodeName") == name).count()) " / " (text(node, "/status/capacity/pods")) }
+                        td {
+                            a href=(format!("/console/clusters/{}/workloads?{}#pods", segment(cluster), PodQuery { node: name.to_string(), from: String::new() }.query(""))) { "its pods" }
+                            " (room for " (text(node, "/status/capacity/pods")) ")"
+                        }
                     }
                 }
                 @if nodes.is_empty() { tr { td colspan="6" .muted { "No nodes have joined." } } }
@@ -135,13 +208,20 @@ fn nodes_table(nodes: &[serde_json::Value], pods: &[serde_json::Value]) -> Marku
     }
 }
 
-/// Page `listing.page` of `pods` (sorted by namespace and name, as the API lists them).
-pub(crate) fn pod_page<'a>(
-    pods: &'a [serde_json::Value],
-    listing: &Listing,
-) -> &'a [serde_json::Value] {
-    let start = ((listing.page - 1) * PAGE_SIZE).min(pods.len());
-    &pods[start..(start + PAGE_SIZE).min(pods.len())]
+/// The pods table's pager: where this page is, the next page, back to the first.
+fn pod_pager(cluster: &str, pods: &PodQuery, page: &ListPage) -> Markup {
+    let base = format!("/console/clusters/{}/workloads", segment(cluster));
+    html! {
+        nav.actions aria-label="Pages of pods" {
+            span.muted {
+                (page.items.len()) " pods shown"
+                @if let Some(remaining) = page.remaining { ", " (remaining) " more" }
+                @if !pods.node.is_empty() { " on node " (pods.node) }
+            }
+            @if !pods.from.is_empty() || !pods.node.is_empty() { a href=(format!("{base}#pods")) { "All pods, first page" } }
+            @if let Some(next) = &page.next { a href=(format!("{base}?{}#pods", pods.query(next))) rel="next" { "Next" } }
+        }
+    }
 }
 
 async fn workloads(
@@ -149,19 +229,20 @@ async fn workloads(
     Path(name): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let listing = Listing::from_query(&query);
+    let pod_query = PodQuery::from_query(&query);
     let upstream = signed.upstream();
     let tenant = match tenant(&upstream, &name).await {
         Ok(tenant) => tenant,
         Err(err) => return signed.failed(&err),
     };
+    let pods_path = pod_query.path();
     let (nodes, namespaces, deployments, pods, services, events) = tokio::join!(
-        items(&upstream, &tenant, "/api/v1/nodes"),
-        items(&upstream, &tenant, "/api/v1/namespaces"),
-        items(&upstream, &tenant, "/apis/apps/v1/deployments"),
-        items(&upstream, &tenant, "/api/v1/pods"),
-        items(&upstream, &tenant, "/api/v1/services"),
-        items(&upstream, &tenant, "/api/v1/events?limit=500"),
+        items(&upstream, &tenant, "/api/v1/nodes?limit=100"),
+        items(&upstream, &tenant, "/api/v1/namespaces?limit=100"),
+        items(&upstream, &tenant, "/apis/apps/v1/deployments?limit=100"),
+        list_page(&upstream, &tenant, &pods_path),
+        items(&upstream, &tenant, "/api/v1/services?limit=100"),
+        items(&upstream, &tenant, "/api/v1/events?limit=200"),
     );
     let (nodes, namespaces, deployments, pods, services, mut events) =
         match (nodes, namespaces, deployments, pods, services, events) {
@@ -191,7 +272,7 @@ async fn workloads(
     let body = html! {
         h1 { "Cluster " (name) }
         (cluster_tabs(&name, "workloads"))
-        (nodes_table(&nodes, &pods))
+        (nodes_table(&name, &nodes))
         h2 { "Namespaces" }
         p { @for (i, ns) in namespaces.iter().enumerate() { @if i > 0 { ", " } (text(ns, "/metadata/name")) } }
         h2 { "Deployments" }
@@ -211,12 +292,12 @@ async fn workloads(
         h2 { "Pods" }
         div.scroll { table {
             thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Phase" } th scope="col" { "Restarts" } th scope="col" { "Node" } th.hide-narrow scope="col" { "IP" } } }
-            tbody #pods data-live=(format!("/console/live/clusters/{}/pods?{}", segment(&name), listing.query(listing.page))) {
-                @for pod in pod_page(&pods, &listing) { (pod_row(pod)) }
-                @if pods.is_empty() { tr #pods-empty { td colspan="6" .muted { "No pods." } } }
+            tbody #pods data-live=(format!("/console/live/clusters/{}/pods?{}", segment(&name), pod_query.query(&pod_query.from))) {
+                @for pod in &pods.items { (pod_row(pod)) }
+                @if pods.items.is_empty() { tr #pods-empty { td colspan="6" .muted { "No pods." } } }
             }
         } }
-        (pager(&format!("/console/clusters/{}/workloads", segment(&name)), &listing, pod_page(&pods, &listing).len(), pods.len()))
+        (pod_pager(&name, &pod_query, &pods))
         h2 { "Services" }
         div.scroll { table {
             thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Type" } th scope="col" { "Cluster IP" } th scope="col" { "Load balancer" } } }
@@ -257,4 +338,26 @@ async fn workloads(
         .into_string(),
     )
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_are_asked_for_a_page_at_a_time() {
+        let first = PodQuery::default();
+        assert_eq!(first.path(), "/api/v1/pods?limit=50");
+        let next = PodQuery {
+            node: "node-1".into(),
+            from: "abc=".into(),
+        };
+        assert_eq!(
+            next.path(),
+            "/api/v1/pods?limit=50&fieldSelector=spec.nodeName%3Dnode-1&continue=abc%3D"
+        );
+        assert_eq!(next.query("xyz"), "node=node-1&continue=xyz");
+        let query: HashMap<String, String> = [("continue".to_string(), "t".to_string())].into();
+        assert_eq!(PodQuery::from_query(&query).from, "t");
+    }
 }
