@@ -244,12 +244,21 @@ async fn route(
         ["version"] => Ok(plain_json(&discovery::version())),
         // This cluster's own request metrics (authorized as `get` on the `/metrics`
         // non-resource URL); the whole service's are the operator's, on the management API.
-        ["metrics"] => Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            state.metrics.render(),
-        )
-            .into_response()),
+        ["metrics"] => {
+            let objects = state
+                .object_count
+                .current(server.store().storage().as_ref(), &state.tenant.key_prefix)
+                .await?;
+            Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                format!(
+                    "{}# HELP flotilla_cluster_objects Objects the cluster stores, of every kind (counted at most every 5 s).\n# TYPE flotilla_cluster_objects gauge\nflotilla_cluster_objects {objects}\n",
+                    state.metrics.render()
+                ),
+            )
+                .into_response())
+        }
         ["healthz"] | ["livez"] | ["readyz"] => Ok((StatusCode::OK, "ok").into_response()),
         [".well-known", "openid-configuration"] => Ok(plain_json(
             &crate::authn::openid_configuration(&state.issuer()),

@@ -215,6 +215,37 @@ pub struct ObjectCount {
 }
 
 impl ObjectCount {
+    /// How many objects are under `prefix`: the count read at most [`OBJECT_COUNT_TTL`] ago
+    /// (plus the creates admitted here since), else a fresh one.
+    pub async fn current(
+        &self,
+        storage: &dyn flotilla_storage::Storage,
+        prefix: &str,
+    ) -> Result<usize, ApiError> {
+        let cached = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|state| *state)
+            .filter(|(_, counted_at)| counted_at.elapsed() < OBJECT_COUNT_TTL);
+        if let Some((count, _)) = cached {
+            return Ok(count);
+        }
+        let counted = storage
+            .range(flotilla_storage::RangeRequest {
+                prefix: prefix.to_string(),
+                start_key: None,
+                limit: 1,
+                revision: 0,
+            })
+            .await?
+            .count;
+        if let Ok(mut state) = self.state.lock() {
+            *state = Some((counted, Instant::now()));
+        }
+        Ok(counted)
+    }
+
     /// Admits one more object under `prefix`, or refuses with upstream's quota 403.
     pub async fn admit_create(
         &self,
@@ -227,30 +258,7 @@ impl ObjectCount {
         let Some(limit) = limits.max_objects else {
             return Ok(());
         };
-        let cached = self
-            .state
-            .lock()
-            .ok()
-            .and_then(|state| *state)
-            .filter(|(_, counted_at)| counted_at.elapsed() < OBJECT_COUNT_TTL);
-        let used = match cached {
-            Some((count, _)) => count,
-            None => {
-                let counted = storage
-                    .range(flotilla_storage::RangeRequest {
-                        prefix: prefix.to_string(),
-                        start_key: None,
-                        limit: 1,
-                        revision: 0,
-                    })
-                    .await?
-                    .count;
-                if let Ok(mut state) = self.state.lock() {
-                    *state = Some((counted, Instant::now()));
-                }
-                counted
-            }
-        };
+        let used = self.current(storage, prefix).await?;
         if used >= limit {
             return Err(ApiError::forbidden(
                 resource,

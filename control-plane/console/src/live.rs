@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::upstream::{UpstreamError, segment};
-use crate::workloads::{PodQuery, Tenant, items, pod_row, pod_row_id, tenant};
+use crate::workloads::{PodQuery, Tenant, items, list_bodies, lists, pod_row, pod_row_id, tenant};
 use crate::{Console, Signed, clusters, metrics, nodepools};
 
 /// How often a stream looks at its source.
@@ -31,6 +31,10 @@ pub(crate) fn routes() -> Router<std::sync::Arc<Console>> {
         .route("/console/live/clusters/{name}/nodepools", get(pools_live))
         .route("/console/live/clusters/{name}/pods", get(pods_live))
         .route("/console/live/clusters/{name}/metrics", get(metrics_live))
+        .route(
+            "/console/live/clusters/{name}/workloads",
+            get(workloads_live),
+        )
 }
 
 /// What a stream watches.
@@ -45,6 +49,9 @@ enum Source {
     Pods(String, PodQuery),
     /// One cluster's request metrics.
     Metrics(String),
+    /// One cluster's nodes, namespaces, Deployments, Services and Events (each list's table
+    /// body replaced whole).
+    Workloads(String),
 }
 
 /// A stream's state between looks.
@@ -106,6 +113,15 @@ impl Watch {
                     .await?
                     .iter()
                     .map(|pod| (pod_row_id(pod), pod_row(pod).into_string()))
+                    .collect()
+            }
+            Source::Workloads(name) => {
+                let name = name.clone();
+                let tenant = self.tenant(&name).await?;
+                let lists = lists(&self.signed.upstream(), &tenant).await?;
+                list_bodies(&name, &lists)
+                    .into_iter()
+                    .map(|(id, body)| (id.to_string(), body.into_string()))
                     .collect()
             }
             Source::Metrics(name) => {
@@ -224,6 +240,10 @@ async fn pods_live(
         Source::Pods(name, PodQuery::from_query(&query)),
         "pods",
     )
+}
+
+async fn workloads_live(signed: Signed, Path(name): Path<String>) -> Response {
+    stream(signed, Source::Workloads(name), "workloads-live")
 }
 
 async fn metrics_live(signed: Signed, Path(name): Path<String>) -> Response {

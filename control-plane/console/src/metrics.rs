@@ -37,6 +37,8 @@ pub(crate) struct Sample {
     pub failed: f64,
     /// Seconds spent answering, all verbs.
     pub seconds: f64,
+    /// Objects the cluster stores.
+    pub objects: f64,
 }
 
 /// The counters in a Prometheus text exposition.
@@ -47,6 +49,7 @@ pub(crate) fn parse(text: &str, at: Instant) -> Sample {
         throttled: 0.0,
         failed: 0.0,
         seconds: 0.0,
+        objects: 0.0,
     };
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {
@@ -67,6 +70,7 @@ pub(crate) fn parse(text: &str, at: Instant) -> Sample {
                 }
             }
             "apiserver_request_duration_seconds_sum" => sample.seconds += value,
+            "flotilla_cluster_objects" => sample.objects = value,
             _ => {}
         }
     }
@@ -122,7 +126,7 @@ fn chart(title: &str, unit: &str, values: &[f64]) -> Markup {
         figure.chart {
             figcaption {
                 strong { (title) } " "
-                span.muted { @match latest { Some(v) => { (format!("{v:.2} {unit}")) } None => { "measuring…" } } }
+                span.muted { @match latest { Some(v) if unit.is_empty() => { (format!("{v:.0}")) } Some(v) => { (format!("{v:.2} {unit}")) } None => { "measuring…" } } }
             }
             svg viewBox=(format!("0 0 {width} {height}")) role="img" aria-label=(format!("{title} over the last two minutes")) {
                 @if points.len() > 1 { polyline points=(points.join(" ")) {} }
@@ -144,6 +148,7 @@ pub(crate) fn panel(samples: &VecDeque<Sample>) -> Markup {
     });
     let throttled = series(samples, |a, b| per_second(a, b, |s| s.throttled));
     let failed = series(samples, |a, b| per_second(a, b, |s| s.failed));
+    let objects: Vec<f64> = samples.iter().skip(1).map(|s| s.objects).collect();
     let total = samples.back().map_or(0.0, |s| s.requests);
     html! {
         div #metrics-panel {
@@ -152,6 +157,7 @@ pub(crate) fn panel(samples: &VecDeque<Sample>) -> Markup {
                 (chart("Mean latency", "ms", &latency))
                 (chart("Throttled (429)", "/s", &throttled))
                 (chart("Server errors (5xx)", "/s", &failed))
+                (chart("Objects stored", "", &objects))
             }
             p.muted { (format!("{total:.0}")) " requests answered since the service started." }
         }
@@ -216,6 +222,7 @@ apiserver_request_total{verb="PUT",code="503"} 1
 apiserver_request_duration_seconds_sum{verb="GET"} 0.5
 apiserver_request_duration_seconds_sum{verb="POST"} 0.25
 apiserver_request_duration_seconds_bucket{verb="GET",le="0.1"} 100
+flotilla_cluster_objects 42
 "#;
 
     #[test]
@@ -233,6 +240,7 @@ apiserver_request_duration_seconds_bucket{verb="GET",le="0.1"} 100
             throttled: 8.0,
             failed: 1.0,
             seconds: 0.95,
+            objects: 43.0,
         };
         let samples = VecDeque::from([first, later]);
         assert_eq!(

@@ -181,33 +181,6 @@ fn condition(node: &serde_json::Value, kind: &str) -> String {
         .to_string()
 }
 
-fn nodes_table(cluster: &str, nodes: &[serde_json::Value]) -> Markup {
-    html! {
-        h2 { "Nodes" }
-        div.scroll { table {
-            thead { tr { th scope="col" { "Name" } th scope="col" { "Ready" } th scope="col" { "Pressure" } th scope="col" { "CPU" } th scope="col" { "Memory" } th scope="col" { "Pods" } } }
-            tbody #nodes {
-                @for node in nodes {
-                    @let name = text(node, "/metadata/name");
-                    @let pressure: Vec<&str> = ["MemoryPressure", "DiskPressure", "PIDPressure"].into_iter().filter(|k| condition(node, k) == "True").collect();
-                    tr {
-                        td { (name) }
-                        td { (status(&condition(node, "Ready"))) }
-                        td { @if pressure.is_empty() { span.muted { "none" } } @else { span.error { (pressure.join(", ")) } } }
-                        td { (text(node, "/status/capacity/cpu")) }
-                        td { (text(node, "/status/capacity/memory")) }
-                        td {
-                            a href=(format!("/console/clusters/{}/workloads?{}#pods", segment(cluster), PodQuery { node: name.to_string(), from: String::new() }.query(""))) { "its pods" }
-                            " (room for " (text(node, "/status/capacity/pods")) ")"
-                        }
-                    }
-                }
-                @if nodes.is_empty() { tr { td colspan="6" .muted { "No nodes have joined." } } }
-            }
-        } }
-    }
-}
-
 /// The pods table's pager: where this page is, the next page, back to the first.
 fn pod_pager(cluster: &str, pods: &PodQuery, page: &ListPage) -> Markup {
     let base = format!("/console/clusters/{}/workloads", segment(cluster));
@@ -224,6 +197,123 @@ fn pod_pager(cluster: &str, pods: &PodQuery, page: &ListPage) -> Markup {
     }
 }
 
+/// The lists of a cluster the workloads page shows beside its pods (each bounded; Events
+/// sorted newest first, of the first 500 the API lists).
+pub(crate) struct Lists {
+    nodes: Vec<serde_json::Value>,
+    namespaces: Vec<serde_json::Value>,
+    deployments: Vec<serde_json::Value>,
+    services: Vec<serde_json::Value>,
+    events: Vec<serde_json::Value>,
+}
+
+fn event_time(event: &serde_json::Value) -> String {
+    [
+        text(event, "/lastTimestamp"),
+        text(event, "/eventTime"),
+        text(event, "/metadata/creationTimestamp"),
+    ]
+    .into_iter()
+    .find(|t| !t.is_empty())
+    .unwrap_or_default()
+    .to_string()
+}
+
+/// Reads the [`Lists`] of cluster `tenant`.
+pub(crate) async fn lists(
+    upstream: &Upstream<'_>,
+    tenant: &Tenant,
+) -> Result<Lists, UpstreamError> {
+    let (nodes, namespaces, deployments, services, events) = tokio::join!(
+        items(upstream, tenant, "/api/v1/nodes?limit=100"),
+        items(upstream, tenant, "/api/v1/namespaces?limit=100"),
+        items(upstream, tenant, "/apis/apps/v1/deployments?limit=100"),
+        items(upstream, tenant, "/api/v1/services?limit=100"),
+        items(upstream, tenant, "/api/v1/events?limit=500"),
+    );
+    let mut events = events?;
+    events.sort_by_key(|e| std::cmp::Reverse(event_time(e)));
+    events.truncate(20);
+    Ok(Lists {
+        nodes: nodes?,
+        namespaces: namespaces?,
+        deployments: deployments?,
+        services: services?,
+        events,
+    })
+}
+
+/// The bodies of the lists' tables, by element id (what a live update replaces whole).
+pub(crate) fn list_bodies(cluster: &str, lists: &Lists) -> Vec<(&'static str, Markup)> {
+    let nodes = html! {
+        tbody #nodes {
+            @for node in &lists.nodes {
+                @let name = text(node, "/metadata/name");
+                @let pressure: Vec<&str> = ["MemoryPressure", "DiskPressure", "PIDPressure"].into_iter().filter(|k| condition(node, k) == "True").collect();
+                tr {
+                    td { (name) }
+                    td { (status(&condition(node, "Ready"))) }
+                    td { @if pressure.is_empty() { span.muted { "none" } } @else { span.error { (pressure.join(", ")) } } }
+                    td { (text(node, "/status/capacity/cpu")) }
+                    td { (text(node, "/status/capacity/memory")) }
+                    td {
+                        a href=(format!("/console/clusters/{}/workloads?{}#pods", segment(cluster), PodQuery { node: name.to_string(), from: String::new() }.query(""))) { "its pods" }
+                        " (room for " (text(node, "/status/capacity/pods")) ")"
+                    }
+                }
+            }
+            @if lists.nodes.is_empty() { tr { td colspan="6" .muted { "No nodes have joined." } } }
+        }
+    };
+    let namespaces = html! {
+        p #namespaces { @for (i, ns) in lists.namespaces.iter().enumerate() { @if i > 0 { ", " } (text(ns, "/metadata/name")) } }
+    };
+    let deployments = html! {
+        tbody #deployments {
+            @for d in &lists.deployments {
+                tr {
+                    td { (text(d, "/metadata/namespace")) } td { (text(d, "/metadata/name")) }
+                    td { (d["status"]["readyReplicas"].as_u64().unwrap_or(0)) " / " (d["spec"]["replicas"].as_u64().unwrap_or(1)) }
+                    td { (d["status"]["updatedReplicas"].as_u64().unwrap_or(0)) }
+                }
+            }
+            @if lists.deployments.is_empty() { tr { td colspan="4" .muted { "No Deployments." } } }
+        }
+    };
+    let services = html! {
+        tbody #services {
+            @for s in &lists.services {
+                tr {
+                    td { (text(s, "/metadata/namespace")) } td { (text(s, "/metadata/name")) }
+                    td { (text(s, "/spec/type")) } td { (text(s, "/spec/clusterIP")) }
+                    td { @for ingress in s["status"]["loadBalancer"]["ingress"].as_array().into_iter().flatten() {
+                        code { (ingress["hostname"].as_str().or(ingress["ip"].as_str()).unwrap_or_default()) } " "
+                    } }
+                }
+            }
+        }
+    };
+    let events = html! {
+        tbody #events {
+            @for e in &lists.events {
+                tr {
+                    td { (time(&event_time(e))) } td { (text(e, "/type")) }
+                    td { (text(e, "/involvedObject/kind")) "/" (text(e, "/involvedObject/name")) }
+                    td { (text(e, "/reason")) } td { (text(e, "/message")) }
+                }
+            }
+            @if lists.events.is_empty() { tr { td colspan="5" .muted { "No events." } } }
+        }
+    };
+    vec![
+        ("nodes", nodes),
+        ("namespaces", namespaces),
+        ("deployments", deployments),
+        ("services", services),
+        ("events", events),
+    ]
+}
+
 async fn workloads(
     signed: Signed,
     Path(name): Path<String>,
@@ -236,59 +326,33 @@ async fn workloads(
         Err(err) => return signed.failed(&err),
     };
     let pods_path = pod_query.path();
-    let (nodes, namespaces, deployments, pods, services, events) = tokio::join!(
-        items(&upstream, &tenant, "/api/v1/nodes?limit=100"),
-        items(&upstream, &tenant, "/api/v1/namespaces?limit=100"),
-        items(&upstream, &tenant, "/apis/apps/v1/deployments?limit=100"),
-        list_page(&upstream, &tenant, &pods_path),
-        items(&upstream, &tenant, "/api/v1/services?limit=100"),
-        items(&upstream, &tenant, "/api/v1/events?limit=200"),
+    let (lists, pods) = tokio::join!(
+        lists(&upstream, &tenant),
+        list_page(&upstream, &tenant, &pods_path)
     );
-    let (nodes, namespaces, deployments, pods, services, mut events) =
-        match (nodes, namespaces, deployments, pods, services, events) {
-            (Ok(a), Ok(b), Ok(c), Ok(d), Ok(e), Ok(f)) => (a, b, c, d, e, f),
-            (Err(err), ..)
-            | (_, Err(err), ..)
-            | (_, _, Err(err), ..)
-            | (_, _, _, Err(err), ..)
-            | (_, _, _, _, Err(err), _)
-            | (.., Err(err)) => {
-                return signed.failed(&err);
-            }
-        };
-    let event_time = |e: &serde_json::Value| {
-        [
-            text(e, "/lastTimestamp"),
-            text(e, "/eventTime"),
-            text(e, "/metadata/creationTimestamp"),
-        ]
-        .into_iter()
-        .find(|t| !t.is_empty())
-        .unwrap_or_default()
-        .to_string()
+    let (lists, pods) = match (lists, pods) {
+        (Ok(lists), Ok(pods)) => (lists, pods),
+        (Err(err), _) | (_, Err(err)) => return signed.failed(&err),
     };
-    events.sort_by_key(|e| std::cmp::Reverse(event_time(e)));
-    events.truncate(20);
+    let bodies: HashMap<&str, Markup> = list_bodies(&name, &lists).into_iter().collect();
+    let body_of = |id: &str| bodies.get(id).cloned().unwrap_or_else(|| html! {});
     let body = html! {
         h1 { "Cluster " (name) }
         (cluster_tabs(&name, "workloads"))
-        (nodes_table(&name, &nodes))
-        h2 { "Namespaces" }
-        p { @for (i, ns) in namespaces.iter().enumerate() { @if i > 0 { ", " } (text(ns, "/metadata/name")) } }
-        h2 { "Deployments" }
-        div.scroll { table {
-            thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Ready / desired" } th scope="col" { "Up to date" } } }
-            tbody #deployments {
-                @for d in &deployments {
-                    tr {
-                        td { (text(d, "/metadata/namespace")) } td { (text(d, "/metadata/name")) }
-                        td { (d["status"]["readyReplicas"].as_u64().unwrap_or(0)) " / " (d["spec"]["replicas"].as_u64().unwrap_or(1)) }
-                        td { (d["status"]["updatedReplicas"].as_u64().unwrap_or(0)) }
-                    }
-                }
-                @if deployments.is_empty() { tr { td colspan="4" .muted { "No Deployments." } } }
-            }
-        } }
+        div #workloads-live data-live=(format!("/console/live/clusters/{}/workloads", segment(&name))) {
+            h2 { "Nodes" }
+            div.scroll { table {
+                thead { tr { th scope="col" { "Name" } th scope="col" { "Ready" } th scope="col" { "Pressure" } th scope="col" { "CPU" } th scope="col" { "Memory" } th scope="col" { "Pods" } } }
+                (body_of("nodes"))
+            } }
+            h2 { "Namespaces" }
+            (body_of("namespaces"))
+            h2 { "Deployments" }
+            div.scroll { table {
+                thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Ready / desired" } th scope="col" { "Up to date" } } }
+                (body_of("deployments"))
+            } }
+        }
         h2 { "Pods" }
         div.scroll { table {
             thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Phase" } th scope="col" { "Restarts" } th scope="col" { "Node" } th.hide-narrow scope="col" { "IP" } } }
@@ -301,31 +365,12 @@ async fn workloads(
         h2 { "Services" }
         div.scroll { table {
             thead { tr { th scope="col" { "Namespace" } th scope="col" { "Name" } th scope="col" { "Type" } th scope="col" { "Cluster IP" } th scope="col" { "Load balancer" } } }
-            tbody #services {
-                @for s in &services {
-                    tr {
-                        td { (text(s, "/metadata/namespace")) } td { (text(s, "/metadata/name")) }
-                        td { (text(s, "/spec/type")) } td { (text(s, "/spec/clusterIP")) }
-                        td { @for ingress in s["status"]["loadBalancer"]["ingress"].as_array().into_iter().flatten() {
-                            code { (ingress["hostname"].as_str().or(ingress["ip"].as_str()).unwrap_or_default()) } " "
-                        } }
-                    }
-                }
-            }
+            (body_of("services"))
         } }
         h2 { "Recent events" }
         div.scroll { table {
             thead { tr { th scope="col" { "When" } th scope="col" { "Type" } th scope="col" { "Object" } th scope="col" { "Reason" } th scope="col" { "Message" } } }
-            tbody #events {
-                @for e in &events {
-                    tr {
-                        td { (time(&event_time(e))) } td { (text(e, "/type")) }
-                        td { (text(e, "/involvedObject/kind")) "/" (text(e, "/involvedObject/name")) }
-                        td { (text(e, "/reason")) } td { (text(e, "/message")) }
-                    }
-                }
-                @if events.is_empty() { tr { td colspan="5" .muted { "No events." } } }
-            }
+            (body_of("events"))
         } }
     };
     Html(

@@ -196,6 +196,8 @@ fn console_signs_in_creates_watches_and_deletes_clusters() -> anyhow::Result<()>
                 browser.wait_for_text("h2", "Nodes", Duration::from_secs(10)).await?;
                 Kubectl::new(&kubeconfig).ok(&["create", "deployment", "hello", "--image=busybox", "--replicas=2"])?;
                 browser.wait_for_text("#pods", "hello-", Duration::from_secs(30)).await?;
+                browser.wait_for_text("#deployments", "hello", Duration::from_secs(30)).await?;
+                browser.wait_for_text("#events", "Deployment/hello", Duration::from_secs(30)).await?;
                 Ok(())
             })
             .await?;
@@ -300,7 +302,7 @@ fn console_signs_in_creates_watches_and_deletes_clusters() -> anyhow::Result<()>
     Ok(())
 }
 
-/// 3. Node pools on a LocalStack-backed cluster: one created through the form, its nodes
+/// Step 3 of the issue: node pools on a LocalStack-backed cluster; one created through the form, its nodes
 /// appearing (the harness's hypervisor boots simulated nodes for the instances), scaled
 /// through its row's form, and a pool of an instance type EC2 does not have shown DEGRADED
 /// with EC2's reason — each without a reload.
