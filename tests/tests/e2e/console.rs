@@ -414,7 +414,7 @@ fn console_manages_node_pools_on_localstack() -> anyhow::Result<()> {
 /// needs no sideways scrolling.
 #[test]
 fn console_operator_manages_accounts() -> anyhow::Result<()> {
-    let flotilla = Flotilla::up(Backend::Embedded)?;
+    let mut flotilla = Flotilla::up(Backend::Embedded)?;
     let (base, _) = endpoint_and_key(&flotilla)?;
     let operator: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
         flotilla.data_dir().join("operator.json"),
@@ -495,6 +495,57 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
                         "Only the operator manages accounts.",
                         Duration::from_secs(10),
                     )
+                    .await?;
+                Ok(())
+            })
+            .await?;
+        // The service goes away under an open live page: a banner says so; it comes back
+        // (same port, same store): the banner goes and the session still holds.
+        browser
+            .step("lost connection", async {
+                browser
+                    .client
+                    .goto(&format!("{base}/console/clusters"))
+                    .await?;
+                browser
+                    .wait_for_text("#clusters", "No clusters yet.", Duration::from_secs(10))
+                    .await?;
+                let banner_shown = || async {
+                    let hidden = browser
+                        .client
+                        .execute(
+                            "return document.getElementById('connection-banner').hidden;",
+                            vec![],
+                        )
+                        .await?;
+                    anyhow::Ok(hidden == false)
+                };
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                ensure!(!banner_shown().await?, "no banner while connected");
+                flotilla.stop(true, Duration::from_secs(1));
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while !banner_shown().await? {
+                    ensure!(
+                        Instant::now() < deadline,
+                        "no banner after the service went away"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                flotilla.restart(false)?;
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while banner_shown().await? {
+                    ensure!(
+                        Instant::now() < deadline,
+                        "the banner stayed after the service came back"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                browser
+                    .client
+                    .goto(&format!("{base}/console/clusters"))
+                    .await?;
+                browser
+                    .wait_for_text("header.top", "team-x", Duration::from_secs(10))
                     .await?;
                 Ok(())
             })
