@@ -283,3 +283,39 @@ async fn sign_out(
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRIPT: &str = "<script>alert(1)</script>";
+
+    /// Every page piece shows what users and clusters say as text, never as markup.
+    #[test]
+    fn every_template_escapes_what_it_is_given() {
+        let session = Session::new("k".into(), Some("acme".into()), 0);
+        let pool = serde_json::json!({"name": SCRIPT, "status": "DEGRADED", "instanceTypes": [SCRIPT],
+            "health": {"issues": [{"code": "Ec2SubnetNotFound", "message": SCRIPT}]},
+            "scalingConfig": {"minSize": 1, "maxSize": 2, "desiredSize": 1}});
+        let pod = serde_json::json!({"metadata": {"namespace": "default", "name": SCRIPT},
+            "status": {"phase": SCRIPT}, "spec": {"nodeName": SCRIPT}});
+        let cluster = serde_json::json!({"name": "prod", "status": "FAILED", "statusReason": SCRIPT,
+            "tags": {"team": SCRIPT}, "health": {"issues": [{"code": "X", "message": SCRIPT}]}});
+        let rendered = [
+            nodepools::pool_row(&session, "prod", &pool).into_string(),
+            workloads::pod_row(&pod).into_string(),
+            clusters::overview_facts(&cluster).into_string(),
+            page(
+                Some(&session),
+                layout::Section::Clusters,
+                SCRIPT,
+                html! { (SCRIPT) },
+            )
+            .into_string(),
+        ];
+        for html in &rendered {
+            assert!(!html.contains("<script>alert"), "{html}");
+        }
+        assert!(rendered[0].contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+}
