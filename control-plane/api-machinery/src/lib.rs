@@ -13,6 +13,7 @@ pub mod cidr;
 pub mod errors;
 pub mod field;
 pub mod goduration;
+pub mod kubeconfig;
 pub mod managed_fields;
 pub mod names;
 pub mod nodeconfig;

@@ -704,25 +704,17 @@ async fn detail(signed: Signed, Path(name): Path<String>) -> Response {
     .into_response()
 }
 
-/// An exec-credential kubeconfig whose user runs `flotilla cluster token NAME`.
+/// An exec-credential kubeconfig whose user runs `flotilla cluster token NAME` (with the
+/// user's own `FLOTILLA_CONFIG`).
 fn exec_kubeconfig(name: &str, cluster: &serde_json::Value) -> String {
-    let user = format!("{name}-admin");
-    let kubeconfig = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": name, "cluster": {
-            "server": cluster["endpoint"],
-            "certificate-authority-data": cluster["certificateAuthority"]["data"],
-        }}],
-        "users": [{"name": user, "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": "flotilla",
-            "args": ["cluster", "token", name],
-            "interactiveMode": "Never",
-        }}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
-        "current-context": name,
-    });
+    let kubeconfig = flotilla_api_machinery::kubeconfig::exec_kubeconfig(
+        name,
+        &cluster["endpoint"],
+        &cluster["certificateAuthority"]["data"],
+        &"flotilla".into(),
+        &["cluster", "token", name],
+        &[],
+    );
     serde_yaml::to_string(&kubeconfig).unwrap_or_default()
 }
 

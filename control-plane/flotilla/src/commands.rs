@@ -177,24 +177,15 @@ async fn exec_kubeconfig(
         .call_json(Method::GET, &cluster_path(name), None)
         .await?;
     let cluster = &described["cluster"];
-    let user = format!("{name}-admin");
-    let kubeconfig = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": name, "cluster": {
-            "server": cluster["endpoint"],
-            "certificate-authority-data": cluster["certificateAuthority"]["data"],
-        }}],
-        "users": [{"name": user, "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1",
-            "command": program,
-            "args": ["cluster", "token", name],
-            "env": [{"name": "FLOTILLA_CONFIG", "value": config}],
-            "interactiveMode": "Never",
-        }}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
-        "current-context": name,
-    });
+    let config = config.display().to_string();
+    let kubeconfig = flotilla_api_machinery::kubeconfig::exec_kubeconfig(
+        name,
+        &cluster["endpoint"],
+        &cluster["certificateAuthority"]["data"],
+        &serde_json::json!(program),
+        &["cluster", "token", name],
+        &[("FLOTILLA_CONFIG", &config)],
+    );
     Ok(serde_yaml::to_string(&kubeconfig)?)
 }
 
