@@ -1,6 +1,6 @@
 //! Accounts, the operator's pages: the list, creating an account (its first API key shown
-//! once), issuing another key (rotation: the old ones keep working until the account is
-//! deleted), and deleting an account without clusters.
+//! once), issuing another key, rotating (a new key, every other one revoked), and deleting an
+//! account without clusters.
 
 use std::collections::HashMap;
 
@@ -66,9 +66,16 @@ fn list_body(
                             td { (id) }
                             td { (time(account["createdAt"].as_str().unwrap_or_default())) }
                             td {
-                                form method="post" action=(format!("/console/accounts/{}/keys", segment(id))) {
-                                    (csrf_field(session))
-                                    button.secondary type="submit" aria-label=(format!("New API key for {id}")) { "New API key" }
+                                div.actions {
+                                    form method="post" action=(format!("/console/accounts/{}/keys", segment(id))) {
+                                        (csrf_field(session))
+                                        button.secondary type="submit" aria-label=(format!("New API key for {id}")) { "New API key" }
+                                    }
+                                    form method="post" action=(format!("/console/accounts/{}/keys", segment(id))) data-ask=(format!("Rotate {id}'s keys? Every other key of {id} stops working now.")) {
+                                        (csrf_field(session))
+                                        input type="hidden" name="rotate" value="true";
+                                        button.secondary.rotate type="submit" aria-label=(format!("Rotate the API keys of {id}")) { "Rotate keys" }
+                                    }
                                 }
                             }
                             td {
@@ -162,7 +169,15 @@ async fn new_key(
         .upstream()
         .call(
             Method::POST,
-            &format!("/v1/accounts/{}/apikeys", segment(&id)),
+            &format!(
+                "/v1/accounts/{}/apikeys{}",
+                segment(&id),
+                if fields.get("rotate").is_some_and(|r| r == "true") {
+                    "?rotate=true"
+                } else {
+                    ""
+                }
+            ),
             None,
         )
         .await

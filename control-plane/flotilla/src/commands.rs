@@ -46,9 +46,14 @@ pub async fn account(args: &ClientArgs, command: AccountCommand) -> anyhow::Resu
                 .await?;
             print_one(args.output, &answer["account"], &ACCOUNT_COLUMNS)
         }
-        AccountCommand::NewKey { id } => {
+        AccountCommand::NewKey { id, rotate } => {
+            let query = if rotate { "?rotate=true" } else { "" };
             let key = client
-                .call_json(Method::POST, &format!("/v1/accounts/{id}/apikeys"), None)
+                .call_json(
+                    Method::POST,
+                    &format!("/v1/accounts/{id}/apikeys{query}"),
+                    None,
+                )
                 .await?;
             print_one(args.output, &key, &ACCOUNT_KEY_COLUMNS)
         }

@@ -451,11 +451,16 @@ pub enum AccountCommand {
         /// Account id.
         id: String,
     },
-    /// Issue another API key for an account.
-    #[command(after_help = "Example:\n  flotilla account new-key acme")]
+    /// Issue another API key for an account (`--rotate`: and revoke its other keys).
+    #[command(
+        after_help = "Examples:\n  flotilla account new-key acme\n  flotilla account new-key acme --rotate"
+    )]
     NewKey {
         /// Account id.
         id: String,
+        /// Revoke the account's other keys once the new one is issued.
+        #[arg(long)]
+        rotate: bool,
     },
 }
 

@@ -1,17 +1,18 @@
 //! `/v1/accounts…`: the operator creates, lists, describes and deletes accounts; an account
-//! may describe itself and issue itself more API keys. A deleted account's keys stop working
+//! may describe itself and issue itself more API keys, or rotate them (a new key, the others
+//! revoked). A deleted account's keys stop working
 //! at once; an account that still has clusters is not deleted (EKS-style 409, naming them).
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 
 use crate::error::ManagementError;
 use crate::model::*;
 use crate::{
-    Caller, Result, Service, account_key, accounts_prefix, api_keys_prefix, clusters_prefix, json,
-    parse_body,
+    Caller, Result, Service, account_key, accounts_prefix, api_key_key, api_keys_prefix,
+    clusters_prefix, json, parse_body,
 };
 
 /// The operator only: anyone else is refused with `what` in the message.
@@ -137,23 +138,46 @@ pub(crate) async fn delete_account(
             "no account {account:?}"
         )));
     }
-    for kv in m.range_kvs(&api_keys_prefix()).await? {
-        let issued: IssuedApiKey = m.open(&kv)?;
-        if issued.account_id == account {
-            m.storage.delete(&kv.key, None).await?;
-        }
-    }
+    revoke_keys(&m, &account, None).await?;
     Ok(json(
         StatusCode::OK,
         &serde_json::json!({ "account": record }),
     ))
 }
 
+/// Deletes every API key of `account` except the one stored under `keep` (a record key).
+async fn revoke_keys(m: &crate::Management, account: &str, keep: Option<&str>) -> Result<()> {
+    for kv in m.range_kvs(&api_keys_prefix()).await? {
+        let issued: IssuedApiKey = m.open(&kv)?;
+        if issued.account_id == account && Some(kv.key.as_str()) != keep {
+            m.storage.delete(&kv.key, None).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `POST /v1/accounts/{id}/apikeys[?rotate=true]`: another key; with `rotate`, the account's
+/// other keys stop working at once (the caller's own too, when it is one of them).
 pub(crate) async fn create_api_key(
     State(m): Service,
     Path(account): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response> {
     require_operator_or_self(&m, &headers, &account).await?;
-    Ok(json(StatusCode::CREATED, &m.issue_api_key(&account).await?))
+    let rotate = match query.get("rotate").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ManagementError::invalid_parameter(format!(
+                "rotate must be true or false, not {other:?}"
+            )));
+        }
+    };
+    let issued = m.issue_api_key(&account).await?;
+    if rotate {
+        let kept = api_key_key(&crate::sha256_hex(&issued.api_key));
+        revoke_keys(&m, &account, Some(&kept)).await?;
+    }
+    Ok(json(StatusCode::CREATED, &issued))
 }

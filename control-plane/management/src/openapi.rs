@@ -63,7 +63,7 @@ fn build() -> Value {
                 "delete": {"summary": "Delete an account without clusters, revoking every API key it has (operator)", "responses": answer("Account")},
             },
             "/v1/accounts/{account}/apikeys": {
-                "post": {"summary": "Issue another API key", "responses": answer("IssuedApiKey")},
+                "post": {"summary": "Issue another API key; with rotate=true the account's other keys are revoked", "parameters": [{"name": "rotate", "in": "query", "required": false, "schema": {"type": "boolean"}}], "responses": answer("IssuedApiKey")},
             },
             "/v1/clusters": {
                 "get": {"summary": "List the account's clusters", "responses": answer("Cluster")},

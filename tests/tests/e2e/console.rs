@@ -409,9 +409,10 @@ fn console_manages_node_pools_on_localstack() -> anyhow::Result<()> {
 }
 
 /// The operator's pages: signed in with the operator token, an account is created (its key
-/// shown once) and given another key; the new account signs in with it and is refused the
-/// accounts page; the operator deletes the account after a confirmation; a narrow window
-/// needs no sideways scrolling.
+/// shown once), given another key, then its keys rotated (the earlier two stop working); the
+/// account signs in with the rotated one and is refused the accounts page; the connection
+/// banner comes and goes with the service; a narrow window needs no sideways scrolling; the
+/// operator deletes the account after a confirmation.
 #[test]
 fn console_operator_manages_accounts() -> anyhow::Result<()> {
     let mut flotilla = Flotilla::up(Backend::Embedded)?;
@@ -472,13 +473,49 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
                 }
             })
             .await?;
+        let rotated_key = browser
+            .step("rotate keys", async {
+                click(&browser, "#account-team-x button.rotate").await?;
+                let question = browser.client.get_alert_text().await?;
+                ensure!(
+                    question.contains("Rotate team-x's keys?"),
+                    "asked: {question}"
+                );
+                browser.client.accept_alert().await?;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let shown = browser
+                        .client
+                        .find(Locator::Css("#new-api-key"))
+                        .await?
+                        .text()
+                        .await?;
+                    if shown != second_key && shown.starts_with("flo_") {
+                        return Ok(shown);
+                    }
+                    ensure!(Instant::now() < deadline, "no rotated key shown");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+            .await?;
         browser
             .step("account signs in", async {
                 click(&browser, "header form button[type=submit]").await?;
                 browser
                     .wait_for_text("h1", "Sign in", Duration::from_secs(10))
                     .await?;
-                sign_in(&browser, &base, &second_key).await?;
+                // The keys issued before the rotation no longer work.
+                for old in [&first_key, &second_key] {
+                    sign_in(&browser, &base, old).await?;
+                    browser
+                        .wait_for_text(
+                            "#api_key-error",
+                            "That API key is not valid.",
+                            Duration::from_secs(10),
+                        )
+                        .await?;
+                }
+                sign_in(&browser, &base, &rotated_key).await?;
                 browser
                     .wait_for_text("header.top", "team-x", Duration::from_secs(10))
                     .await?;
