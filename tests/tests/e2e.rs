@@ -369,6 +369,25 @@ fn kubectl_workflow(f: &Flotilla) -> anyhow::Result<()> {
     let explained = f.ok(&["explain", "deployment.spec.template"])?;
     contains(&explained, "PodTemplateSpec")?;
     contains(&explained, "FIELDS:")?;
+    // … and from the OpenAPI v2 document, which kubectl reads in gnostic's protobuf form.
+    let out = f.kubectl().run(
+        &["explain", "deployment.spec.template.spec.containers.env"],
+        None,
+        &[("KUBECTL_EXPLAIN_OPENAPIV3", "false")],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&out.stdout),
+        "FIELD: env <[]EnvVar>",
+    )?;
+
+    // A kind the server does not serve: upstream's "no matches", not a protobuf parse error.
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n";
+    let out = f.kubectl().run(&["apply", "-f", "-"], Some(widget), &[])?;
+    ensure!(!out.status.success(), "a Widget was applied");
+    contains(
+        &String::from_utf8_lossy(&out.stderr),
+        r#"no matches for kind "Widget" in version "example.com/v1""#,
+    )?;
     Ok(())
 }
 

@@ -283,6 +283,18 @@ async fn route(
         ["apis", group, version] => discovery::api_resource_list(resources, group, version)
             .map(|v| plain_json(&v))
             .ok_or_else(ApiError::no_such_path),
+        // kubectl and client-go ask for gnostic's protobuf form only; browsers and curl get JSON.
+        ["openapi", "v2"]
+            if accept.contains(flotilla_protobuf::openapi_v2::OPENAPI_V2_PROTOBUF_TYPE) =>
+        {
+            let mut response =
+                (StatusCode::OK, server.openapi.v2_protobuf().clone()).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(flotilla_protobuf::openapi_v2::OPENAPI_V2_PROTOBUF),
+            );
+            Ok(response)
+        }
         ["openapi", "v2"] => Ok(json_bytes(server.openapi.v2())),
         ["openapi", "v3"] => Ok(json_bytes(server.openapi.v3_index())),
         ["openapi", "v3", path @ ..] => server

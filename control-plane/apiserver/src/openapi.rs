@@ -1,4 +1,5 @@
-//! OpenAPI documents generated from the k8s-openapi types: `/openapi/v2` and `/openapi/v3`
+//! OpenAPI documents generated from the k8s-openapi types: `/openapi/v2` (JSON, and gnostic's
+//! protobuf form kubectl asks for) and `/openapi/v3`
 //! (an index plus one document per group version), with the `x-kubernetes-*` extensions
 //! kubectl reads (group-version-kind, patch strategy and merge keys).
 
@@ -14,6 +15,7 @@ use flotilla_api_machinery::schema::{ListType, PatchMeta, PatchStrategy};
 /// The documents, built once at startup (they depend only on the resource table).
 pub struct OpenApi {
     v2: Bytes,
+    v2_protobuf: Bytes,
     v3_index: Bytes,
     v3: BTreeMap<String, Bytes>,
 }
@@ -337,6 +339,7 @@ impl OpenApi {
             })
             .collect();
         OpenApi {
+            v2_protobuf: Bytes::from(flotilla_protobuf::openapi_v2::encode_openapi_v2(&v2)),
             v2: serialized(&v2),
             v3_index: serialized(&json!({"paths": index})),
             v3,
@@ -346,6 +349,11 @@ impl OpenApi {
     /// `/openapi/v2`.
     pub fn v2(&self) -> &Bytes {
         &self.v2
+    }
+
+    /// `/openapi/v2` in gnostic's protobuf form (what kubectl asks for).
+    pub fn v2_protobuf(&self) -> &Bytes {
+        &self.v2_protobuf
     }
 
     /// `/openapi/v3`: the index of group-version documents.

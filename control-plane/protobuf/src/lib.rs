@@ -17,6 +17,7 @@ mod decode;
 mod encode;
 mod error;
 mod gotime;
+pub mod openapi_v2;
 mod schema;
 mod wire;
 
