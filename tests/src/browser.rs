@@ -122,17 +122,35 @@ impl Browser {
         text: &str,
         within: Duration,
     ) -> anyhow::Result<Duration> {
+        self.wait_for(css, &format!("text {text:?}"), within, |shown| {
+            shown.contains(text)
+        })
+        .await
+    }
+
+    /// Waits (at most `within`) until the text of the element at `css` satisfies `wanted`
+    /// (`what` says what it waits for). The element is looked up again on every try: live
+    /// regions replace their elements, so one found a moment ago may be gone.
+    pub async fn wait_for(
+        &self,
+        css: &str,
+        what: &str,
+        within: Duration,
+        wanted: impl Fn(&str) -> bool,
+    ) -> anyhow::Result<Duration> {
         let started = Instant::now();
         let mut last = String::new();
         loop {
-            if let Ok(element) = self.client.find(Locator::Css(css)).await {
-                last = element.text().await.unwrap_or_default();
-                if last.contains(text) {
+            if let Ok(element) = self.client.find(Locator::Css(css)).await
+                && let Ok(shown) = element.text().await
+            {
+                if wanted(&shown) {
                     return Ok(started.elapsed());
                 }
+                last = shown;
             }
             if started.elapsed() > within {
-                bail!("{css:?} did not show {text:?} within {within:?} (it showed {last:?})");
+                bail!("{css:?} did not show {what} within {within:?} (it showed {last:?})");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

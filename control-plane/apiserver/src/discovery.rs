@@ -40,7 +40,7 @@ fn verbs(resource: &ResourceInfo) -> Vec<&'static str> {
 }
 
 /// (subresource, response group, version, kind, verbs) for each subresource of a resource.
-fn subresources(
+pub(crate) fn subresources(
     resource: &ResourceInfo,
 ) -> Vec<(
     &'static str,

@@ -140,15 +140,164 @@ fn annotate_definition(
     }
 }
 
+/// A query or path parameter of `kind` (`string`, `integer`, `boolean`) in the document's
+/// version's form.
 fn parameter(name: &str, location: &str, description: &str, v3: bool) -> Value {
-    if v3 {
-        json!({"name": name, "in": location, "description": description, "schema": {"type": "string", "uniqueItems": true}})
+    typed_parameter(name, location, "string", description, v3)
+}
+
+fn typed_parameter(name: &str, location: &str, kind: &str, description: &str, v3: bool) -> Value {
+    let mut p = if v3 {
+        json!({"name": name, "in": location, "description": description, "schema": {"type": kind, "uniqueItems": true}})
     } else {
-        json!({"name": name, "in": location, "description": description, "type": "string", "uniqueItems": true})
+        json!({"name": name, "in": location, "description": description, "type": kind, "uniqueItems": true})
+    };
+    if location == "path" {
+        p["required"] = json!(true);
+    }
+    p
+}
+
+/// The query parameters of list and watch requests.
+fn list_parameters(v3: bool) -> Vec<Value> {
+    [
+        ("allowWatchBookmarks", "boolean", "allowWatchBookmarks requests watch events with type \"BOOKMARK\"."),
+        ("continue", "string", "The continue option should be set when retrieving more results from the server."),
+        ("fieldSelector", "string", "A selector to restrict the list of returned objects by their fields."),
+        ("labelSelector", "string", "A selector to restrict the list of returned objects by their labels."),
+        ("limit", "integer", "limit is a maximum number of responses to return for a list call."),
+        ("resourceVersion", "string", "resourceVersion sets a constraint on what resource versions a request may be served from."),
+        ("resourceVersionMatch", "string", "resourceVersionMatch determines how resourceVersion is applied to list calls."),
+        ("sendInitialEvents", "boolean", "`sendInitialEvents=true` may be set together with `watch=true`."),
+        ("timeoutSeconds", "integer", "Timeout for the list/watch call."),
+        ("watch", "boolean", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications."),
+    ]
+    .into_iter()
+    .map(|(name, kind, description)| typed_parameter(name, "query", kind, description, v3))
+    .collect()
+}
+
+/// The query parameters of delete requests.
+fn delete_parameters(v3: bool) -> Vec<Value> {
+    [
+        ("dryRun", "string", "When present, indicates that modifications should not be persisted."),
+        ("gracePeriodSeconds", "integer", "The duration in seconds before the object should be deleted."),
+        ("orphanDependents", "boolean", "Deprecated: please use the PropagationPolicy."),
+        ("propagationPolicy", "string", "Whether and how garbage collection will be performed: Orphan, Background or Foreground."),
+    ]
+    .into_iter()
+    .map(|(name, kind, description)| typed_parameter(name, "query", kind, description, v3))
+    .collect()
+}
+
+/// The query parameters of create, update and patch requests.
+fn write_parameters(v3: bool) -> Vec<Value> {
+    vec![
+        parameter(
+            "dryRun",
+            "query",
+            "When present, indicates that modifications should not be persisted.",
+            v3,
+        ),
+        parameter(
+            "fieldManager",
+            "query",
+            "fieldManager is a name associated with the actor or entity that is making these changes.",
+            v3,
+        ),
+        parameter(
+            "fieldValidation",
+            "query",
+            "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn, Strict.",
+            v3,
+        ),
+    ]
+}
+
+/// The group-version part of upstream's operation ids: `CoreV1`, `AppsV1`,
+/// `RbacAuthorizationV1`, `FlowcontrolApiserverV1` (the group without `.k8s.io`, each part
+/// capitalized).
+pub(crate) fn operation_group_version(group: &str, version: &str) -> String {
+    let capitalized = |part: &str| {
+        let mut chars = part.chars();
+        chars
+            .next()
+            .map(|first| first.to_uppercase().chain(chars).collect::<String>())
+            .unwrap_or_default()
+    };
+    let group = if group.is_empty() {
+        "Core".to_string()
+    } else {
+        group
+            .trim_end_matches(".k8s.io")
+            .split('.')
+            .map(capitalized)
+            .collect()
+    };
+    format!("{group}{}", capitalized(version))
+}
+
+/// Where the document's schemas live and the extra ones a resource's operations need.
+struct Schemas<'a> {
+    generator: &'a mut schemars::SchemaGenerator,
+    /// Definitions written here (list kinds), added to the generator's.
+    extra: &'a mut Map<String, Value>,
+    prefix: &'static str,
+}
+
+impl Schemas<'_> {
+    fn reference<T: schemars::JsonSchema>(&mut self) -> Value {
+        serde_json::to_value(self.generator.subschema_for::<T>()).unwrap_or_default()
+    }
+
+    /// The list kind of `resource` (`PodList`): its definition, upstream's shape, and a
+    /// reference to it.
+    fn list_reference(&mut self, resource: &ResourceInfo, item: &Value) -> Value {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+        let namespace = resource
+            .schema_name
+            .rsplit_once('.')
+            .map_or("", |(namespace, _)| namespace);
+        let name = format!("{namespace}.{}", resource.list_kind);
+        if !self.extra.contains_key(&name) {
+            let metadata = self.reference::<ListMeta>();
+            let definition = json!({
+                "description": format!("{} is a list of {}.", resource.list_kind, resource.kind),
+                "type": "object",
+                "required": ["items"],
+                "properties": {
+                    "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."},
+                    "items": {"type": "array", "items": item, "description": format!("List of {}.", resource.plural)},
+                    "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents."},
+                    "metadata": metadata,
+                },
+                "x-kubernetes-group-version-kind": [{"group": resource.group, "version": resource.version, "kind": resource.list_kind}],
+            });
+            self.extra.insert(name.clone(), definition);
+        }
+        json!({"$ref": format!("{}{name}", self.prefix)})
     }
 }
 
-fn operations(resource: &ResourceInfo, reference: &Value, v3: bool) -> Vec<(String, Value)> {
+/// What one operation answers.
+enum Answer {
+    /// A schema (by reference).
+    Schema(Value),
+    /// Text (logs, streaming connects).
+    Text,
+}
+
+fn operations(
+    resource: &ResourceInfo,
+    schemas: &mut Schemas<'_>,
+    v3: bool,
+) -> Vec<(String, Value)> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, WatchEvent};
+    use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+    let reference = serde_json::to_value((resource.schema)(schemas.generator)).unwrap_or_default();
+    let list = schemas.list_reference(resource, &reference);
+    let status = schemas.reference::<Status>();
+    let watch_event = schemas.reference::<WatchEvent<RawExtension>>();
     let base = if resource.group.is_empty() {
         format!("/api/{}", resource.version)
     } else {
@@ -159,121 +308,281 @@ fn operations(resource: &ResourceInfo, reference: &Value, v3: bool) -> Vec<(Stri
     } else {
         ""
     };
-    let collection = format!("{base}{ns}/{}", resource.plural);
-    let item = format!("{collection}/{{name}}");
-    let write_params = |extra: &[Value]| {
-        let mut params = vec![
-            parameter(
-                "dryRun",
-                "query",
-                "When present, indicates that modifications should not be persisted.",
-                v3,
-            ),
-            parameter(
-                "fieldManager",
-                "query",
-                "fieldManager is a name associated with the actor or entity that is making these changes.",
-                v3,
-            ),
-            parameter(
-                "fieldValidation",
-                "query",
-                "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: Ignore, Warn, Strict.",
-                v3,
-            ),
-        ];
-        params.extend_from_slice(extra);
-        params
+    let gv = operation_group_version(resource.group, resource.version);
+    let scope = if resource.namespaced {
+        "Namespaced"
+    } else {
+        ""
     };
-    let response = |code: &str| {
+    let kind = resource.kind;
+    let content = |answer: &Answer| match (answer, v3) {
+        (Answer::Schema(schema), true) => {
+            json!({"application/json": {"schema": schema}, "application/yaml": {"schema": schema}, "application/vnd.kubernetes.protobuf": {"schema": schema}})
+        }
+        (Answer::Text, true) => json!({"*/*": {"schema": {"type": "string"}}}),
+        (Answer::Schema(schema), false) => schema.clone(),
+        (Answer::Text, false) => json!({"type": "string"}),
+    };
+    let responses = |code: &str, answer: &Answer| {
         if v3 {
-            json!({code: {"description": "OK", "content": {"application/json": {"schema": reference}}}})
+            json!({code: {"description": "OK", "content": content(answer)}, "401": {"description": "Unauthorized"}})
         } else {
-            json!({code: {"description": "OK", "schema": reference}})
+            json!({code: {"description": "OK", "schema": content(answer)}, "401": {"description": "Unauthorized"}})
         }
     };
-    let body = |content_types: &[&str]| {
-        if v3 {
-            let content: Map<String, Value> = content_types
-                .iter()
-                .map(|c| (c.to_string(), json!({"schema": reference})))
-                .collect();
-            Some(json!({"content": content, "required": true}))
-        } else {
-            None
-        }
-    };
+    // One operation: upstream's action, id, parameters, optional body schema and answer.
     let op = |action: &str,
-              verb_id: &str,
-              params: Vec<Value>,
-              request_body: Option<Value>,
-              code: &str| {
+              id: String,
+              gvk: &Value,
+              mut params: Vec<Value>,
+              body: Option<(&Value, &[&str])>,
+              code: &str,
+              answer: Answer| {
         let mut op = json!({
-            "operationId": format!("{verb_id}{}", resource.kind),
+            "operationId": id,
             "x-kubernetes-action": action,
-            "x-kubernetes-group-version-kind": gvk(resource),
-            "parameters": params,
-            "responses": response(code),
+            "x-kubernetes-group-version-kind": gvk,
+            "responses": responses(code, &answer),
         });
-        if let Some(body) = request_body {
-            op["requestBody"] = body;
-        } else if !v3
-            && matches!(action, "post" | "put" | "patch")
-            && let Some(list) = op["parameters"].as_array_mut()
-        {
-            list.push(json!({"name": "body", "in": "body", "required": true, "schema": reference}));
+        if let Some((schema, types)) = body {
+            if v3 {
+                let content: Map<String, Value> = types
+                    .iter()
+                    .map(|c| (c.to_string(), json!({"schema": schema})))
+                    .collect();
+                op["requestBody"] = json!({"content": content, "required": true});
+            } else {
+                params.push(
+                    json!({"name": "body", "in": "body", "required": true, "schema": schema}),
+                );
+            }
         }
+        op["parameters"] = Value::Array(params);
         op
     };
-    let patch_params = write_params(&[parameter(
-        "force",
-        "query",
-        "Force is going to \"force\" Apply requests.",
-        v3,
-    )]);
-    let patch_types = [
+    let path_params = |with_name: bool, namespaced: bool| {
+        let mut list = Vec::new();
+        if with_name {
+            list.push(parameter(
+                "name",
+                "path",
+                &format!("name of the {kind}"),
+                v3,
+            ));
+        }
+        if namespaced {
+            list.push(parameter(
+                "namespace",
+                "path",
+                "object name and auth scope, such as for teams and projects",
+                v3,
+            ));
+        }
+        list.push(parameter(
+            "pretty",
+            "query",
+            "If 'true', then the output is pretty printed.",
+            v3,
+        ));
+        Value::Array(list)
+    };
+    let patch_types: [&str; 4] = [
         "application/json-patch+json",
         "application/merge-patch+json",
         "application/strategic-merge-patch+json",
         "application/apply-patch+yaml",
     ];
-    let mut collection_ops = json!({
-        "get": op("list", "list", vec![], None, "200"),
-        "post": op("post", "create", write_params(&[]), body(&["*/*"]), "201"),
-    });
-    let mut item_ops = json!({
-        "get": op("get", "read", vec![], None, "200"),
-        "put": op("put", "replace", write_params(&[]), body(&["*/*"]), "200"),
-        "patch": op("patch", "patch", patch_params, body(&patch_types), "200"),
-        "delete": op("delete", "delete", vec![], None, "200"),
-    });
-    let path_params = |with_name: bool| {
-        let mut list = Vec::new();
-        if with_name {
-            list.push(if v3 {
-                json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}})
-            } else {
-                json!({"name": "name", "in": "path", "required": true, "type": "string"})
-            });
-        }
-        if resource.namespaced {
-            list.push(if v3 {
-                json!({"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}})
-            } else {
-                json!({"name": "namespace", "in": "path", "required": true, "type": "string"})
-            });
-        }
-        Value::Array(list)
-    };
-    collection_ops["parameters"] = path_params(false);
-    item_ops["parameters"] = path_params(true);
-    if resource.create_only {
-        if let Some(ops) = collection_ops.as_object_mut() {
-            ops.remove("get");
-        }
-        return vec![(collection, collection_ops)];
+    let mut patch_params = write_parameters(v3);
+    patch_params.push(typed_parameter(
+        "force",
+        "query",
+        "boolean",
+        "Force is going to \"force\" Apply requests.",
+        v3,
+    ));
+    let own = gvk(resource);
+    let any = ["*/*"];
+    let mut delete_collection_params = delete_parameters(v3);
+    delete_collection_params.extend(list_parameters(v3));
+
+    let mut paths = Vec::new();
+    let collection = format!("{base}{ns}/{}", resource.plural);
+    let item = format!("{collection}/{{name}}");
+    let mut collection_ops = json!({});
+    if !resource.create_only {
+        collection_ops["get"] = op(
+            "list",
+            format!("list{gv}{scope}{kind}"),
+            &own,
+            list_parameters(v3),
+            None,
+            "200",
+            Answer::Schema(list.clone()),
+        );
+        collection_ops["delete"] = op(
+            "deletecollection",
+            format!("delete{gv}Collection{scope}{kind}"),
+            &own,
+            delete_collection_params,
+            None,
+            "200",
+            Answer::Schema(status.clone()),
+        );
     }
-    vec![(collection, collection_ops), (item, item_ops)]
+    collection_ops["post"] = op(
+        "post",
+        format!("create{gv}{scope}{kind}"),
+        &own,
+        write_parameters(v3),
+        Some((&reference, &any)),
+        "201",
+        Answer::Schema(reference.clone()),
+    );
+    collection_ops["parameters"] = path_params(false, resource.namespaced);
+    paths.push((collection.clone(), collection_ops));
+    if resource.create_only {
+        return paths;
+    }
+    let item_ops = json!({
+        "get": op("get", format!("read{gv}{scope}{kind}"), &own, vec![], None, "200", Answer::Schema(reference.clone())),
+        "put": op("put", format!("replace{gv}{scope}{kind}"), &own, write_parameters(v3), Some((&reference, &any)), "200", Answer::Schema(reference.clone())),
+        "patch": op("patch", format!("patch{gv}{scope}{kind}"), &own, patch_params.clone(), Some((&reference, &patch_types)), "200", Answer::Schema(reference.clone())),
+        "delete": op("delete", format!("delete{gv}{scope}{kind}"), &own, delete_parameters(v3), None, "200", Answer::Schema(status.clone())),
+        "parameters": path_params(true, resource.namespaced),
+    });
+    paths.push((item.clone(), item_ops));
+
+    // Every namespace at once, and the watch paths upstream still serves.
+    if resource.namespaced {
+        let all = json!({
+            "get": op("list", format!("list{gv}{kind}ForAllNamespaces"), &own, list_parameters(v3), None, "200", Answer::Schema(list.clone())),
+            "parameters": path_params(false, false),
+        });
+        paths.push((format!("{base}/{}", resource.plural), all));
+        let watch_all = json!({
+            "get": op("watchlist", format!("watch{gv}{kind}ListForAllNamespaces"), &own, list_parameters(v3), None, "200", Answer::Schema(watch_event.clone())),
+            "parameters": path_params(false, false),
+        });
+        paths.push((format!("{base}/watch/{}", resource.plural), watch_all));
+    }
+    let watch_list = json!({
+        "get": op("watchlist", format!("watch{gv}{scope}{kind}List"), &own, list_parameters(v3), None, "200", Answer::Schema(watch_event.clone())),
+        "parameters": path_params(false, resource.namespaced),
+    });
+    paths.push((format!("{base}/watch{ns}/{}", resource.plural), watch_list));
+    let watch_one = json!({
+        "get": op("watch", format!("watch{gv}{scope}{kind}"), &own, list_parameters(v3), None, "200", Answer::Schema(watch_event)),
+        "parameters": path_params(true, resource.namespaced),
+    });
+    paths.push((
+        format!("{base}/watch{ns}/{}/{{name}}", resource.plural),
+        watch_one,
+    ));
+
+    // Subresources, as discovery lists them.
+    for (sub, group, version, sub_kind, verbs) in crate::discovery::subresources(resource) {
+        let title: String = {
+            let mut chars = sub.chars();
+            chars
+                .next()
+                .map(|first| first.to_uppercase().chain(chars).collect())
+                .unwrap_or_default()
+        };
+        let sub_gvk = json!({"group": group, "version": version, "kind": sub_kind});
+        let schema = match sub_kind {
+            "Scale" => Some(schemas.reference::<k8s_openapi::api::autoscaling::v1::Scale>()),
+            "Eviction" => Some(schemas.reference::<k8s_openapi::api::policy::v1::Eviction>()),
+            "Binding" => Some(schemas.reference::<k8s_openapi::api::core::v1::Binding>()),
+            "TokenRequest" => {
+                Some(schemas.reference::<k8s_openapi::api::authentication::v1::TokenRequest>())
+            }
+            k if k == kind && sub != "log" => Some(reference.clone()),
+            _ => None,
+        };
+        let answer = || match &schema {
+            Some(schema) => Answer::Schema(schema.clone()),
+            None => Answer::Text,
+        };
+        let connect = matches!(sub, "exec" | "attach" | "portforward");
+        let mut ops = json!({});
+        for verb in verbs {
+            match (verb, connect) {
+                ("get", true) => {
+                    ops["get"] = op(
+                        "connect",
+                        format!("connect{gv}Get{scope}{kind}{title}"),
+                        &sub_gvk,
+                        vec![],
+                        None,
+                        "200",
+                        Answer::Text,
+                    );
+                }
+                ("create", true) => {
+                    ops["post"] = op(
+                        "connect",
+                        format!("connect{gv}Post{scope}{kind}{title}"),
+                        &sub_gvk,
+                        vec![],
+                        None,
+                        "200",
+                        Answer::Text,
+                    );
+                }
+                ("get", false) => {
+                    ops["get"] = op(
+                        "get",
+                        format!("read{gv}{scope}{kind}{title}"),
+                        &sub_gvk,
+                        vec![],
+                        None,
+                        "200",
+                        answer(),
+                    );
+                }
+                ("update", false) => {
+                    let body = schema.clone().unwrap_or_else(|| json!({"type": "object"}));
+                    ops["put"] = op(
+                        "put",
+                        format!("replace{gv}{scope}{kind}{title}"),
+                        &sub_gvk,
+                        write_parameters(v3),
+                        Some((&body, &any)),
+                        "200",
+                        answer(),
+                    );
+                }
+                ("patch", false) => {
+                    let body = schema.clone().unwrap_or_else(|| json!({"type": "object"}));
+                    ops["patch"] = op(
+                        "patch",
+                        format!("patch{gv}{scope}{kind}{title}"),
+                        &sub_gvk,
+                        patch_params.clone(),
+                        Some((&body, &patch_types)),
+                        "200",
+                        answer(),
+                    );
+                }
+                ("create", false) => {
+                    let body = schema.clone().unwrap_or_else(|| json!({"type": "object"}));
+                    ops["post"] = op(
+                        "post",
+                        format!("create{gv}{scope}{kind}{title}"),
+                        &sub_gvk,
+                        write_parameters(v3),
+                        Some((&body, &any)),
+                        "201",
+                        answer(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        ops["parameters"] = path_params(true, resource.namespaced);
+        paths.push((format!("{item}/{sub}"), ops));
+    }
+    paths
 }
 
 fn group_version_path(resource: &ResourceInfo) -> String {
@@ -291,15 +600,21 @@ impl OpenApi {
 
         // v2: one document, definitions under #/definitions/.
         let mut gen2 = generator("#/definitions/");
+        let mut lists2 = Map::new();
         let mut paths2 = Map::new();
         for resource in resources.iter() {
-            let reference = serde_json::to_value((resource.schema)(&mut gen2)).unwrap_or_default();
-            for (path, ops) in operations(resource, &reference, false) {
+            let mut schemas = Schemas {
+                generator: &mut gen2,
+                extra: &mut lists2,
+                prefix: "#/definitions/",
+            };
+            for (path, ops) in operations(resource, &mut schemas, false) {
                 paths2.insert(path, ops);
             }
         }
         let mut definitions2: Map<String, Value> =
             gen2.take_definitions(true).into_iter().collect();
+        definitions2.extend(lists2);
         annotate(&mut definitions2, resources);
         let v2 =
             json!({"swagger": "2.0", "info": info, "paths": paths2, "definitions": definitions2});
@@ -315,15 +630,20 @@ impl OpenApi {
         }
         for (gv, members) in by_gv {
             let mut gen3 = generator("#/components/schemas/");
+            let mut lists3 = Map::new();
             let mut paths = Map::new();
             for resource in members {
-                let reference =
-                    serde_json::to_value((resource.schema)(&mut gen3)).unwrap_or_default();
-                for (path, ops) in operations(resource, &reference, true) {
+                let mut schemas = Schemas {
+                    generator: &mut gen3,
+                    extra: &mut lists3,
+                    prefix: "#/components/schemas/",
+                };
+                for (path, ops) in operations(resource, &mut schemas, true) {
                     paths.insert(path, ops);
                 }
             }
             let mut schemas: Map<String, Value> = gen3.take_definitions(true).into_iter().collect();
+            schemas.extend(lists3);
             annotate(&mut schemas, resources);
             let doc = json!({"openapi": "3.0.0", "info": info, "paths": paths, "components": {"schemas": schemas}});
             v3.insert(gv, serialized(&doc));
@@ -375,4 +695,111 @@ fn content_hash(bytes: &[u8]) -> String {
         hash = hash.wrapping_mul(0x100000001b3);
     }
     format!("{hash:016X}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v3(api: &OpenApi, group_version: &str) -> Value {
+        api.v3_document(group_version)
+            .and_then(|bytes| serde_json::from_slice(bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// Every path and operation upstream's document has for a kind: the all-namespaces list,
+    /// deletecollection, the watch paths and each subresource, with unique operation ids in
+    /// upstream's spelling and each operation's group-version-kind.
+    #[test]
+    fn documents_describe_every_path_upstream_serves() {
+        let api = OpenApi::build(&Resources::builtin());
+        let core = v3(&api, "api/v1");
+        let paths = core["paths"].as_object().cloned().unwrap_or_default();
+        for path in [
+            "/api/v1/pods",
+            "/api/v1/namespaces/{namespace}/pods",
+            "/api/v1/namespaces/{namespace}/pods/{name}",
+            "/api/v1/watch/pods",
+            "/api/v1/watch/namespaces/{namespace}/pods",
+            "/api/v1/watch/namespaces/{namespace}/pods/{name}",
+            "/api/v1/namespaces/{namespace}/pods/{name}/status",
+            "/api/v1/namespaces/{namespace}/pods/{name}/binding",
+            "/api/v1/namespaces/{namespace}/pods/{name}/eviction",
+            "/api/v1/namespaces/{namespace}/pods/{name}/log",
+            "/api/v1/namespaces/{namespace}/pods/{name}/exec",
+            "/api/v1/namespaces/{namespace}/pods/{name}/attach",
+            "/api/v1/namespaces/{namespace}/pods/{name}/portforward",
+            "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            "/api/v1/namespaces/{name}/finalize",
+            "/api/v1/nodes/{name}/status",
+        ] {
+            assert!(paths.contains_key(path), "{path} is missing");
+        }
+        let pods = &paths["/api/v1/namespaces/{namespace}/pods"];
+        assert_eq!(
+            pods["delete"]["operationId"],
+            "deleteCoreV1CollectionNamespacedPod"
+        );
+        assert_eq!(pods["delete"]["x-kubernetes-action"], "deletecollection");
+        assert_eq!(pods["get"]["operationId"], "listCoreV1NamespacedPod");
+        assert_eq!(
+            paths["/api/v1/pods"]["get"]["operationId"],
+            "listCoreV1PodForAllNamespaces"
+        );
+        assert_eq!(
+            paths["/api/v1/namespaces/{namespace}/pods/{name}/exec"]["post"]["operationId"],
+            "connectCoreV1PostNamespacedPodExec"
+        );
+        let eviction = &paths["/api/v1/namespaces/{namespace}/pods/{name}/eviction"]["post"];
+        assert_eq!(
+            eviction["x-kubernetes-group-version-kind"]["kind"],
+            "Eviction"
+        );
+        let list_schema = &pods["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        assert_eq!(
+            list_schema["$ref"],
+            "#/components/schemas/io.k8s.api.core.v1.PodList"
+        );
+        assert!(
+            core["components"]["schemas"]["io.k8s.api.core.v1.PodList"]["properties"]["items"]
+                .is_object()
+        );
+        let operations: Vec<&str> = paths
+            .values()
+            .flat_map(|ops| ops.as_object().into_iter().flatten())
+            .filter_map(|(_, op)| op["operationId"].as_str())
+            .collect();
+        let unique: std::collections::BTreeSet<&str> = operations.iter().copied().collect();
+        assert_eq!(unique.len(), operations.len(), "operation ids are unique");
+        assert!(
+            paths.len() > 90 && operations.len() > 180,
+            "{} paths, {} operations",
+            paths.len(),
+            operations.len()
+        );
+
+        let apps = v3(&api, "apis/apps/v1");
+        let scale = &apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"];
+        assert_eq!(
+            scale["get"]["operationId"],
+            "readAppsV1NamespacedDeploymentScale"
+        );
+        assert_eq!(
+            scale["get"]["x-kubernetes-group-version-kind"]["group"],
+            "autoscaling"
+        );
+        assert_eq!(
+            operation_group_version("rbac.authorization.k8s.io", "v1"),
+            "RbacAuthorizationV1"
+        );
+        assert_eq!(
+            operation_group_version("flowcontrol.apiserver.k8s.io", "v1"),
+            "FlowcontrolApiserverV1"
+        );
+
+        let v2: Value = serde_json::from_slice(api.v2()).unwrap_or_default();
+        assert!(v2["paths"]["/api/v1/watch/namespaces/{namespace}/pods"]["get"].is_object());
+        assert!(v2["definitions"]["io.k8s.api.apps.v1.DeploymentList"].is_object());
+        assert!(!api.v2_protobuf().is_empty());
+    }
 }

@@ -354,16 +354,14 @@ fn console_manages_node_pools_on_localstack() -> anyhow::Result<()> {
         browser
             .step("nodes appear", async {
                 click(&browser, "a[href='/console/clusters/prod/workloads']").await?;
-                let nodes = browser
-                    .client
-                    .find(Locator::Css("#nodes"))
-                    .await?
-                    .text()
+                browser
+                    .wait_for(
+                        "#nodes",
+                        "two Ready nodes",
+                        Duration::from_secs(30),
+                        |nodes| nodes.matches("True").count() >= 2,
+                    )
                     .await?;
-                ensure!(
-                    nodes.matches("True").count() >= 2,
-                    "two Ready nodes: {nodes}"
-                );
                 Ok(())
             })
             .await?;
