@@ -156,6 +156,60 @@ impl Browser {
         }
     }
 
+    /// Types `text` into the field at `css` (cleared first). Live regions replace their
+    /// elements, so a field replaced between finding and typing is found again (a few tries).
+    pub async fn fill(&self, css: &str, text: &str) -> anyhow::Result<()> {
+        self.retrying(css, |element| async move {
+            element.clear().await?;
+            element.send_keys(text).await
+        })
+        .await
+    }
+
+    /// Clicks the element at `css`, finding it again if a live update replaced it.
+    pub async fn click(&self, css: &str) -> anyhow::Result<()> {
+        self.retrying(css, |element| async move { element.click().await })
+            .await
+    }
+
+    async fn retrying<F, Fut>(&self, css: &str, act: F) -> anyhow::Result<()>
+    where
+        F: Fn(fantoccini::elements::Element) -> Fut,
+        Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
+    {
+        let mut tries = 0;
+        loop {
+            let element = self.client.find(Locator::Css(css)).await?;
+            match act(element).await {
+                Ok(()) => return Ok(()),
+                Err(fantoccini::error::CmdError::Standard(err))
+                    if err.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && tries < 10 =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
+    /// The text of the element at `css`, read again if a live update replaced it meanwhile.
+    pub async fn text(&self, css: &str) -> anyhow::Result<String> {
+        let mut tries = 0;
+        loop {
+            let element = self.client.find(Locator::Css(css)).await?;
+            match element.text().await {
+                Ok(text) => return Ok(text),
+                Err(_) if tries < 10 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
     /// The page's whole HTML.
     pub async fn html(&self) -> anyhow::Result<String> {
         Ok(self.client.source().await?)

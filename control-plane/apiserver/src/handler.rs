@@ -218,6 +218,9 @@ pub async fn tenant_request(
     let started = std::time::Instant::now();
     let verb = call.method.as_str().to_string();
     let response = match route(&server, &tenant, rest, &call).await {
+        Ok(response) if is_document(rest) => {
+            with_etag(response, call.header(header::IF_NONE_MATCH)).await
+        }
         Ok(response) => response,
         Err(err) => err.into_response(),
     };
@@ -225,6 +228,42 @@ pub async fn tenant_request(
         .metrics
         .observe(&verb, response.status().as_u16(), started.elapsed());
     response
+}
+
+/// Whether `rest` names a discovery or OpenAPI document (what clients cache).
+fn is_document(rest: &[&str]) -> bool {
+    matches!(
+        rest,
+        ["api"] | ["apis"] | ["api", _] | ["apis", _] | ["apis", _, _] | ["openapi", ..]
+    )
+}
+
+/// A document's answer with an `ETag` (a hash of its bytes), or `304 Not Modified` when the
+/// request's `If-None-Match` names it: kubectl's discovery and OpenAPI caches revalidate this
+/// way, as with upstream.
+async fn with_etag(response: Response, if_none_match: &str) -> Response {
+    if response.status() != StatusCode::OK {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // Documents are built in memory; the limit only guards against a programming error.
+    let Ok(bytes) = axum::body::to_bytes(body, 64 << 20).await else {
+        return ApiError::internal("a document could not be read back").into_response();
+    };
+    let etag = format!("\"{}\"", crate::openapi::content_hash(&bytes));
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        parts.headers.insert(header::ETAG, value);
+    }
+    let matched = if_none_match
+        .split(',')
+        .map(|tag| tag.trim().trim_start_matches("W/"))
+        .any(|tag| tag == etag || tag == "*");
+    if matched {
+        parts.status = StatusCode::NOT_MODIFIED;
+        parts.headers.remove(header::CONTENT_TYPE);
+        return Response::from_parts(parts, axum::body::Body::empty());
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 async fn route(

@@ -688,7 +688,7 @@ impl OpenApi {
 }
 
 /// A stable content hash for cache-busting URLs (FNV-1a over the serialized document).
-fn content_hash(bytes: &[u8]) -> String {
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
     let mut hash: u64 = 0xcbf29ce484222325;
     for &b in bytes {
         hash ^= u64::from(b);

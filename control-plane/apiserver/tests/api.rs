@@ -1316,3 +1316,54 @@ async fn escaped_paths_answer_as_upstream() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Discovery and OpenAPI documents carry an ETag and answer 304 to a request naming it, as
+/// upstream's do (kubectl's discovery cache revalidates this way); another tag gets the
+/// document again.
+#[tokio::test]
+async fn discovery_and_openapi_documents_revalidate_with_etags() -> anyhow::Result<()> {
+    let h = start().await?;
+    for (path, accept) in [
+        (
+            "/apis",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+        ),
+        ("/api/v1", "application/json"),
+        (
+            "/openapi/v2",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        ),
+        ("/openapi/v3/apis/apps/v1", "application/json"),
+    ] {
+        let get = |tag: Option<&str>| {
+            let mut request = http::Request::builder().uri(path).header("accept", accept);
+            if let Some(tag) = tag {
+                request = request.header("if-none-match", tag);
+            }
+            request.body(kube::client::Body::empty())
+        };
+        let first = h.client.send(get(None)?).await?;
+        anyhow::ensure!(first.status() == 200, "{path}: {}", first.status());
+        let etag = first
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("{path} has no ETag"))?;
+        let again = h.client.send(get(Some(&etag))?).await?;
+        anyhow::ensure!(
+            again.status() == 304,
+            "{path} with its ETag: {}",
+            again.status()
+        );
+        let body = again.into_body().collect().await?.to_bytes();
+        anyhow::ensure!(body.is_empty(), "a 304 has no body");
+        let other = h.client.send(get(Some("\"stale\""))?).await?;
+        anyhow::ensure!(
+            other.status() == 200,
+            "{path} with another tag: {}",
+            other.status()
+        );
+    }
+    Ok(())
+}

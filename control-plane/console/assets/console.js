@@ -38,7 +38,8 @@ function liveRegions() {
         pending.set(change.id, change.html);
         existing.addEventListener("focusout", () => setTimeout(() => applyPending(change.id), 0), { once: true });
       } else if (existing) {
-        existing.outerHTML = change.html;
+        // The first look resends every row; one that did not change is left alone.
+        if (existing.outerHTML !== change.html) existing.outerHTML = change.html;
       } else {
         const parent = document.getElementById(change.parent) || region;
         parent.insertAdjacentHTML("beforeend", change.html);

@@ -27,22 +27,12 @@ fn endpoint_and_key(flotilla: &Flotilla) -> anyhow::Result<(String, String)> {
     ))
 }
 
-/// Types `text` into the field at `css` (cleared first).
 async fn fill(browser: &Browser, css: &str, text: &str) -> anyhow::Result<()> {
-    let field = browser.client.find(Locator::Css(css)).await?;
-    field.clear().await?;
-    field.send_keys(text).await?;
-    Ok(())
+    browser.fill(css, text).await
 }
 
 async fn click(browser: &Browser, css: &str) -> anyhow::Result<()> {
-    browser
-        .client
-        .find(Locator::Css(css))
-        .await?
-        .click()
-        .await?;
-    Ok(())
+    browser.click(css).await
 }
 
 /// Signs in with `key` from the sign-in page.
@@ -444,12 +434,7 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
                 browser
                     .wait_for_text("#new-api-key", "flo_", Duration::from_secs(10))
                     .await?;
-                Ok(browser
-                    .client
-                    .find(Locator::Css("#new-api-key"))
-                    .await?
-                    .text()
-                    .await?)
+                browser.text("#new-api-key").await
             })
             .await?;
         let second_key = browser
@@ -457,12 +442,8 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
                 click(&browser, "#account-team-x button.secondary").await?;
                 let deadline = Instant::now() + Duration::from_secs(10);
                 loop {
-                    let shown = browser
-                        .client
-                        .find(Locator::Css("#new-api-key"))
-                        .await?
-                        .text()
-                        .await?;
+                    // The page is being replaced by the answer: not there yet is not an error.
+                    let shown = browser.text("#new-api-key").await.unwrap_or_default();
                     if shown != first_key && shown.starts_with("flo_") {
                         return Ok(shown);
                     }
@@ -482,12 +463,8 @@ fn console_operator_manages_accounts() -> anyhow::Result<()> {
                 browser.client.accept_alert().await?;
                 let deadline = Instant::now() + Duration::from_secs(10);
                 loop {
-                    let shown = browser
-                        .client
-                        .find(Locator::Css("#new-api-key"))
-                        .await?
-                        .text()
-                        .await?;
+                    // The page is being replaced by the answer: not there yet is not an error.
+                    let shown = browser.text("#new-api-key").await.unwrap_or_default();
                     if shown != second_key && shown.starts_with("flo_") {
                         return Ok(shown);
                     }
