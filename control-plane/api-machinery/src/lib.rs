@@ -18,6 +18,7 @@ pub mod managed_fields;
 pub mod names;
 pub mod nodeconfig;
 pub mod patch;
+pub mod query;
 pub mod rbac;
 pub mod schema;
 pub mod selector;

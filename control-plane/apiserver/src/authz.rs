@@ -311,7 +311,8 @@ pub fn request_attributes(
         [] => return non_resource(),
     };
     let mut name = name.to_string();
-    let watch = watch_path || query.get("watch").is_some_and(|v| v == "true" || v == "1");
+    let watch = watch_path
+        || flotilla_api_machinery::query::query_bool(query.get("watch").map(|v| v.as_str()));
     let verb = match *method {
         Method::POST => "create",
         Method::GET | Method::HEAD if watch => "watch",

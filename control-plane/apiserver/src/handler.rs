@@ -82,7 +82,7 @@ impl Call {
     }
 
     fn flag(&self, name: &str) -> bool {
-        matches!(self.param(name), Some("true") | Some("1"))
+        flotilla_api_machinery::query::query_bool(self.param(name))
     }
 
     fn representation(&self) -> Result<Representation, ApiError> {
@@ -298,7 +298,12 @@ async fn route(
             )
                 .into_response())
         }
-        ["healthz"] | ["livez"] | ["readyz"] => Ok((StatusCode::OK, "ok").into_response()),
+        [endpoint @ ("healthz" | "livez" | "readyz")] => {
+            Ok(crate::health::answer(server, endpoint, None, &call.query).await)
+        }
+        [endpoint @ ("healthz" | "livez" | "readyz"), check] => {
+            Ok(crate::health::answer(server, endpoint, Some(check), &call.query).await)
+        }
         [".well-known", "openid-configuration"] => Ok(plain_json(
             &crate::authn::openid_configuration(&state.issuer()),
         )),
@@ -885,7 +890,7 @@ fn delete_options(call: &Call) -> Result<(DeleteOptions, bool), ApiError> {
             .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: {grace:?}")))?;
         options.grace_period_seconds = Some(grace);
     }
-    if call.param("orphanDependents") == Some("true") {
+    if call.flag("orphanDependents") {
         propagation.get_or_insert_with(|| "Orphan".into());
     }
     if !call.body.iter().all(u8::is_ascii_whitespace) {
@@ -977,8 +982,7 @@ async fn watch_request(
     // forbidden on a watch (upstream's ValidateListOptions).
     let send_initial_events = call
         .param("sendInitialEvents")
-        .filter(|v| !v.is_empty())
-        .map(|v| v == "true" || v == "1");
+        .map(|v| flotilla_api_machinery::query::query_bool(Some(v)));
     let matching = call.param("resourceVersionMatch").filter(|m| !m.is_empty());
     let invalid = |detail: &str| {
         ApiError::invalid(

@@ -257,13 +257,9 @@ pub fn validate_container(pod: &Value, container: Option<&str>) -> Result<String
 /// checked as upstream's validation does.
 pub fn log_query(query: &HashMap<String, String>) -> Result<String, ApiError> {
     let flag = |name: &str| -> Result<bool, ApiError> {
-        match query.get(name).map(String::as_str) {
-            None | Some("") | Some("false") | Some("0") => Ok(false),
-            Some("true") | Some("1") => Ok(true),
-            Some(other) => Err(ApiError::bad_request(format!(
-                "invalid value {other:?} for {name}"
-            ))),
-        }
+        Ok(flotilla_api_machinery::query::query_bool(
+            query.get(name).map(String::as_str),
+        ))
     };
     let number = |name: &str| -> Result<Option<i64>, ApiError> {
         match query.get(name).filter(|v| !v.is_empty()) {
@@ -338,10 +334,7 @@ pub fn log_query(query: &HashMap<String, String>) -> Result<String, ApiError> {
 /// An exec/attach/portforward query as the kubelet gets it (upstream `streamParams`).
 pub fn stream_query(subresource: &str, call: &Call) -> Result<String, ApiError> {
     let truthy = |name: &str| {
-        matches!(
-            call.query.get(name).map(String::as_str),
-            Some("true") | Some("1") | Some("True")
-        )
+        flotilla_api_machinery::query::query_bool(call.query.get(name).map(String::as_str))
     };
     let mut out = form_urlencoded::Serializer::new(String::new());
     if subresource == "portforward" {
@@ -748,12 +741,11 @@ mod tests {
             "{}",
             both.message
         );
-        assert_eq!(
-            log_query(&query(&[("follow", "perhaps")]))
-                .expect_err("flag")
-                .code,
-            400
-        );
+        // Booleans read as upstream's query conversion reads them: anything but false/0 is true.
+        let follow = log_query(&query(&[("follow", "perhaps")])).expect("a flag");
+        assert!(follow.contains("follow=true"), "{follow}");
+        let quiet = log_query(&query(&[("follow", "False")])).expect("a flag");
+        assert!(!quiet.contains("follow"), "{quiet}");
     }
 
     /// A request of a test: method, path, headers.

@@ -14,6 +14,7 @@ pub mod endpoint_access;
 pub mod error;
 pub mod eviction;
 pub mod handler;
+pub mod health;
 pub mod heavy;
 pub mod kubelet;
 pub mod limits;
@@ -46,7 +47,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use flotilla_storage::Storage;
-use http::{Request, StatusCode};
+use http::Request;
 use tracing::Instrument;
 
 use crate::allocator::{ServiceAllocator, ServiceNetwork};
@@ -251,9 +252,16 @@ impl ApiServer {
                     (implied.as_str(), rest)
                 }
                 None => {
+                    let query: std::collections::HashMap<String, String> =
+                        form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+                            .into_owned()
+                            .collect();
                     return match rest {
-                        ["healthz"] | ["livez"] | ["readyz"] => {
-                            (StatusCode::OK, "ok").into_response()
+                        [endpoint @ ("healthz" | "livez" | "readyz")] => {
+                            health::answer(self, endpoint, None, &query).await
+                        }
+                        [endpoint @ ("healthz" | "livez" | "readyz"), check] => {
+                            health::answer(self, endpoint, Some(check), &query).await
                         }
                         ["version"] => handler::plain_json(&discovery::version()),
                         _ => ApiError::no_such_path().into_response(),
@@ -278,9 +286,8 @@ impl ApiServer {
         let public = matches!(
             rest,
             ["version"]
-                | ["healthz"]
-                | ["livez"]
-                | ["readyz"]
+                | ["healthz" | "livez" | "readyz"]
+                | ["healthz" | "livez" | "readyz", _]
                 | [".well-known", "openid-configuration"]
                 | ["openid", "v1", "jwks"]
         );

@@ -61,10 +61,8 @@ impl PatchRequest {
             BodyFormat::Json
         };
         let body = call.body_in(format)?;
-        let force = matches!(
-            call.query.get("force").map(String::as_str),
-            Some("true") | Some("1")
-        );
+        let force =
+            flotilla_api_machinery::query::query_bool(call.query.get("force").map(String::as_str));
         if force && patch_type != PatchType::Apply {
             return Err(ApiError::bad_request(
                 "force: Forbidden: may not be specified for non-apply patch",

@@ -1367,3 +1367,78 @@ async fn discovery_and_openapi_documents_revalidate_with_etags() -> anyhow::Resu
     }
     Ok(())
 }
+
+/// Boolean query parameters read as upstream reads them: `watch=True` (what the Python client
+/// sends) and a bare `watch` stream events; `watch=False` and `watch=0` list.
+#[tokio::test]
+async fn boolean_query_parameters_read_as_upstream() -> anyhow::Result<()> {
+    let h = start().await?;
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(h.client.clone(), "default");
+    api.create(&kube::api::PostParams::default(), &config_map("seen", "1"))
+        .await?;
+    for (query, streams) in [
+        ("watch=True", true),
+        ("watch", true),
+        ("watch=1", true),
+        ("watch=False", false),
+        ("watch=0", false),
+    ] {
+        let request = http::Request::builder()
+            .uri(format!(
+                "/api/v1/namespaces/default/configmaps?{query}&timeoutSeconds=1"
+            ))
+            .header("accept", "application/json")
+            .body(kube::client::Body::empty())?;
+        let response = h.client.send(request).await?;
+        anyhow::ensure!(response.status() == 200, "{query}: {}", response.status());
+        let body = response.into_body().collect().await?.to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        let watched = text.contains(r#""type":"ADDED""#);
+        let listed = text.contains(r#""kind":"ConfigMapList""#);
+        anyhow::ensure!(
+            watched == streams && listed != streams,
+            "{query}: streamed {watched}, listed {listed}: {text}"
+        );
+    }
+    Ok(())
+}
+
+/// Health endpoints as upstream's: `ok`, each check with `?verbose`, one check by name, a
+/// check left out with `?exclude=`, 404 for a check that does not exist.
+#[tokio::test]
+async fn health_checks_are_listed_named_and_excluded() -> anyhow::Result<()> {
+    let h = start().await?;
+    let get = |path: &str| -> anyhow::Result<http::Request<kube::client::Body>> {
+        Ok(http::Request::builder()
+            .uri(path)
+            .body(kube::client::Body::empty())?)
+    };
+    let text = |response: http::Response<kube::client::Body>| async move {
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        anyhow::Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    let (status, body) = text(h.client.send(get("/readyz")?).await?).await?;
+    anyhow::ensure!(status == 200 && body == "ok", "readyz: {status} {body}");
+    let (status, body) = text(h.client.send(get("/livez?verbose")?).await?).await?;
+    anyhow::ensure!(
+        status == 200
+            && body.contains("[+]ping ok")
+            && body.contains("[+]etcd ok")
+            && body.ends_with("livez check passed\n"),
+        "livez?verbose: {status} {body}"
+    );
+    let (status, body) = text(h.client.send(get("/readyz/etcd")?).await?).await?;
+    anyhow::ensure!(
+        status == 200 && body == "ok",
+        "readyz/etcd: {status} {body}"
+    );
+    let (status, body) = text(h.client.send(get("/readyz?verbose&exclude=etcd")?).await?).await?;
+    anyhow::ensure!(
+        status == 200 && body.contains("[+]etcd excluded: ok"),
+        "exclude: {status} {body}"
+    );
+    let (status, _) = text(h.client.send(get("/readyz/nosuch")?).await?).await?;
+    anyhow::ensure!(status == 404, "an unknown check: {status}");
+    Ok(())
+}
