@@ -1,7 +1,7 @@
 //! `/v1/accounts…`: the operator creates, lists, describes and deletes accounts; an account
 //! may describe itself and issue itself more API keys, or rotate them (a new key, the others
-//! revoked). A deleted account's keys stop working
-//! at once; an account that still has clusters is not deleted (EKS-style 409, naming them).
+//! revoked). A deleted account's keys stop working at once; an account that still has
+//! clusters is not deleted (EKS-style 409, naming them).
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
