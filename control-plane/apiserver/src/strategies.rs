@@ -750,6 +750,11 @@ fn node_address(node: &Value, kind: &str) -> Value {
 /// Services: type/port defaults and validation; IPs and node ports are allocated by the store.
 pub struct ServiceStrategy;
 impl Strategy for ServiceStrategy {
+    /// A new Service's status is upstream's empty one, which Go's encoder always writes
+    /// (`{"loadBalancer":{}}`): clients test `status.loadBalancer` without a guard.
+    fn prepare_for_create(&self, obj: &mut Value) {
+        meta::set_at(obj, &["status"], json!({"loadBalancer": {}}));
+    }
     /// Allocated values a client leaves out of an update are kept (upstream's
     /// `patchAllocatedValues`): a replace without `clusterIP` or `nodePort` does not free them.
     fn prepare_for_update(&self, new: &mut Value, old: &Value) {

@@ -1442,3 +1442,31 @@ async fn health_checks_are_listed_named_and_excluded() -> anyhow::Result<()> {
     anyhow::ensure!(status == 404, "an unknown check: {status}");
     Ok(())
 }
+
+/// A new Service carries upstream's empty status, `{"loadBalancer":{}}`, as Go's encoder
+/// always writes it.
+#[tokio::test]
+async fn a_new_service_has_an_empty_load_balancer_status() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    let h = start().await?;
+    let api: kube::Api<Service> = kube::Api::namespaced(h.client.clone(), "default");
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": "web"}},
+    }))?;
+    api.create(&kube::api::PostParams::default(), &service)
+        .await?;
+    let (code, body, _) = raw(
+        &h,
+        "GET",
+        "/api/v1/namespaces/default/services/web",
+        "application/json",
+        Vec::new(),
+    )
+    .await?;
+    anyhow::ensure!(
+        code == 200 && body["status"] == serde_json::json!({"loadBalancer": {}}),
+        "{code} {body}"
+    );
+    Ok(())
+}
