@@ -29,6 +29,20 @@ pub(crate) fn routes() -> Router<std::sync::Arc<Console>> {
         )
 }
 
+/// The console page of cluster `cluster`'s pools.
+fn pools_page(cluster: &str) -> String {
+    format!("/console/clusters/{}/nodepools", segment(cluster))
+}
+
+/// The management API path of one pool.
+fn pool_path(cluster: &str, pool: &str) -> String {
+    format!(
+        "/v1/clusters/{}/nodepools/{}",
+        segment(cluster),
+        segment(pool)
+    )
+}
+
 /// The element id of a pool's row.
 pub(crate) fn row_id(pool: &str) -> String {
     format!("pool-{pool}")
@@ -254,11 +268,7 @@ async fn create(
         .call(Method::POST, &path, Some(&request))
         .await
     {
-        Ok(_) => Redirect::to(&format!(
-            "/console/clusters/{}/nodepools",
-            segment(&cluster)
-        ))
-        .into_response(),
+        Ok(_) => Redirect::to(&pools_page(&cluster)).into_response(),
         Err(err) if err.status.is_client_error() => {
             render(
                 &signed,
@@ -292,11 +302,7 @@ async fn scale(
             .await;
         }
     };
-    let path = format!(
-        "/v1/clusters/{}/nodepools/{}",
-        segment(&cluster),
-        segment(&pool)
-    );
+    let path = pool_path(&cluster, &pool);
     match signed
         .upstream()
         .call(
@@ -306,11 +312,7 @@ async fn scale(
         )
         .await
     {
-        Ok(_) => Redirect::to(&format!(
-            "/console/clusters/{}/nodepools",
-            segment(&cluster)
-        ))
-        .into_response(),
+        Ok(_) => Redirect::to(&pools_page(&cluster)).into_response(),
         Err(err) if err.status.is_client_error() => {
             render(
                 &signed,
@@ -332,17 +334,13 @@ async fn delete(
     if let Some(refused) = signed.refuse_forged(&fields) {
         return refused;
     }
-    let path = format!(
-        "/v1/clusters/{}/nodepools/{}",
-        segment(&cluster),
-        segment(&pool)
-    );
+    let path = pool_path(&cluster, &pool);
     match signed.upstream().call(Method::DELETE, &path, None).await {
-        Ok(_) => Redirect::to(&format!(
-            "/console/clusters/{}/nodepools",
-            segment(&cluster)
-        ))
-        .into_response(),
+        Ok(_) => Redirect::to(&pools_page(&cluster)).into_response(),
+        Err(err) if err.status.is_client_error() => {
+            let message = format!("Deleting {pool}: {}", err.message);
+            render(&signed, &cluster, &HashMap::new(), Some(("", &message))).await
+        }
         Err(err) => signed.failed(&err),
     }
 }

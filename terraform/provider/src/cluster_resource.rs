@@ -18,8 +18,8 @@ use tf_provider::value::{Value, ValueBool, ValueEmpty, ValueList, ValueMap, Valu
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
-    Operation, POLL, Timeouts, attribute, delete_and_wait, get_if_found, json_text, owned,
-    reported, schema, timeout, timeouts_block, validate_timeouts,
+    Operation, POLL, Timeouts, attribute, create_and_wait, delete_and_wait, get_if_found,
+    json_text, owned, reported, schema, timeout, timeouts_block, validate_timeouts,
 };
 use crate::provider::Connection;
 
@@ -582,32 +582,16 @@ impl Resource for ClusterResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = self.connection.client(diags)?;
         let name = planned.name.as_deref_option()?.to_string();
-        let posted = client
-            .call_json(
-                Method::POST,
-                "/v1/clusters",
-                Some(&create_request(&planned)),
-            )
-            .await;
-        if let Err(err) = posted {
-            diags.error_short(format!("{err:#}"), AttributePath::new("name"));
-            return None;
-        }
-        let waited = wait_active(
+        let within = timeout(&planned.timeouts, Operation::Create);
+        let cluster = create_and_wait(
+            diags,
             &client,
-            &name,
-            timeout(&planned.timeouts, Operation::Create),
+            "/v1/clusters",
+            &create_request(&planned),
+            || wait_active(&client, &name, within),
+            || describe(&client, &name),
         )
-        .await;
-        let cluster = match waited {
-            Ok(cluster) => cluster,
-            Err(err) => {
-                diags.error_short(format!("{err:#}"), AttributePath::new("name"));
-                // The cluster exists (FAILED or still CREATING): Terraform keeps it as
-                // tainted, so the next apply replaces it and destroy deletes it.
-                describe(&client, &name).await.ok().flatten()?
-            }
-        };
+        .await?;
         Some((
             state_of(
                 &cluster,

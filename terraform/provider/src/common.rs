@@ -97,6 +97,37 @@ where
     Ok(())
 }
 
+/// Creates an object (`POST path` with `body`) and waits until `wait_active` finds it ready.
+/// An error goes to the `name` attribute; when the POST succeeded but the wait failed, the
+/// object as `describe` finds it is still returned, so Terraform keeps it as tainted (the next
+/// apply replaces it, destroy deletes it) instead of forgetting an object that exists.
+pub async fn create_and_wait<W, WF, D, DF>(
+    diags: &mut Diagnostics,
+    client: &flotilla_management_client::ManagementClient,
+    path: &str,
+    body: &serde_json::Value,
+    wait_active: W,
+    describe: D,
+) -> Option<serde_json::Value>
+where
+    W: FnOnce() -> WF,
+    WF: Future<Output = anyhow::Result<serde_json::Value>>,
+    D: FnOnce() -> DF,
+    DF: Future<Output = anyhow::Result<Option<serde_json::Value>>>,
+{
+    if let Err(err) = client.call_json(Method::POST, path, Some(body)).await {
+        diags.error_short(format!("{err:#}"), AttributePath::new("name"));
+        return None;
+    }
+    match wait_active().await {
+        Ok(found) => Some(found),
+        Err(err) => {
+            diags.error_short(format!("{err:#}"), AttributePath::new("name"));
+            describe().await.ok().flatten()
+        }
+    }
+}
+
 /// A resource's `timeouts` block (durations as Terraform writes them: `30s`, `10m`, `1h30m`).
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Timeouts<'a> {

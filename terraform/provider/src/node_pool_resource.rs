@@ -17,8 +17,8 @@ use tf_provider::value::{Value, ValueEmpty, ValueList, ValueMap, ValueNumber, Va
 use tf_provider::{AttributePath, Diagnostics, Resource};
 
 use crate::common::{
-    Operation, POLL, Timeouts, attribute, delete_and_wait, get_if_found, json_text, owned,
-    reported, schema, timeout, timeouts_block, validate_timeouts,
+    Operation, POLL, Timeouts, attribute, create_and_wait, delete_and_wait, get_if_found,
+    json_text, owned, reported, schema, timeout, timeouts_block, validate_timeouts,
 };
 use crate::provider::Connection;
 
@@ -494,33 +494,16 @@ impl Resource for NodePoolResource {
         let client = self.connection.client(diags)?;
         let cluster = planned.cluster_name.as_deref_option()?.to_string();
         let name = planned.name.as_deref_option()?.to_string();
-        let posted = client
-            .call_json(
-                Method::POST,
-                &format!("/v1/clusters/{cluster}/nodepools"),
-                Some(&create_request(&planned)),
-            )
-            .await;
-        if let Err(err) = posted {
-            diags.error_short(format!("{err:#}"), AttributePath::new("name"));
-            return None;
-        }
-        let waited = wait_active(
+        let within = timeout(&planned.timeouts, Operation::Create);
+        let found = create_and_wait(
+            diags,
             &client,
-            &cluster,
-            &name,
-            timeout(&planned.timeouts, Operation::Create),
+            &format!("/v1/clusters/{cluster}/nodepools"),
+            &create_request(&planned),
+            || wait_active(&client, &cluster, &name, within),
+            || describe(&client, &cluster, &name),
         )
-        .await;
-        let found = match waited {
-            Ok(found) => found,
-            Err(err) => {
-                diags.error_short(format!("{err:#}"), AttributePath::new("name"));
-                // The pool exists: Terraform keeps it as tainted, so the next apply replaces
-                // it (and destroy deletes it) rather than forgetting it.
-                describe(&client, &cluster, &name).await.ok().flatten()?
-            }
-        };
+        .await?;
         Some((
             state_of(&found, config.labels.is_null()).keeping(&planned.timeouts),
             private,
