@@ -1,7 +1,8 @@
 //! Sans-IO Kubernetes API machinery for Flotilla: label and field selectors, name validation,
 //! JSON / merge / strategic-merge patches, server-side-apply field ownership and RBAC
 //! authorization (rule evaluation, aggregation, escalation checks, bootstrap policy), and the
-//! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read, and
+//! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read, resource
+//! quantities and ResourceQuota's evaluators (`quantity`, `quota`), and
 //! errors printed with their causes on one line (`errors`).
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
@@ -18,7 +19,9 @@ pub mod managed_fields;
 pub mod names;
 pub mod nodeconfig;
 pub mod patch;
+pub mod quantity;
 pub mod query;
+pub mod quota;
 pub mod rbac;
 pub mod schema;
 pub mod selector;

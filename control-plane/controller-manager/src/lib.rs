@@ -18,7 +18,6 @@ pub mod namespace;
 pub mod nodelifecycle;
 pub mod pods;
 pub mod pvbinder;
-pub mod quantity;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod selectors;

@@ -17,8 +17,8 @@ use serde_json::json;
 
 use crate::informers::{Informer, Informers, Triggers};
 use crate::pods;
-use crate::quantity::Quantity;
 use crate::selectors;
+use flotilla_api_machinery::quantity::Quantity;
 
 /// How often every claim and volume is looked at again without a change seen (upstream's
 /// `--pvclaimbinder-sync-period` is 15 s).

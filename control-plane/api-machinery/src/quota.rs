@@ -1,0 +1,407 @@
+//! ResourceQuota's evaluators (upstream `pkg/quota/v1/evaluator/core`), shared by the quota
+//! controller that recounts `status.used` and the ResourceQuota admission plugin that charges
+//! each create against it: which object a hard resource name counts, a pod's requests and
+//! limits as quota sees them, the quota scopes, and a claim's class and request.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuotaSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as WireQuantity;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::quantity::Quantity;
+
+/// The prefix of per-StorageClass resource names' second half (`gold.storageclass.storage.k8s.io/requests.storage`).
+pub const STORAGE_CLASS_SUFFIX: &str = ".storageclass.storage.k8s.io/";
+
+/// A kind counted by `count/…` or its legacy name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[allow(missing_docs)] // each variant is the kind it names
+pub enum Kind {
+    Service,
+    ConfigMap,
+    Secret,
+    PersistentVolumeClaim,
+    ReplicationController,
+    ResourceQuota,
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+}
+
+impl Kind {
+    /// The kind stored as `plural` in `group`, when quota counts it.
+    pub fn of(group: &str, plural: &str) -> Option<Kind> {
+        Some(match (group, plural) {
+            ("", "services") => Kind::Service,
+            ("", "configmaps") => Kind::ConfigMap,
+            ("", "secrets") => Kind::Secret,
+            ("", "persistentvolumeclaims") => Kind::PersistentVolumeClaim,
+            ("", "replicationcontrollers") => Kind::ReplicationController,
+            ("", "resourcequotas") => Kind::ResourceQuota,
+            ("apps", "deployments") => Kind::Deployment,
+            ("apps", "replicasets") => Kind::ReplicaSet,
+            ("apps", "statefulsets") => Kind::StatefulSet,
+            ("apps", "daemonsets") => Kind::DaemonSet,
+            ("batch", "jobs") => Kind::Job,
+            ("batch", "cronjobs") => Kind::CronJob,
+            _ => return None,
+        })
+    }
+}
+
+/// What a hard resource name measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tracked {
+    /// Non-terminal pods in scope.
+    Pods,
+    /// The sum of a compute resource's requests of those pods.
+    Requests(String),
+    /// The sum of its limits.
+    Limits(String),
+    /// Objects of a kind.
+    Objects(Kind),
+    /// Services of type LoadBalancer.
+    LoadBalancers,
+    /// Node ports of NodePort and LoadBalancer services.
+    NodePorts,
+    /// Claimed storage, of one storage class or all.
+    ClaimedStorage(Option<String>),
+    /// Claims, of one storage class.
+    ClassClaims(String),
+}
+
+/// Upstream's evaluators' names (core ones and `count/<resource>.<group>`); `None` for a
+/// resource this controller does not measure.
+pub fn classify(resource: &str) -> Option<Tracked> {
+    let kind = |k| Some(Tracked::Objects(k));
+    match resource {
+        "pods" | "count/pods" => Some(Tracked::Pods),
+        "cpu" | "memory" | "ephemeral-storage" => Some(Tracked::Requests(resource.into())),
+        "services" | "count/services" => kind(Kind::Service),
+        "services.loadbalancers" => Some(Tracked::LoadBalancers),
+        "services.nodeports" => Some(Tracked::NodePorts),
+        "configmaps" | "count/configmaps" => kind(Kind::ConfigMap),
+        "secrets" | "count/secrets" => kind(Kind::Secret),
+        "persistentvolumeclaims" | "count/persistentvolumeclaims" => {
+            kind(Kind::PersistentVolumeClaim)
+        }
+        "replicationcontrollers" | "count/replicationcontrollers" => {
+            kind(Kind::ReplicationController)
+        }
+        "resourcequotas" | "count/resourcequotas" => kind(Kind::ResourceQuota),
+        "count/deployments.apps" => kind(Kind::Deployment),
+        "count/replicasets.apps" => kind(Kind::ReplicaSet),
+        "count/statefulsets.apps" => kind(Kind::StatefulSet),
+        "count/daemonsets.apps" => kind(Kind::DaemonSet),
+        "count/jobs.batch" => kind(Kind::Job),
+        "count/cronjobs.batch" => kind(Kind::CronJob),
+        "requests.storage" => Some(Tracked::ClaimedStorage(None)),
+        other => {
+            if let Some((class, what)) = other.split_once(STORAGE_CLASS_SUFFIX) {
+                return match what {
+                    "requests.storage" => Some(Tracked::ClaimedStorage(Some(class.into()))),
+                    "persistentvolumeclaims" => Some(Tracked::ClassClaims(class.into())),
+                    _ => None,
+                };
+            }
+            if let Some(name) = other.strip_prefix("requests.") {
+                return Some(Tracked::Requests(name.into()));
+            }
+            other
+                .strip_prefix("limits.")
+                .map(|name| Tracked::Limits(name.into()))
+        }
+    }
+}
+
+/// Whether a pod still counts (upstream's QuotaV1Pod): not finished, and not past its
+/// deletion grace period.
+pub fn pod_counts(pod: &Pod, now: Timestamp) -> bool {
+    if matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) {
+        return false;
+    }
+    match (
+        &pod.metadata.deletion_timestamp,
+        pod.metadata.deletion_grace_period_seconds,
+    ) {
+        (Some(at), Some(grace)) => {
+            at.0.checked_add(SignedDuration::from_secs(grace))
+                .is_ok_and(|end| end >= now)
+        }
+        _ => true,
+    }
+}
+
+fn quantity(value: Option<&WireQuantity>) -> Option<Quantity> {
+    value.and_then(|q| Quantity::parse(&q.0).ok())
+}
+
+/// A pod's request (or limit) of `resource`, as the scheduler and quota see it: the larger of
+/// the containers' sum and the largest init container, plus the pod overhead. A container
+/// without a request of something it limits requests its limit (the API server's default).
+pub fn pod_amount(pod: &Pod, resource: &str, limits: bool) -> Quantity {
+    let Some(spec) = &pod.spec else {
+        return Quantity::ZERO;
+    };
+    let of = |c: &k8s_openapi::api::core::v1::Container| {
+        let r = c.resources.as_ref();
+        let limit = quantity(
+            r.and_then(|r| r.limits.as_ref())
+                .and_then(|l| l.get(resource)),
+        );
+        if limits {
+            return limit;
+        }
+        quantity(
+            r.and_then(|r| r.requests.as_ref())
+                .and_then(|l| l.get(resource)),
+        )
+        .or(limit)
+    };
+    let containers = spec
+        .containers
+        .iter()
+        .filter_map(of)
+        .fold(Quantity::ZERO, |sum, q| sum + q);
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(of)
+        .max()
+        .unwrap_or(Quantity::ZERO);
+    let overhead =
+        quantity(spec.overhead.as_ref().and_then(|o| o.get(resource))).unwrap_or(Quantity::ZERO);
+    containers.max(init) + overhead
+}
+
+/// Upstream's BestEffort QoS: no container requests or limits cpu or memory.
+pub fn is_best_effort(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .all(|c| {
+            let r = c.resources.as_ref();
+            let empty = |m: Option<&BTreeMap<String, WireQuantity>>| {
+                m.is_none_or(|m| !m.contains_key("cpu") && !m.contains_key("memory"))
+            };
+            empty(r.and_then(|r| r.requests.as_ref())) && empty(r.and_then(|r| r.limits.as_ref()))
+        })
+}
+
+/// Whether `pod` is in every scope of the quota (`scopes` and `scopeSelector`).
+pub fn pod_in_scope(pod: &Pod, spec: &ResourceQuotaSpec) -> bool {
+    let terminating = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .is_some_and(|d| d >= 0);
+    let in_scope = |scope: &str, operator: &str, values: &[String]| -> bool {
+        let holds = match scope {
+            "Terminating" => terminating,
+            "NotTerminating" => !terminating,
+            "BestEffort" => is_best_effort(pod),
+            "NotBestEffort" => !is_best_effort(pod),
+            "PriorityClass" => {
+                let class = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.priority_class_name.as_deref());
+                return match operator {
+                    "In" => class.is_some_and(|c| values.iter().any(|v| v == c)),
+                    "NotIn" => class.is_none_or(|c| !values.iter().any(|v| v == c)),
+                    "Exists" => class.is_some_and(|c| !c.is_empty()),
+                    "DoesNotExist" => class.is_none_or(str::is_empty),
+                    _ => false,
+                };
+            }
+            // Scopes about other objects (CrossNamespacePodAffinity, VolumeAttributesClass)
+            // are not evaluated: the pod is taken as in scope.
+            _ => true,
+        };
+        match operator {
+            "DoesNotExist" => !holds,
+            _ => holds,
+        }
+    };
+    spec.scopes
+        .iter()
+        .flatten()
+        .all(|scope| in_scope(scope, "Exists", &[]))
+        && spec
+            .scope_selector
+            .iter()
+            .flat_map(|s| s.match_expressions.iter().flatten())
+            .all(|e| {
+                in_scope(
+                    &e.scope_name,
+                    &e.operator,
+                    e.values.as_deref().unwrap_or_default(),
+                )
+            })
+}
+
+/// The usage of a pod-related resource over `pods` (already in the quota's namespace).
+pub fn pod_usage(tracked: &Tracked, pods: &[&Pod]) -> Quantity {
+    match tracked {
+        Tracked::Pods => Quantity::from_count(pods.len() as i64),
+        Tracked::Requests(name) => pods
+            .iter()
+            .fold(Quantity::ZERO, |sum, p| sum + pod_amount(p, name, false)),
+        Tracked::Limits(name) => pods
+            .iter()
+            .fold(Quantity::ZERO, |sum, p| sum + pod_amount(p, name, true)),
+        _ => Quantity::ZERO,
+    }
+}
+
+/// The claim's `spec.storageClassName` (empty when unset).
+pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .unwrap_or("")
+}
+
+/// The claim's `spec.resources.requests.storage` (zero when unset).
+pub fn claim_request(claim: &PersistentVolumeClaim) -> Quantity {
+    quantity(
+        claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage")),
+    )
+    .unwrap_or(Quantity::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn container(requests: serde_json::Value, limits: serde_json::Value) -> serde_json::Value {
+        json!({"name": "c", "image": "i", "resources": {"requests": requests, "limits": limits}})
+    }
+
+    #[test]
+    fn resource_names_are_classified_as_upstream() {
+        for (name, want) in [
+            ("pods", Some(Tracked::Pods)),
+            ("count/pods", Some(Tracked::Pods)),
+            ("cpu", Some(Tracked::Requests("cpu".into()))),
+            ("requests.memory", Some(Tracked::Requests("memory".into()))),
+            ("limits.cpu", Some(Tracked::Limits("cpu".into()))),
+            (
+                "count/deployments.apps",
+                Some(Tracked::Objects(Kind::Deployment)),
+            ),
+            ("configmaps", Some(Tracked::Objects(Kind::ConfigMap))),
+            (
+                "gold.storageclass.storage.k8s.io/requests.storage",
+                Some(Tracked::ClaimedStorage(Some("gold".into()))),
+            ),
+            (
+                "gold.storageclass.storage.k8s.io/persistentvolumeclaims",
+                Some(Tracked::ClassClaims("gold".into())),
+            ),
+            ("count/widgets.example.com", None),
+        ] {
+            assert_eq!(classify(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn pod_requests_take_the_larger_of_containers_and_init() {
+        let p = pod(json!({"spec": {
+            "containers": [
+                container(json!({"cpu": "100m", "memory": "64Mi"}), json!({"cpu": "200m"})),
+                container(json!({}), json!({"cpu": "300m", "memory": "128Mi"})),
+            ],
+            "initContainers": [container(json!({"cpu": "500m"}), json!({}))],
+        }}));
+        assert_eq!(pod_amount(&p, "cpu", false).to_string(), "500m");
+        assert_eq!(pod_amount(&p, "memory", false).to_string(), "192Mi");
+        assert_eq!(pod_amount(&p, "cpu", true).to_string(), "500m");
+        assert_eq!(pod_amount(&p, "memory", true).to_string(), "128Mi");
+        assert!(!is_best_effort(&p));
+        let sums = pod_usage(&Tracked::Requests("cpu".into()), &[&p, &p]);
+        assert_eq!(sums.to_string(), "1");
+    }
+
+    #[test]
+    fn finished_and_expired_pods_do_not_count() {
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let running = pod(json!({"status": {"phase": "Running"}}));
+        let done = pod(json!({"status": {"phase": "Succeeded"}}));
+        let past = now
+            .checked_sub(SignedDuration::from_secs(60))
+            .expect("time");
+        let expired = pod(
+            json!({"metadata": {"deletionTimestamp": past.to_string(), "deletionGracePeriodSeconds": 30}, "status": {"phase": "Running"}}),
+        );
+        let stopping = pod(
+            json!({"metadata": {"deletionTimestamp": past.to_string(), "deletionGracePeriodSeconds": 300}, "status": {"phase": "Running"}}),
+        );
+        assert!(pod_counts(&running, now));
+        assert!(!pod_counts(&done, now));
+        assert!(!pod_counts(&expired, now));
+        assert!(pod_counts(&stopping, now));
+    }
+
+    #[test]
+    fn scopes_select_pods() {
+        let best_effort = pod(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let burstable = pod(
+            json!({"spec": {"containers": [container(json!({"cpu": "1"}), json!({}))], "activeDeadlineSeconds": 60, "priorityClassName": "high"}}),
+        );
+        let spec = |value: serde_json::Value| -> ResourceQuotaSpec {
+            serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+        };
+        for (quota, be, bu) in [
+            (json!({}), true, true),
+            (json!({"scopes": ["BestEffort"]}), true, false),
+            (json!({"scopes": ["NotBestEffort"]}), false, true),
+            (json!({"scopes": ["Terminating"]}), false, true),
+            (
+                json!({"scopes": ["NotTerminating", "BestEffort"]}),
+                true,
+                false,
+            ),
+            (
+                json!({"scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}}),
+                false,
+                true,
+            ),
+            (
+                json!({"scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "DoesNotExist"}]}}),
+                true,
+                false,
+            ),
+        ] {
+            let s = spec(quota.clone());
+            assert_eq!(
+                (pod_in_scope(&best_effort, &s), pod_in_scope(&burstable, &s)),
+                (be, bu),
+                "{quota}"
+            );
+        }
+    }
+}
