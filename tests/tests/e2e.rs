@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 
+#[path = "e2e/admission.rs"]
+mod admission;
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
 #[path = "e2e/cluster.rs"]

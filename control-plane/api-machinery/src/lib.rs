@@ -2,7 +2,8 @@
 //! JSON / merge / strategic-merge patches, server-side-apply field ownership and RBAC
 //! authorization (rule evaluation, aggregation, escalation checks, bootstrap policy), and the
 //! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read, resource
-//! quantities and ResourceQuota's evaluators (`quantity`, `quota`), and
+//! quantities and ResourceQuota's evaluators (`quantity`, `quota`), the LimitRanger and
+//! PodSecurity admission rules (`limit_range`, `pod_security`), and
 //! errors printed with their causes on one line (`errors`).
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
@@ -15,10 +16,12 @@ pub mod errors;
 pub mod field;
 pub mod goduration;
 pub mod kubeconfig;
+pub mod limit_range;
 pub mod managed_fields;
 pub mod names;
 pub mod nodeconfig;
 pub mod patch;
+pub mod pod_security;
 pub mod quantity;
 pub mod query;
 pub mod quota;

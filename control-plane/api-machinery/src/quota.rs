@@ -288,6 +288,209 @@ pub fn claim_request(claim: &PersistentVolumeClaim) -> Quantity {
     .unwrap_or(Quantity::ZERO)
 }
 
+/// Whether a quota's hard resource `name` can count objects of `plural` in `group` (upstream's
+/// `Evaluator.MatchingResources`), whatever one object happens to use.
+pub fn counts(group: &str, plural: &str, name: &str) -> bool {
+    let tracked = classify(name);
+    match (group, plural) {
+        ("", "pods") => matches!(
+            tracked,
+            Some(Tracked::Pods | Tracked::Requests(_) | Tracked::Limits(_))
+        ),
+        ("", "services") => matches!(
+            tracked,
+            Some(Tracked::Objects(Kind::Service) | Tracked::LoadBalancers | Tracked::NodePorts)
+        ),
+        ("", "persistentvolumeclaims") => matches!(
+            tracked,
+            Some(
+                Tracked::Objects(Kind::PersistentVolumeClaim)
+                    | Tracked::ClaimedStorage(_)
+                    | Tracked::ClassClaims(_)
+            )
+        ),
+        _ => match Kind::of(group, plural) {
+            Some(kind) => tracked == Some(Tracked::Objects(kind)),
+            None if group.is_empty() => name == format!("count/{plural}"),
+            None => name == format!("count/{plural}.{group}"),
+        },
+    }
+}
+
+/// Usage by resource name, as upstream's evaluators report it for one object.
+pub type Usage = BTreeMap<String, Quantity>;
+
+/// What one object of `plural` in `group` uses of every quota resource name that can count
+/// it (upstream's `Evaluator.Usage`): the object counts (`count/<resource>[.<group>]` and the
+/// legacy name), and for pods their compute requests and limits, for services their load
+/// balancers and node ports, for claims their storage (also per StorageClass). A finished
+/// pod uses only `count/pods`. `now` decides whether a pod past its grace period still counts.
+pub fn usage_of(group: &str, plural: &str, object: &serde_json::Value, now: Timestamp) -> Usage {
+    let mut usage = Usage::new();
+    let one = Quantity::from_count(1);
+    let count_name = if group.is_empty() {
+        format!("count/{plural}")
+    } else {
+        format!("count/{plural}.{group}")
+    };
+    usage.insert(count_name, one);
+    match (group, plural) {
+        ("", "pods") => {
+            if let Ok(pod) = serde_json::from_value::<Pod>(object.clone()) {
+                add_pod_usage(&pod, now, &mut usage);
+            }
+        }
+        ("", "services") => {
+            usage.insert("services".into(), one);
+            let spec = object.get("spec");
+            let service_type = spec
+                .and_then(|s| s.get("type"))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("ClusterIP");
+            let ports = spec
+                .and_then(|s| s.get("ports"))
+                .and_then(serde_json::Value::as_array)
+                .map_or(0, Vec::len) as i64;
+            let allocates_node_ports = spec
+                .and_then(|s| s.get("allocateLoadBalancerNodePorts"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(true);
+            let (load_balancers, node_ports) = match service_type {
+                "LoadBalancer" if allocates_node_ports => (1, ports),
+                "LoadBalancer" => (1, 0),
+                "NodePort" => (0, ports),
+                _ => (0, 0),
+            };
+            usage.insert(
+                "services.loadbalancers".into(),
+                Quantity::from_count(load_balancers),
+            );
+            usage.insert(
+                "services.nodeports".into(),
+                Quantity::from_count(node_ports),
+            );
+        }
+        ("", "persistentvolumeclaims") => {
+            usage.insert(plural.into(), one);
+            if let Ok(claim) = serde_json::from_value::<PersistentVolumeClaim>(object.clone()) {
+                let request = claim_request(&claim);
+                usage.insert("requests.storage".into(), request);
+                let class = claim_class(&claim);
+                if !class.is_empty() {
+                    let prefix = format!("{class}{STORAGE_CLASS_SUFFIX}");
+                    usage.insert(format!("{prefix}requests.storage"), request);
+                    usage.insert(format!("{prefix}persistentvolumeclaims"), one);
+                }
+            }
+        }
+        ("", "configmaps" | "secrets" | "replicationcontrollers" | "resourcequotas") => {
+            usage.insert(plural.into(), one);
+        }
+        _ => {}
+    }
+    usage
+}
+
+/// A pod's compute usage (upstream's `PodUsageFunc` and `podComputeUsageHelper`).
+fn add_pod_usage(pod: &Pod, now: Timestamp, usage: &mut Usage) {
+    if !pod_counts(pod, now) {
+        return;
+    }
+    usage.insert("pods".into(), Quantity::from_count(1));
+    let mut requested = std::collections::BTreeSet::new();
+    let mut limited = std::collections::BTreeSet::new();
+    for container in pod.spec.iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    }) {
+        if let Some(resources) = &container.resources {
+            requested.extend(resources.requests.iter().flatten().map(|(k, _)| k.clone()));
+            // A limit without a request requests the limit.
+            requested.extend(resources.limits.iter().flatten().map(|(k, _)| k.clone()));
+            limited.extend(resources.limits.iter().flatten().map(|(k, _)| k.clone()));
+        }
+    }
+    for name in requested {
+        let amount = pod_amount(pod, &name, false);
+        match name.as_str() {
+            "cpu" | "memory" | "ephemeral-storage" => {
+                usage.insert(name.clone(), amount);
+                usage.insert(format!("requests.{name}"), amount);
+            }
+            hugepages if hugepages.starts_with("hugepages-") => {
+                usage.insert(name.clone(), amount);
+                usage.insert(format!("requests.{name}"), amount);
+            }
+            extended if is_extended_resource(extended) => {
+                usage.insert(format!("requests.{name}"), amount);
+            }
+            _ => {}
+        }
+    }
+    for name in limited {
+        if matches!(name.as_str(), "cpu" | "memory" | "ephemeral-storage") {
+            usage.insert(format!("limits.{name}"), pod_amount(pod, &name, true));
+        }
+    }
+}
+
+/// Upstream's extended resources: a domain-qualified name outside `kubernetes.io/`.
+fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.starts_with("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// The resources upstream's pod evaluator requires every container to set when a quota
+/// limits them (a backward-compatibility rule it keeps for cpu and memory only), with the
+/// containers missing each: upstream's `must specify …` text, or `None` when all are set.
+pub fn missing_pod_constraints(pod: &Pod, hard: &[&str]) -> Option<String> {
+    let mut missing: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for container in pod.spec.iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    }) {
+        let resources = container.resources.as_ref();
+        let has = |list: Option<&BTreeMap<String, WireQuantity>>, key: &str| {
+            list.is_some_and(|l| l.contains_key(key))
+        };
+        let requests = resources.and_then(|r| r.requests.as_ref());
+        let limits = resources.and_then(|r| r.limits.as_ref());
+        for name in hard {
+            let set = match *name {
+                "cpu" | "requests.cpu" => has(requests, "cpu"),
+                "memory" | "requests.memory" => has(requests, "memory"),
+                "limits.cpu" => has(limits, "cpu"),
+                "limits.memory" => has(limits, "memory"),
+                _ => continue,
+            };
+            if !set {
+                missing.entry(name).or_default().insert(&container.name);
+            }
+        }
+    }
+    if missing.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = missing
+        .iter()
+        .map(|(name, containers)| {
+            let names: Vec<&str> = containers.iter().copied().collect();
+            format!("{name} for: {}", names.join(","))
+        })
+        .collect();
+    Some(format!("must specify {}", parts.join("; ")))
+}
+
+/// Upstream's `prettyPrint` of a resource list in errors: `name=value` sorted, comma-joined.
+pub fn pretty_print(usage: &Usage) -> String {
+    usage
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,5 +606,60 @@ mod tests {
                 "{quota}"
             );
         }
+    }
+
+    #[test]
+    fn usage_names_what_each_kind_uses() {
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let pod = json!({"spec": {"containers": [
+            container(json!({"cpu": "100m"}), json!({"cpu": "200m", "memory": "64Mi"})),
+            {"name": "gpu", "image": "i", "resources": {"limits": {"example.com/gpu": "1"}}},
+        ]}});
+        let usage = usage_of("", "pods", &pod, now);
+        let printed = pretty_print(&usage);
+        assert_eq!(
+            printed,
+            "count/pods=1,cpu=100m,limits.cpu=200m,limits.memory=64Mi,memory=64Mi,pods=1,requests.cpu=100m,requests.example.com/gpu=1,requests.memory=64Mi"
+        );
+        let finished =
+            json!({"spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Succeeded"}});
+        assert_eq!(
+            pretty_print(&usage_of("", "pods", &finished, now)),
+            "count/pods=1"
+        );
+        let service = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 443}]}});
+        assert_eq!(
+            pretty_print(&usage_of("", "services", &service, now)),
+            "count/services=1,services=1,services.loadbalancers=0,services.nodeports=2"
+        );
+        let claim = json!({"spec": {"storageClassName": "gold", "resources": {"requests": {"storage": "1Gi"}}}});
+        assert_eq!(
+            pretty_print(&usage_of("", "persistentvolumeclaims", &claim, now)),
+            "count/persistentvolumeclaims=1,gold.storageclass.storage.k8s.io/persistentvolumeclaims=1,gold.storageclass.storage.k8s.io/requests.storage=1Gi,persistentvolumeclaims=1,requests.storage=1Gi"
+        );
+        assert_eq!(
+            pretty_print(&usage_of("apps", "deployments", &json!({}), now)),
+            "count/deployments.apps=1"
+        );
+        assert_eq!(
+            pretty_print(&usage_of("", "configmaps", &json!({}), now)),
+            "configmaps=1,count/configmaps=1"
+        );
+    }
+
+    #[test]
+    fn cpu_and_memory_quotas_require_every_container_to_set_them() {
+        let p = pod(json!({"spec": {"containers": [
+            container(json!({"cpu": "1"}), json!({})),
+            {"name": "bare", "image": "i"},
+        ]}}));
+        assert_eq!(
+            missing_pod_constraints(&p, &["requests.cpu", "limits.memory", "pods"]).as_deref(),
+            Some("must specify limits.memory for: bare,c; requests.cpu for: bare")
+        );
+        assert_eq!(
+            missing_pod_constraints(&p, &["pods", "requests.storage"]),
+            None
+        );
     }
 }

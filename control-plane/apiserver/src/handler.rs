@@ -12,6 +12,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::ApiServer;
+use crate::admission;
 use crate::discovery;
 use crate::error::{ApiError, Path};
 use crate::meta;
@@ -557,11 +558,8 @@ async fn resource_request(
             plain(scale_of(&obj, &scale_spec))
         }
         (&Method::POST, None, None) => {
-            let mut body = call.body_json()?;
+            let body = call.body_json()?;
             let options = call.write_options()?;
-            if resource.kind == "Pod" && body.is_object() {
-                crate::priority::admit(server, tenant, &mut body).await?;
-            }
             if !options.dry_run {
                 state
                     .object_count
@@ -574,17 +572,8 @@ async fn resource_request(
                     )
                     .await?;
             }
-            let written = store
-                .create(
-                    tenant,
-                    resource,
-                    server.namespaces(),
-                    namespace,
-                    body,
-                    &options,
-                    &server.allocator,
-                )
-                .await?;
+            let written =
+                admitted_create(server, tenant, resource, namespace, body, &options).await?;
             respond(StatusCode::CREATED, written.object, &written.warnings)
         }
         (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
@@ -806,6 +795,40 @@ async fn resource_request(
             call.method.as_str(),
         )),
     }
+}
+
+/// A create through the admission chain and the store.
+async fn admitted_create(
+    server: &ApiServer,
+    tenant: &Tenant,
+    resource: &ResourceInfo,
+    namespace: &str,
+    body: Value,
+    options: &WriteOptions,
+) -> Result<crate::store::Written, ApiError> {
+    let context = admission::Context {
+        store: &server.store,
+        resources: server.resources,
+        tenant,
+    };
+    let attributes = admission::Attributes {
+        operation: admission::Operation::Create,
+        resource,
+        subresource: "",
+        namespace,
+        user: options.user.as_ref(),
+        dry_run: options.dry_run,
+    };
+    admission::create(
+        &server.admission,
+        &context,
+        &attributes,
+        server.namespaces(),
+        body,
+        options,
+        &server.allocator,
+    )
+    .await
 }
 
 fn plain(value: Value) -> Result<Response, ApiError> {
@@ -1092,17 +1115,8 @@ async fn patch_request(
                 &options.field_manager,
                 resource,
             )?;
-            let written = store
-                .create(
-                    tenant,
-                    resource,
-                    server.namespaces(),
-                    namespace,
-                    obj,
-                    &options,
-                    &server.allocator,
-                )
-                .await?;
+            let written =
+                admitted_create(server, tenant, resource, namespace, obj, &options).await?;
             let (content_type, body) =
                 negotiate::render(Some(resource), written.object, representation, include);
             return Ok(json_response(

@@ -5,6 +5,7 @@
 //! and [`error::ApiError`] is the one way failures reach the wire. This is the only crate that
 //! links axum.
 
+pub mod admission;
 pub mod allocator;
 pub mod authn;
 pub mod authz;
@@ -27,7 +28,6 @@ pub mod node;
 pub mod openapi;
 pub mod patching;
 pub mod pki;
-pub mod priority;
 pub mod resources;
 pub mod reviews;
 pub mod selection;
@@ -91,6 +91,8 @@ pub struct ApiServer {
     pub(crate) store: Store,
     pub(crate) resources: &'static Resources,
     pub(crate) allocator: ServiceAllocator,
+    /// The admission plugins every write runs through.
+    pub(crate) admission: admission::Chain,
     pub(crate) openapi: OpenApi,
     pub(crate) advertise_address: String,
     /// The tenant clusters this server knows.
@@ -149,6 +151,7 @@ impl ApiServer {
             store,
             resources: &RESOURCES,
             allocator: ServiceAllocator::new(ServiceNetwork::default()),
+            admission: admission::Chain::upstream_default(),
             openapi: OpenApi::build(&RESOURCES),
             advertise_address: advertise_address.to_string(),
             limits,

@@ -22,6 +22,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod selectors;
 pub mod statefulset;
+pub mod storageprotection;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -53,6 +54,7 @@ pub async fn run(client: kube::Client, config: Config) {
         disruption::run(informers.clone()).boxed(),
         pvbinder::run(informers.clone()).boxed(),
         resourcequota::run(informers.clone()).boxed(),
+        storageprotection::run(informers.clone()).boxed(),
         nodelifecycle::run(informers.clone(), nodelifecycle::Config::default()).boxed(),
         job::run(informers.clone()).boxed(),
         cronjob::run(informers.clone()).boxed(),

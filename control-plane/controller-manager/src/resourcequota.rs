@@ -127,9 +127,11 @@ pub async fn run(informers: Arc<Informers>) {
             .on(&pods),
     );
     let mut watched: BTreeSet<Kind> = BTreeSet::new();
+    let mut decreases = Decreases::default();
     loop {
         if let Some(t) = triggers.as_mut() {
-            t.next().await;
+            let wake = (!decreases.is_empty()).then_some(DECREASE_CONFIRMATION);
+            t.next_within(wake).await;
         }
         if !(quotas.is_ready() && pods.is_ready()) {
             continue;
@@ -149,7 +151,51 @@ pub async fn run(informers: Arc<Informers>) {
                 }
             }
         }
-        sync_all(&client, &informers, &quotas, &pods).await;
+        sync_all(&client, &informers, &quotas, &pods, &mut decreases).await;
+    }
+}
+
+/// How long a lower count must hold before it replaces `status.used`. Admission charges a
+/// create to the quota just before the object is stored, so for a moment the caches here
+/// lack an object the quota already counts; writing that lower count would hand its unit
+/// to a second create. An object stored is in the caches well within this time.
+const DECREASE_CONFIRMATION: Duration = Duration::from_secs(1);
+
+/// Lower counts seen once, by quota (namespace, name): the count and when it was first seen.
+type Decreases =
+    std::collections::HashMap<(String, String), (BTreeMap<String, String>, std::time::Instant)>;
+
+/// Whether `used` may replace `current`: at once when nothing in it went down, else only
+/// once the same lower count has been seen for [`DECREASE_CONFIRMATION`].
+fn confirmed(
+    decreases: &mut Decreases,
+    key: (String, String),
+    used: &BTreeMap<String, String>,
+    current: &BTreeMap<String, String>,
+) -> bool {
+    let lower = used.iter().any(|(name, amount)| {
+        let (Ok(next), Some(Ok(now))) = (
+            Quantity::parse(amount),
+            current.get(name).map(|c| Quantity::parse(c)),
+        ) else {
+            return false;
+        };
+        next < now
+    });
+    if !lower {
+        decreases.remove(&key);
+        return true;
+    }
+    match decreases.get(&key) {
+        Some((seen, since)) if seen == used && since.elapsed() >= DECREASE_CONFIRMATION => {
+            decreases.remove(&key);
+            true
+        }
+        Some((seen, _)) if seen == used => false,
+        _ => {
+            decreases.insert(key, (used.clone(), std::time::Instant::now()));
+            false
+        }
     }
 }
 
@@ -232,6 +278,7 @@ async fn sync_all(
     informers: &Informers,
     quotas: &Informer<ResourceQuota>,
     pods: &Informer<Pod>,
+    decreases: &mut Decreases,
 ) {
     let now = Timestamp::now();
     let all_pods = pods.list();
@@ -261,6 +308,17 @@ async fn sync_all(
         let current_hard = canonical(&status.and_then(|s| s.hard.clone()).unwrap_or_default());
         let current_used = canonical(&status.and_then(|s| s.used.clone()).unwrap_or_default());
         if status.is_some() && current_hard == hard && current_used == used {
+            decreases.remove(&(namespace.clone(), name.clone()));
+            continue;
+        }
+        if current_hard == hard
+            && !confirmed(
+                decreases,
+                (namespace.clone(), name.clone()),
+                &used,
+                &current_used,
+            )
+        {
             continue;
         }
         // A merge patch: resources no longer in spec.hard are removed with nulls.
@@ -275,10 +333,15 @@ async fn sync_all(
             }
             serde_json::Value::Object(map)
         };
-        let patch = json!({"status": {
-            "hard": with_removals(&hard, &current_hard),
-            "used": with_removals(&used, &current_used),
-        }});
+        // Against the resourceVersion counted from: a create charged since then fails the
+        // write, and the next pass counts again.
+        let patch = json!({
+            "metadata": {"resourceVersion": quota.metadata.resource_version},
+            "status": {
+                "hard": with_removals(&hard, &current_hard),
+                "used": with_removals(&used, &current_used),
+            },
+        });
         let api: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
         let outcome = api
             .patch_status(name, &pods::manager(MANAGER), &Patch::Merge(&patch))

@@ -414,6 +414,16 @@ fn drain(kubectl: &Kubectl) -> anyhow::Result<()> {
 /// ConfigMaps.
 fn quota(kubectl: &Kubectl) -> anyhow::Result<()> {
     kubectl.ok_stdin(&["apply", "-f", "-"], QUOTA)?;
+    // Admission refuses creates against a quota whose usage is not yet counted (upstream's
+    // "status unknown for quota").
+    until("the quota is counted", Duration::from_secs(30), || {
+        Ok(!jsonpath(
+            kubectl,
+            &["-n", "team", "get", "quota", "compute"],
+            "{.status.used}",
+        )?
+        .is_empty())
+    })?;
     for name in ["q1", "q2"] {
         kubectl.ok_stdin(&["apply", "-f", "-"], &QUOTA_POD.replace("NAME", name))?;
     }

@@ -4,11 +4,10 @@
 
 use serde_json::{Value, json};
 
-use crate::ApiServer;
+use super::{Attributes, Context, Plugin};
 use crate::error::ApiError;
 use crate::meta;
-use crate::selection::Selection;
-use crate::store::{ListOptions, ReadAt, Tenant};
+use crate::store::ReadAt;
 
 /// The two classes every cluster has (upstream creates them at start-up; here they are known
 /// by value even before anyone stores them).
@@ -17,19 +16,43 @@ const SYSTEM_CLASSES: [(&str, i64); 2] = [
     ("system-cluster-critical", 2_000_000_000),
 ];
 
+/// The Priority plugin.
+pub struct Priority;
+
+#[async_trait::async_trait]
+impl Plugin for Priority {
+    fn name(&self) -> &'static str {
+        "Priority"
+    }
+
+    fn handles(&self, attributes: &Attributes<'_>) -> bool {
+        attributes.is_core("pods")
+    }
+
+    async fn admit(
+        &self,
+        context: &Context<'_>,
+        _attributes: &Attributes<'_>,
+        pod: &mut Value,
+        _warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        if pod.is_object() {
+            resolve(context, pod).await?;
+        }
+        Ok(())
+    }
+}
+
 /// Resolves the priority of `pod` (a create's body) in place.
-pub async fn admit(server: &ApiServer, tenant: &Tenant, pod: &mut Value) -> Result<(), ApiError> {
-    let classes = server
-        .resources
-        .find("scheduling.k8s.io", "v1", "priorityclasses")
-        .ok_or_else(|| ApiError::internal("priorityclasses are not served"))?;
+async fn resolve(context: &Context<'_>, pod: &mut Value) -> Result<(), ApiError> {
+    let classes = context.resource("scheduling.k8s.io", "v1", "priorityclasses")?;
     let name = meta::str_at(pod, &["spec", "priorityClassName"])
         .filter(|n| !n.is_empty())
         .map(str::to_string);
     let class: Option<Value> = match &name {
-        Some(name) => match server
+        Some(name) => match context
             .store
-            .get(tenant, classes, "", name, ReadAt::Latest)
+            .get(context.tenant, classes, "", name, ReadAt::Latest)
             .await
         {
             Ok(class) => Some(class),
@@ -49,23 +72,9 @@ pub async fn admit(server: &ApiServer, tenant: &Tenant, pod: &mut Value) -> Resu
             Err(err) => return Err(err),
         },
         None => {
-            let all = server
-                .store
-                .list(
-                    tenant,
-                    classes,
-                    None,
-                    &ListOptions {
-                        read_at: ReadAt::Latest,
-                        selection: Selection::default(),
-                        limit: 0,
-                        continue_token: None,
-                    },
-                )
-                .await?;
+            let all = context.list(classes, None).await?;
             // Several global defaults: upstream takes the lowest value.
-            all.items
-                .into_iter()
+            all.into_iter()
                 .filter(|c| c["globalDefault"] == json!(true))
                 .min_by_key(|c| c["value"].as_i64().unwrap_or(0))
         }

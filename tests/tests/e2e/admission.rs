@@ -1,0 +1,326 @@
+//! Upstream's default admission plugins seen through stock kubectl: ResourceQuota refusing
+//! the n+1th object with upstream's message, and 20 concurrent creates against room for 10
+//! storing exactly 10; PodSecurity's `enforce` refusing and `warn` warning; a claim getting
+//! the default StorageClass and the pvc-protection finalizer, and still going when deleted.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
+
+fn contains(text: &str, wanted: &str) -> anyhow::Result<()> {
+    ensure!(text.contains(wanted), "expected {wanted:?} in:\n{text}");
+    Ok(())
+}
+
+/// A namespace with a quota of `hard`, once the quota controller has counted what is in it
+/// (admission refuses creates against a quota whose usage is not yet known, as upstream).
+fn namespace_with_quota(kubectl: &Kubectl, namespace: &str, hard: &str) -> anyhow::Result<()> {
+    kubectl.ok(&["create", "namespace", namespace])?;
+    // The root CA ConfigMap is counted too; wait for it so the counts below are exact.
+    until("the root CA ConfigMap", Duration::from_secs(30), || {
+        Ok(kubectl
+            .run(
+                &["-n", namespace, "get", "configmap", "kube-root-ca.crt"],
+                None,
+                &[],
+            )?
+            .status
+            .success())
+    })?;
+    kubectl.ok(&[
+        "-n",
+        namespace,
+        "create",
+        "quota",
+        "q",
+        &format!("--hard={hard}"),
+    ])?;
+    until(
+        "the quota's usage is counted",
+        Duration::from_secs(30),
+        || {
+            Ok(!jsonpath(
+                kubectl,
+                &["-n", namespace, "get", "quota", "q"],
+                "{.status.used}",
+            )?
+            .is_empty())
+        },
+    )
+}
+
+#[test]
+fn quota_refuses_the_object_past_its_limit_even_under_concurrent_creates() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+
+    namespace_with_quota(&kubectl, "team", "pods=1,configmaps=2")?;
+    let run_pod = |name: &str| {
+        vec![
+            "-n",
+            "team",
+            "run",
+            name,
+            "--image=nginx",
+            "--restart=Never",
+        ]
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+    };
+    let args = run_pod("p1");
+    kubectl.ok(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let args = run_pod("p2");
+    let refused = kubectl.fails(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+    contains(
+        &refused,
+        "Error from server (Forbidden): pods \"p2\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1",
+    )?;
+    // kube-root-ca.crt is one of the two ConfigMaps; a dry run checks but does not charge.
+    kubectl.ok(&[
+        "-n",
+        "team",
+        "create",
+        "configmap",
+        "dry",
+        "--dry-run=server",
+    ])?;
+    kubectl.ok(&["-n", "team", "create", "configmap", "c1"])?;
+    let refused = kubectl.fails(&["-n", "team", "create", "configmap", "c2"])?;
+    contains(
+        &refused,
+        "configmaps \"c2\" is forbidden: exceeded quota: q, requested: configmaps=1, used: configmaps=2, limited: configmaps=2",
+    )?;
+    let used = jsonpath(
+        &kubectl,
+        &["-n", "team", "get", "quota", "q"],
+        "{.status.used.configmaps} {.status.used.pods}",
+    )?;
+    ensure!(used == "2 1", "usage after the refusals: {used}");
+
+    // Room for ten more ConfigMaps, twenty writers at once: exactly ten are stored.
+    namespace_with_quota(&kubectl, "race", "configmaps=11")?;
+    let outcomes: Vec<bool> = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..20)
+            .map(|i| {
+                let kubectl = &kubectl;
+                scope.spawn(move || {
+                    let name = format!("c{i}");
+                    kubectl
+                        .run(&["-n", "race", "create", "configmap", &name], None, &[])
+                        .map(|out| out.status.success())
+                        .unwrap_or(false)
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .map(|w| w.join().unwrap_or(false))
+            .collect()
+    });
+    let created = outcomes.iter().filter(|ok| **ok).count();
+    ensure!(
+        created == 10,
+        "{created} of 20 concurrent creates passed a quota with room for 10"
+    );
+    let stored = kubectl
+        .ok(&["-n", "race", "get", "configmaps", "-o", "name"])?
+        .lines()
+        .count();
+    ensure!(
+        stored == 11,
+        "{stored} ConfigMaps stored (10 created and kube-root-ca.crt expected)"
+    );
+    // The controller's recount agrees with what admission charged.
+    std::thread::sleep(Duration::from_secs(3));
+    let used = jsonpath(
+        &kubectl,
+        &["-n", "race", "get", "quota", "q"],
+        "{.status.used.configmaps}",
+    )?;
+    ensure!(used == "11", "the recount says {used}");
+    Ok(())
+}
+
+#[test]
+fn pod_security_enforces_and_warns_by_namespace_label() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+
+    kubectl.ok(&["create", "namespace", "locked"])?;
+    kubectl.ok(&[
+        "label",
+        "namespace",
+        "locked",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ])?;
+    let refused = kubectl.fails(&[
+        "-n",
+        "locked",
+        "run",
+        "root",
+        "--image=nginx",
+        "--privileged",
+    ])?;
+    contains(
+        &refused,
+        "pods \"root\" is forbidden: violates PodSecurity \"restricted:latest\": privileged (container \"root\" must not set securityContext.privileged=true)",
+    )?;
+    contains(&refused, "allowPrivilegeEscalation != false")?;
+
+    kubectl.ok(&["create", "namespace", "watched"])?;
+    kubectl.ok(&[
+        "label",
+        "namespace",
+        "watched",
+        "pod-security.kubernetes.io/warn=baseline",
+    ])?;
+    let out = kubectl.run(
+        &[
+            "-n",
+            "watched",
+            "run",
+            "root",
+            "--image=nginx",
+            "--privileged",
+        ],
+        None,
+        &[],
+    )?;
+    ensure!(
+        out.status.success(),
+        "warn mode refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    contains(
+        &String::from_utf8_lossy(&out.stderr),
+        "Warning: would violate PodSecurity \"baseline:latest\": privileged (container \"root\" must not set securityContext.privileged=true)",
+    )?;
+    // An unprivileged pod passes `restricted` when it says everything restricted asks.
+    let compliant = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: ok, namespace: locked}
+spec:
+  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: nginx
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], compliant)?;
+    Ok(())
+}
+
+#[test]
+fn claims_get_the_default_class_and_the_protection_finalizer() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let manifests = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: example.com/none
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: classless, namespace: default}
+spec:
+  storageClassName: ""
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], manifests)?;
+    let data = jsonpath(
+        &kubectl,
+        &["get", "pvc", "data"],
+        "{.spec.storageClassName} {.metadata.finalizers}",
+    )?;
+    ensure!(
+        data == "standard [\"kubernetes.io/pvc-protection\"]",
+        "the claim: {data}"
+    );
+    let classless = jsonpath(
+        &kubectl,
+        &["get", "pvc", "classless"],
+        "{.spec.storageClassName}",
+    )?;
+    ensure!(
+        classless.is_empty(),
+        "an explicit \"\" class was replaced by {classless}"
+    );
+    // Nothing mounts it, so the protection controller lets the delete finish.
+    kubectl.ok(&["delete", "pvc", "data", "--timeout=30s"])?;
+    Ok(())
+}
+
+#[test]
+fn a_limit_range_defaults_requests_and_limits_and_refuses_what_exceeds_it() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let manifests = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: limited}
+---
+apiVersion: v1
+kind: LimitRange
+metadata: {name: cpu, namespace: limited}
+spec:
+  limits:
+  - type: Container
+    default: {cpu: 500m}
+    defaultRequest: {cpu: 100m}
+    max: {cpu: "1"}
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], manifests)?;
+    kubectl.ok(&[
+        "-n",
+        "limited",
+        "run",
+        "plain",
+        "--image=nginx",
+        "--restart=Never",
+    ])?;
+    let resources = jsonpath(
+        &kubectl,
+        &["-n", "limited", "get", "pod", "plain"],
+        "{.spec.containers[0].resources.requests.cpu} {.spec.containers[0].resources.limits.cpu}",
+    )?;
+    ensure!(resources == "100m 500m", "defaulted resources: {resources}");
+    let note = jsonpath(
+        &kubectl,
+        &["-n", "limited", "get", "pod", "plain"],
+        "{.metadata.annotations.kubernetes\\.io/limit-ranger}",
+    )?;
+    ensure!(
+        note == "LimitRanger plugin set: cpu request for container plain; cpu limit for container plain",
+        "annotation: {note}"
+    );
+    let big = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: big, namespace: limited}
+spec:
+  containers:
+  - {name: c, image: nginx, resources: {limits: {cpu: "2"}}}
+"#;
+    let refused = kubectl
+        .run(&["apply", "-f", "-"], Some(big), &[])
+        .map(|out| String::from_utf8_lossy(&out.stderr).into_owned())?;
+    contains(
+        &refused,
+        "pods \"big\" is forbidden: maximum cpu usage per Container is 1, but limit is 2",
+    )?;
+    Ok(())
+}
