@@ -99,6 +99,8 @@ impl Strategy for CertificateSigningRequestStrategy {
                 copy_field(new, old, &["status", "certificate"]);
                 populate_condition_timestamps(new, old);
             }
+            // Served for pods only.
+            UpdateTarget::EphemeralContainers => {}
         }
     }
 

@@ -485,6 +485,27 @@ async fn resource_request(
     rest: &[&str],
     call: &Call,
 ) -> Result<Response, ApiError> {
+    let answer = serve_resource(server, state, group, version, rest, call).await;
+    // What admission plugins read of this kind is read again after any write to it.
+    if call.method != Method::GET
+        && let Some(target) = parse_target(rest)
+    {
+        server
+            .admission
+            .lookups()
+            .forget(&state.tenant.id, target.plural);
+    }
+    answer
+}
+
+async fn serve_resource(
+    server: &ApiServer,
+    state: &TenantState,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    call: &Call,
+) -> Result<Response, ApiError> {
     let tenant = &state.tenant;
     let target = parse_target(rest).ok_or_else(ApiError::no_such_path)?;
     let resource = server
@@ -542,7 +563,11 @@ async fn resource_request(
             let list = json!({"kind": resource.list_kind, "apiVersion": resource.api_version(), "metadata": metadata, "items": page.items});
             respond(StatusCode::OK, list, &[])
         }
-        (&Method::GET, Some(name), None | Some("status") | Some("approval")) => {
+        (
+            &Method::GET,
+            Some(name),
+            None | Some("status") | Some("approval") | Some("ephemeralcontainers"),
+        ) => {
             check_subresource(resource, target.subresource)?;
             let read_at = ReadAt::parse(call.param("resourceVersion"), None)?;
             let obj = store
@@ -608,7 +633,11 @@ async fn resource_request(
         (
             &Method::PUT,
             Some(name),
-            sub @ (None | Some("status") | Some("finalize") | Some("approval")),
+            sub @ (None
+            | Some("status")
+            | Some("finalize")
+            | Some("approval")
+            | Some("ephemeralcontainers")),
         ) => {
             check_subresource(resource, sub)?;
             let body = call.body_json()?;
@@ -616,6 +645,7 @@ async fn resource_request(
             let target_part = match sub {
                 Some("status") => UpdateTarget::Status,
                 Some("approval") => UpdateTarget::Approval,
+                Some("ephemeralcontainers") => UpdateTarget::EphemeralContainers,
                 _ => UpdateTarget::Main,
             };
             if target_part == UpdateTarget::Approval {
@@ -623,8 +653,14 @@ async fn resource_request(
             }
             let mut warnings = Vec::new();
             let finalize = sub == Some("finalize");
+            let context = admission_context(server, tenant);
+            let validator = admission::UpdateValidator::new(
+                &server.admission,
+                &context,
+                update_attributes(resource, sub, namespace, &options),
+            );
             let updated = store
-                .guaranteed_update(
+                .guaranteed_update_validated(
                     tenant,
                     resource,
                     namespace,
@@ -659,8 +695,10 @@ async fn resource_request(
                         warnings = local;
                         Ok(Some(next))
                     },
+                    Some(&validator),
                 )
                 .await?;
+            warnings.extend(validator.into_warnings());
             respond(StatusCode::OK, updated, &warnings)
         }
         (&Method::PUT, Some(name), Some("scale")) => {
@@ -678,11 +716,16 @@ async fn resource_request(
             )
             .await
         }
-        (&Method::PATCH, Some(name), sub @ (None | Some("status") | Some("approval"))) => {
+        (
+            &Method::PATCH,
+            Some(name),
+            sub @ (None | Some("status") | Some("approval") | Some("ephemeralcontainers")),
+        ) => {
             check_subresource(resource, sub)?;
             let target_part = match sub {
                 Some("status") => UpdateTarget::Status,
                 Some("approval") => UpdateTarget::Approval,
+                Some("ephemeralcontainers") => UpdateTarget::EphemeralContainers,
                 _ => UpdateTarget::Main,
             };
             if target_part == UpdateTarget::Approval {
@@ -797,6 +840,34 @@ async fn resource_request(
     }
 }
 
+/// What admission plugins may read for a request of `tenant`.
+fn admission_context<'a>(server: &'a ApiServer, tenant: &'a Tenant) -> admission::Context<'a> {
+    admission::Context {
+        store: &server.store,
+        resources: server.resources,
+        tenant,
+        lookups: server.admission.lookups(),
+    }
+}
+
+/// The admission attributes of an update of `resource`'s `subresource`.
+fn update_attributes<'a>(
+    resource: &'a ResourceInfo,
+    subresource: Option<&'a str>,
+    namespace: &'a str,
+    options: &'a WriteOptions,
+) -> admission::Attributes<'a> {
+    admission::Attributes {
+        operation: admission::Operation::Update,
+        resource,
+        subresource: subresource.unwrap_or(""),
+        namespace,
+        user: options.user.as_ref(),
+        dry_run: options.dry_run,
+        old: None,
+    }
+}
+
 /// A create through the admission chain and the store.
 async fn admitted_create(
     server: &ApiServer,
@@ -806,11 +877,7 @@ async fn admitted_create(
     body: Value,
     options: &WriteOptions,
 ) -> Result<crate::store::Written, ApiError> {
-    let context = admission::Context {
-        store: &server.store,
-        resources: server.resources,
-        tenant,
-    };
+    let context = admission_context(server, tenant);
     let attributes = admission::Attributes {
         operation: admission::Operation::Create,
         resource,
@@ -818,6 +885,7 @@ async fn admitted_create(
         namespace,
         user: options.user.as_ref(),
         dry_run: options.dry_run,
+        old: None,
     };
     admission::create(
         &server.admission,
@@ -862,6 +930,9 @@ fn check_subresource(resource: &ResourceInfo, sub: Option<&str>) -> Result<(), A
         Some("status") if resource.status_subresource => Ok(()),
         Some("approval") if resource.kind == "CertificateSigningRequest" => Ok(()),
         Some("finalize") if resource.kind == "Namespace" => Ok(()),
+        Some("ephemeralcontainers") if resource.kind == "Pod" && resource.group.is_empty() => {
+            Ok(())
+        }
         Some(_) => Err(ApiError::no_such_path()),
     }
 }
@@ -1077,8 +1148,20 @@ async fn patch_request(
     };
     let store = &server.store;
     let mut warnings = Vec::new();
+    let context = admission_context(server, tenant);
+    let subresource = match target {
+        UpdateTarget::Main => None,
+        UpdateTarget::Status => Some("status"),
+        UpdateTarget::Approval => Some("approval"),
+        UpdateTarget::EphemeralContainers => Some("ephemeralcontainers"),
+    };
+    let validator = admission::UpdateValidator::new(
+        &server.admission,
+        &context,
+        update_attributes(resource, subresource, namespace, &options),
+    );
     let result = store
-        .guaranteed_update(
+        .guaranteed_update_validated(
             tenant,
             resource,
             namespace,
@@ -1102,8 +1185,10 @@ async fn patch_request(
                 warnings = local;
                 Ok(Some(next))
             },
+            Some(&validator),
         )
         .await;
+    warnings.extend(validator.into_warnings());
     let updated = match result {
         Ok(obj) => obj,
         // Server-side apply creates what does not exist.

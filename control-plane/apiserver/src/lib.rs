@@ -165,6 +165,11 @@ impl ApiServer {
         })
     }
 
+    /// The admission plugins every write runs through.
+    pub fn admission(&self) -> &admission::Chain {
+        &self.admission
+    }
+
     /// The served resources.
     pub fn resources(&self) -> &'static Resources {
         self.resources

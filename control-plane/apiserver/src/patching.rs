@@ -134,7 +134,7 @@ fn apply_options(
     match target {
         UpdateTarget::Main if resource.status_subresource => ignored.insert(&field("status")),
         UpdateTarget::Main => {}
-        UpdateTarget::Status | UpdateTarget::Approval => {
+        UpdateTarget::Status | UpdateTarget::Approval | UpdateTarget::EphemeralContainers => {
             let names = top_level_fields
                 .iter()
                 .filter_map(|v| v.as_object())
@@ -155,6 +155,7 @@ fn apply_options(
             UpdateTarget::Main => String::new(),
             UpdateTarget::Status => "status".into(),
             UpdateTarget::Approval => "approval".into(),
+            UpdateTarget::EphemeralContainers => "ephemeralcontainers".into(),
         },
     }
 }

@@ -757,7 +757,29 @@ impl Store {
         namespace: &str,
         name: &str,
         dry_run: bool,
+        try_update: F,
+    ) -> Result<Value, ApiError>
+    where
+        F: FnMut(&Value) -> Result<Option<Value>, ApiError>,
+    {
+        self.guaranteed_update_validated(
+            tenant, resource, namespace, name, dry_run, try_update, None,
+        )
+        .await
+    }
+
+    /// [`Store::guaranteed_update`] with `validation` (validating admission) deciding on each
+    /// new state, against the stored one, just before it is written.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn guaranteed_update_validated<F>(
+        &self,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
         mut try_update: F,
+        validation: Option<&dyn UpdateValidation>,
     ) -> Result<Value, ApiError>
     where
         F: FnMut(&Value) -> Result<Option<Value>, ApiError>,
@@ -781,6 +803,9 @@ impl Store {
             // managedFields timestamp alone does not count as a change either.
             if without_managed_times(&updated) == without_managed_times(&compare_current) {
                 return Ok(current);
+            }
+            if let Some(validation) = validation {
+                validation.validate(&updated, &current).await?;
             }
             let finalize = should_delete_during_update(&compare_current, &updated);
             if dry_run {
@@ -877,6 +902,19 @@ impl Store {
                         }
                     }
                 }
+            }
+            UpdateTarget::EphemeralContainers => {
+                // Upstream's dropNonEphemeralContainerUpdates: everything else stays.
+                let mut next = current.clone();
+                match meta::at(&new, &["spec", "ephemeralContainers"]) {
+                    Some(list) => {
+                        meta::set_at(&mut next, &["spec", "ephemeralContainers"], list.clone())
+                    }
+                    None => {
+                        meta::remove_at(&mut next, &["spec", "ephemeralContainers"]);
+                    }
+                }
+                new = next;
             }
             UpdateTarget::Status | UpdateTarget::Approval => {
                 // Only status (and labels/annotations, as ResetObjectMetaForStatus allows) move.
@@ -1152,6 +1190,15 @@ pub enum UpdateTarget {
     Status,
     /// A CertificateSigningRequest's `/approval`: only its Approved/Denied conditions change.
     Approval,
+    /// A Pod's `/ephemeralcontainers`: only `spec.ephemeralContainers` changes.
+    EphemeralContainers,
+}
+
+/// What decides on an update's new state before it is stored (validating admission).
+#[async_trait::async_trait]
+pub trait UpdateValidation: Send + Sync {
+    /// Allows `new` to replace `old`, or refuses it.
+    async fn validate(&self, new: &Value, old: &Value) -> Result<(), ApiError>;
 }
 
 /// Side effects of creating and deleting certain kinds (service IP and port allocation).

@@ -6,9 +6,11 @@ use serde_json::{Value, json};
 use crate::error::{FieldError, Path};
 use crate::meta::{self, at, str_at};
 use crate::resources::{FieldLabel, Strategy};
+use crate::store::UpdateTarget;
 use crate::table::{Column, age_column, int_at, name_column, or_none};
 
 mod config;
+mod ephemeral;
 mod workloads;
 
 pub use config::*;
@@ -69,7 +71,7 @@ fn default_pod_spec(spec: &mut Value) {
     set_default(spec, &["terminationGracePeriodSeconds"], json!(30));
     set_default(spec, &["schedulerName"], json!("default-scheduler"));
     set_default(spec, &["securityContext"], json!({}));
-    for list in ["containers", "initContainers"] {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
         if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for container in containers {
                 default_container(container);
@@ -538,6 +540,30 @@ impl Strategy for PodStrategy {
         // spec.nodeName is set only through pods/binding.
         if let Some(node) = at(old, &["spec", "nodeName"]) {
             meta::set_at(new, &["spec", "nodeName"], node.clone());
+        }
+    }
+    fn prepare_for_update_to(&self, target: UpdateTarget, new: &mut Value, old: &Value) {
+        self.prepare_for_update(new, old);
+        // Ephemeral containers change only through their subresource; an update of the pod
+        // that does not mention them keeps them.
+        if target != UpdateTarget::EphemeralContainers {
+            match at(old, &["spec", "ephemeralContainers"]) {
+                Some(list) => meta::set_at(new, &["spec", "ephemeralContainers"], list.clone()),
+                None => {
+                    meta::remove_at(new, &["spec", "ephemeralContainers"]);
+                }
+            }
+        }
+    }
+    fn validate_update_to(
+        &self,
+        target: UpdateTarget,
+        new: &Value,
+        old: &Value,
+    ) -> Vec<FieldError> {
+        match target {
+            UpdateTarget::EphemeralContainers => ephemeral::validate_update(new, old),
+            _ => self.validate_update(new, old),
         }
     }
     fn default(&self, obj: &mut Value) {

@@ -324,3 +324,69 @@ spec:
     )?;
     Ok(())
 }
+
+#[test]
+fn kubectl_debug_adds_an_ephemeral_container_that_pod_security_checks() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok(&["run", "web", "--image=nginx", "--restart=Never"])?;
+    kubectl.ok(&[
+        "debug",
+        "web",
+        "--image=busybox",
+        "--container=debugger",
+        "--target=web",
+    ])?;
+    let added = jsonpath(
+        &kubectl,
+        &["get", "pod", "web"],
+        "{.spec.ephemeralContainers[0].name} {.spec.ephemeralContainers[0].targetContainerName} {.spec.ephemeralContainers[0].terminationMessagePolicy}",
+    )?;
+    ensure!(
+        added == "debugger web File",
+        "the ephemeral container: {added}"
+    );
+    // Existing ones cannot be taken away (kubectl's own update of the pod keeps them).
+    kubectl.ok(&["label", "pod", "web", "debugged=yes"])?;
+    let kept = jsonpath(
+        &kubectl,
+        &["get", "pod", "web"],
+        "{.spec.ephemeralContainers[*].name}",
+    )?;
+    ensure!(kept == "debugger", "after a label change: {kept}");
+
+    // A privileged debugger is refused where `restricted` is enforced.
+    kubectl.ok(&["create", "namespace", "locked"])?;
+    let compliant = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: app, namespace: locked}
+spec:
+  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: nginx
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], compliant)?;
+    kubectl.ok(&[
+        "label",
+        "namespace",
+        "locked",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ])?;
+    let refused = kubectl.fails(&[
+        "-n",
+        "locked",
+        "debug",
+        "app",
+        "--image=busybox",
+        "--container=root",
+        "--profile=sysadmin",
+    ])?;
+    contains(
+        &refused,
+        "violates PodSecurity \"restricted:latest\": privileged (container \"root\"",
+    )?;
+    Ok(())
+}

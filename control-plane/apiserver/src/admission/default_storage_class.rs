@@ -42,7 +42,7 @@ impl Plugin for DefaultStorageClass {
             return Ok(());
         }
         let classes = context.resource("storage.k8s.io", "v1", "storageclasses")?;
-        let all = context.list(classes, None).await?;
+        let all = context.list_cached(classes, None).await?;
         if let Some(name) = default_class(&all) {
             meta::set_at(claim, &["spec", "storageClassName"], json!(name));
         }

@@ -20,10 +20,10 @@ impl LimitRanger {
     ) -> Result<Vec<LimitRange>, ApiError> {
         let resource = context.resource("", "v1", "limitranges")?;
         Ok(context
-            .list(resource, Some(namespace))
+            .list_cached(resource, Some(namespace))
             .await?
-            .into_iter()
-            .filter_map(|range| serde_json::from_value(range).ok())
+            .iter()
+            .filter_map(|range| serde_json::from_value(range.clone()).ok())
             .collect())
     }
 }
@@ -37,6 +37,7 @@ impl Plugin for LimitRanger {
     fn handles(&self, attributes: &Attributes<'_>) -> bool {
         let operation = match attributes.operation {
             Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
         };
         attributes.resource.group.is_empty()
             && !attributes.namespace.is_empty()

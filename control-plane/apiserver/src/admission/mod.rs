@@ -6,27 +6,34 @@
 
 mod default_storage_class;
 mod limit_ranger;
+mod lookups;
 mod pod_security;
 mod priority;
 mod resource_quota;
 mod storage_protection;
 
+use std::sync::Arc;
+
 use flotilla_api_machinery::rbac::UserInfo;
 use serde_json::Value;
 
+pub use self::lookups::Lookups;
 use crate::error::ApiError;
 use crate::resources::{ResourceInfo, Resources};
 use crate::selection::Selection;
-use crate::store::{CreateHooks, ListOptions, ReadAt, Store, Tenant, Written};
+use crate::store::{CreateHooks, ListOptions, ReadAt, Store, Tenant, UpdateValidation, Written};
 
 /// What a request does to its object (upstream's `admission.Operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     /// A new object (POST, or an apply that creates).
     Create,
+    /// A change to a stored object (PUT or PATCH, of the object or a subresource).
+    Update,
 }
 
 /// The request a plugin decides on (upstream's `admission.Attributes`).
+#[derive(Clone, Copy)]
 pub struct Attributes<'a> {
     /// What the request does.
     pub operation: Operation,
@@ -40,6 +47,8 @@ pub struct Attributes<'a> {
     pub user: Option<&'a UserInfo>,
     /// `dryRun=All`: decide, but change nothing (no quota is charged).
     pub dry_run: bool,
+    /// On an update, the stored object being replaced.
+    pub old: Option<&'a Value>,
 }
 
 impl Attributes<'_> {
@@ -59,6 +68,8 @@ pub struct Context<'a> {
     pub resources: &'a Resources,
     /// Whose cluster the request is for.
     pub tenant: &'a Tenant,
+    /// Recent copies of what plugins read.
+    pub lookups: &'a Lookups,
 }
 
 impl Context<'_> {
@@ -91,6 +102,51 @@ impl Context<'_> {
             .list(self.tenant, resource, namespace, &options)
             .await?
             .items)
+    }
+
+    /// [`Context::list`] from a copy at most [`lookups::LOOKUP_TTL`] old (what upstream's
+    /// plugins read from informers).
+    pub async fn list_cached(
+        &self,
+        resource: &ResourceInfo,
+        namespace: Option<&str>,
+    ) -> Result<Arc<Vec<Value>>, ApiError> {
+        let key = (
+            self.tenant.id.clone(),
+            resource.plural,
+            namespace.unwrap_or("").to_string(),
+        );
+        if let Some(items) = self.lookups.get(&key) {
+            return Ok(items);
+        }
+        let items = Arc::new(self.list(resource, namespace).await?);
+        self.lookups.put(key, items.clone());
+        Ok(items)
+    }
+
+    /// The cluster-scoped object `name` of `resource` (`None` when absent), from a copy as
+    /// [`Context::list_cached`].
+    pub async fn get_cached(
+        &self,
+        resource: &ResourceInfo,
+        name: &str,
+    ) -> Result<Option<Value>, ApiError> {
+        let key = (self.tenant.id.clone(), resource.plural, format!("={name}"));
+        if let Some(items) = self.lookups.get(&key) {
+            return Ok(items.first().cloned());
+        }
+        let found = match self
+            .store
+            .get(self.tenant, resource, "", name, ReadAt::Latest)
+            .await
+        {
+            Ok(object) => Some(object),
+            Err(err) if err.code == 404 => None,
+            Err(err) => return Err(err),
+        };
+        self.lookups
+            .put(key, Arc::new(found.iter().cloned().collect()));
+        Ok(found)
     }
 }
 
@@ -129,6 +185,9 @@ pub trait Plugin: Send + Sync {
 /// The plugins a server runs, in order.
 pub struct Chain {
     plugins: Vec<Box<dyn Plugin>>,
+    /// Off only to measure what the chain costs (the admission benchmark).
+    enabled: std::sync::atomic::AtomicBool,
+    lookups: Lookups,
 }
 
 impl Chain {
@@ -139,22 +198,36 @@ impl Chain {
     /// authorizer, CertificateApproval in the CSR approval path.
     pub fn upstream_default() -> Self {
         Chain {
+            enabled: std::sync::atomic::AtomicBool::new(true),
+            lookups: Lookups::default(),
             plugins: vec![
                 Box::new(limit_ranger::LimitRanger),
                 Box::new(pod_security::PodSecurity),
                 Box::new(priority::Priority),
                 Box::new(default_storage_class::DefaultStorageClass),
                 Box::new(storage_protection::StorageObjectInUseProtection),
-                Box::new(resource_quota::ResourceQuota),
+                Box::new(resource_quota::ResourceQuota::default()),
             ],
         }
     }
 
-    /// No plugins (for measuring what the chain costs).
-    pub fn empty() -> Self {
-        Chain {
-            plugins: Vec::new(),
-        }
+    /// Turns every plugin off or back on (for measuring what the chain costs).
+    pub fn set_enabled(&self, enabled: bool) {
+        self.enabled
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn active(&self) -> impl Iterator<Item = &dyn Plugin> {
+        let enabled = self.enabled.load(std::sync::atomic::Ordering::Relaxed);
+        self.plugins
+            .iter()
+            .filter(move |_| enabled)
+            .map(|p| p.as_ref())
+    }
+
+    /// The copies plugins read, for requests' contexts and for writes to forget.
+    pub fn lookups(&self) -> &Lookups {
+        &self.lookups
     }
 
     /// The plugins' names, in order.
@@ -170,7 +243,7 @@ impl Chain {
         object: &mut Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
-        for plugin in self.plugins.iter().filter(|p| p.handles(attributes)) {
+        for plugin in self.active().filter(|p| p.handles(attributes)) {
             plugin.admit(context, attributes, object, warnings).await?;
         }
         Ok(())
@@ -184,7 +257,7 @@ impl Chain {
         object: &Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
-        for plugin in self.plugins.iter().filter(|p| p.handles(attributes)) {
+        for plugin in self.active().filter(|p| p.handles(attributes)) {
             plugin
                 .validate(context, attributes, object, warnings)
                 .await?;
@@ -276,5 +349,49 @@ impl CreateHooks for ValidatingHooks<'_> {
 
     async fn release(&self, store: &Store, tenant: &Tenant, resource: &ResourceInfo, obj: &Value) {
         self.inner.release(store, tenant, resource, obj).await;
+    }
+}
+
+/// The validating half of the chain for an update, run by the store on each new state it is
+/// about to write (so a retried update is decided again on what it will really replace).
+pub struct UpdateValidator<'a> {
+    chain: &'a Chain,
+    context: &'a Context<'a>,
+    attributes: Attributes<'a>,
+    warnings: std::sync::Mutex<Vec<String>>,
+}
+
+impl<'a> UpdateValidator<'a> {
+    /// The chain's validating half for updates described by `attributes`.
+    pub fn new(chain: &'a Chain, context: &'a Context<'a>, attributes: Attributes<'a>) -> Self {
+        UpdateValidator {
+            chain,
+            context,
+            attributes,
+            warnings: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The warnings of the last decision.
+    pub fn into_warnings(self) -> Vec<String> {
+        self.warnings.into_inner().unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl UpdateValidation for UpdateValidator<'_> {
+    async fn validate(&self, new: &Value, old: &Value) -> Result<(), ApiError> {
+        let attributes = Attributes {
+            old: Some(old),
+            ..self.attributes
+        };
+        let mut warnings = Vec::new();
+        self.chain
+            .validate(self.context, &attributes, new, &mut warnings)
+            .await?;
+        if let Ok(mut last) = self.warnings.lock() {
+            *last = warnings;
+        }
+        Ok(())
     }
 }

@@ -15,7 +15,6 @@ use serde_json::Value;
 use super::{Attributes, Context, Operation, Plugin, forbidden};
 use crate::error::ApiError;
 use crate::meta;
-use crate::store::ReadAt;
 
 /// The PodSecurity plugin, with upstream's shipped defaults (`privileged` at every mode, no
 /// exemptions) for namespaces without labels.
@@ -39,10 +38,15 @@ impl Plugin for PodSecurity {
     }
 
     fn handles(&self, attributes: &Attributes<'_>) -> bool {
-        attributes.operation == Operation::Create
-            && attributes.subresource.is_empty()
-            && (attributes.is_core("pods")
-                || template_path(attributes.resource.group, attributes.resource.plural).is_some())
+        let kind = attributes.resource;
+        let pods = kind.group.is_empty() && kind.plural == "pods";
+        match (attributes.operation, attributes.subresource) {
+            (Operation::Create, "") => pods || template_path(kind.group, kind.plural).is_some(),
+            // A pod's spec changes only where upstream allows (images, and debuggers through
+            // ephemeralcontainers); both are checked as upstream checks them.
+            (Operation::Update, "" | "ephemeralcontainers") => pods,
+            _ => false,
+        }
     }
 
     async fn validate(
@@ -52,24 +56,19 @@ impl Plugin for PodSecurity {
         object: &Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
-        let namespaces = context.resource("", "v1", "namespaces")?;
-        let labels: BTreeMap<String, String> = match context
-            .store
-            .get(
-                context.tenant,
-                namespaces,
-                "",
-                attributes.namespace,
-                ReadAt::Latest,
-            )
-            .await
+        // An update that leaves the spec as it was (labels, annotations) is not checked.
+        if let Some(old) = attributes.old
+            && old.get("spec") == object.get("spec")
         {
-            Ok(namespace) => meta::at(&namespace, &["metadata", "labels"])
-                .and_then(|l| serde_json::from_value(l.clone()).ok())
-                .unwrap_or_default(),
-            Err(err) if err.code == 404 => BTreeMap::new(),
-            Err(err) => return Err(err),
-        };
+            return Ok(());
+        }
+        let namespaces = context.resource("", "v1", "namespaces")?;
+        let labels: BTreeMap<String, String> = context
+            .get_cached(namespaces, attributes.namespace)
+            .await?
+            .and_then(|namespace| meta::at(&namespace, &["metadata", "labels"]).cloned())
+            .and_then(|labels| serde_json::from_value(labels).ok())
+            .unwrap_or_default();
         let (policy, _label_errors) = pod_security::policy_to_evaluate(&labels, Policy::default());
         if policy.enforce.level == Level::Privileged && policy.warn.level == Level::Privileged {
             return Ok(());
@@ -96,7 +95,7 @@ impl Plugin for PodSecurity {
         let check = |level_version: LevelVersion| {
             pod_security::check_pod_emulating(level_version, emulated(), &metadata, &spec)
         };
-        let is_pod = attributes.is_core("pods");
+        let is_pod = attributes.resource.group.is_empty() && attributes.resource.plural == "pods";
         let enforced = check(policy.enforce);
         if !enforced.is_empty() {
             if is_pod {

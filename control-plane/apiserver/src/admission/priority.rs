@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 use super::{Attributes, Context, Plugin};
 use crate::error::ApiError;
 use crate::meta;
-use crate::store::ReadAt;
 
 /// The two classes every cluster has (upstream creates them at start-up; here they are known
 /// by value even before anyone stores them).
@@ -50,13 +49,9 @@ async fn resolve(context: &Context<'_>, pod: &mut Value) -> Result<(), ApiError>
         .filter(|n| !n.is_empty())
         .map(str::to_string);
     let class: Option<Value> = match &name {
-        Some(name) => match context
-            .store
-            .get(context.tenant, classes, "", name, ReadAt::Latest)
-            .await
-        {
-            Ok(class) => Some(class),
-            Err(err) if err.code == 404 => match SYSTEM_CLASSES.iter().find(|(n, _)| n == name) {
+        Some(name) => match context.get_cached(classes, name).await? {
+            Some(class) => Some(class),
+            None => match SYSTEM_CLASSES.iter().find(|(n, _)| n == name) {
                 Some((_, value)) => Some(json!({"metadata": {"name": name}, "value": value})),
                 None => {
                     return Err(ApiError::forbidden(
@@ -69,14 +64,14 @@ async fn resolve(context: &Context<'_>, pod: &mut Value) -> Result<(), ApiError>
                     ));
                 }
             },
-            Err(err) => return Err(err),
         },
         None => {
-            let all = context.list(classes, None).await?;
+            let all = context.list_cached(classes, None).await?;
             // Several global defaults: upstream takes the lowest value.
-            all.into_iter()
+            all.iter()
                 .filter(|c| c["globalDefault"] == json!(true))
                 .min_by_key(|c| c["value"].as_i64().unwrap_or(0))
+                .cloned()
         }
     };
     let Some(class) = class else {

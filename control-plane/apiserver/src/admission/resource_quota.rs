@@ -5,7 +5,8 @@
 //! `status unknown for quota: …`, `failed quota: …: must specify …`). A dry run is checked,
 //! never charged. The quota controller later recounts `status.used` from what is stored.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use flotilla_api_machinery::quantity::Quantity;
 use flotilla_api_machinery::quota::{self, Usage};
@@ -16,9 +17,45 @@ use serde_json::{Value, json};
 use super::{Attributes, Context, Operation, Plugin, forbidden};
 use crate::error::ApiError;
 use crate::meta;
+use crate::resources::ResourceInfo;
 
-/// The ResourceQuota plugin.
-pub struct ResourceQuota;
+/// The ResourceQuota plugin. Creates into one namespace are charged in batches, as upstream's
+/// quota evaluator does: while one batch's compare-and-swaps are in flight the next creates
+/// queue, and the following batch decides all of them against one fresh read of the quotas
+/// and writes each quota once. Without it, 100 writers into one namespace would retry their
+/// compare-and-swaps on the same quota until they gave up.
+#[derive(Default)]
+pub struct ResourceQuota {
+    namespaces: std::sync::Mutex<HashMap<String, Arc<NamespaceQueue>>>,
+}
+
+/// The creates waiting to be charged in one namespace of one tenant.
+#[derive(Default)]
+struct NamespaceQueue {
+    waiting: std::sync::Mutex<Vec<Waiter>>,
+    /// Held by the request charging a batch.
+    charging: tokio::sync::Mutex<()>,
+}
+
+/// One create waiting for its decision.
+struct Waiter {
+    kind: (&'static str, &'static str),
+    usage: Usage,
+    pod: Option<Pod>,
+    dry_run: bool,
+    decided: tokio::sync::oneshot::Sender<Result<(), Refusal>>,
+}
+
+/// Why a create was not charged.
+enum Refusal {
+    /// A quota does not allow it: upstream's text.
+    Quota(String),
+    /// The quotas could not be read or written.
+    Api(ApiError),
+}
+
+/// How often a batch re-reads quotas another writer changed under it.
+const CHARGE_ATTEMPTS: usize = 5;
 
 #[async_trait::async_trait]
 impl Plugin for ResourceQuota {
@@ -40,48 +77,166 @@ impl Plugin for ResourceQuota {
         _warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
         let quotas_resource = context.resource("", "v1", "resourcequotas")?;
-        let quotas = context
-            .list(quotas_resource, Some(attributes.namespace))
-            .await?;
-        if quotas.is_empty() {
+        if context
+            .list_cached(quotas_resource, Some(attributes.namespace))
+            .await?
+            .is_empty()
+        {
             return Ok(());
         }
         let resource = attributes.resource;
-        let usage = quota::usage_of(resource.group, resource.plural, object, now());
         let kind = (resource.group, resource.plural);
-        let pod = (resource.group.is_empty() && resource.plural == "pods")
-            .then(|| serde_json::from_value::<Pod>(object.clone()).ok())
-            .flatten();
-        // Every quota is checked before any is charged, so a refusal by one charges none.
-        let mut charged = Vec::new();
-        for quota in &quotas {
-            if charge(quota, kind, &usage, pod.as_ref())
-                .map_err(|why| forbidden(attributes, object, &why))?
-                .is_some()
-            {
-                charged.push(meta::name(quota).to_string());
+        let (decided, decision) = tokio::sync::oneshot::channel();
+        let waiter = Waiter {
+            kind,
+            usage: quota::usage_of(kind.0, kind.1, object, now()),
+            pod: (kind == ("", "pods"))
+                .then(|| serde_json::from_value::<Pod>(object.clone()).ok())
+                .flatten(),
+            dry_run: attributes.dry_run,
+            decided,
+        };
+        let queue = self.queue(&context.tenant.id, attributes.namespace);
+        if let Ok(mut waiting) = queue.waiting.lock() {
+            waiting.push(waiter);
+        }
+        let mut decision = decision;
+        let decided = loop {
+            // Whoever holds the lock charges everything queued by then; a create already
+            // decided by another holder's batch stops waiting for the lock.
+            tokio::select! {
+                biased;
+                decided = &mut decision => break decided,
+                _charging = queue.charging.lock() => {
+                    let batch = match queue.waiting.lock() {
+                        Ok(mut waiting) => std::mem::take(&mut *waiting),
+                        Err(_) => Vec::new(),
+                    };
+                    if !batch.is_empty() {
+                        charge_batch(context, quotas_resource, attributes.namespace, batch).await;
+                    }
+                }
+            }
+        };
+        match decided {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Refusal::Quota(why))) => Err(forbidden(attributes, object, &why)),
+            Ok(Err(Refusal::Api(err))) => Err(err),
+            Err(_) => Err(ApiError::internal(
+                "resource quota evaluation was abandoned",
+            )),
+        }
+    }
+}
+
+impl ResourceQuota {
+    fn queue(&self, tenant: &str, namespace: &str) -> Arc<NamespaceQueue> {
+        let key = format!("{tenant}/{namespace}");
+        match self.namespaces.lock() {
+            Ok(mut queues) => queues.entry(key).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
+    }
+}
+
+/// Decides every waiter of `batch` against the namespace's quotas and writes each charged
+/// quota once, by compare-and-swap on the revision read. A quota another writer changed in
+/// between is read again and the still-undecided waiters decided against it again
+/// (upstream's `checkQuotas` retry).
+async fn charge_batch(
+    context: &Context<'_>,
+    quotas_resource: &ResourceInfo,
+    namespace: &str,
+    batch: Vec<Waiter>,
+) {
+    let mut waiters: Vec<Option<Waiter>> = batch.into_iter().map(Some).collect();
+    let mut only: Option<Vec<String>> = None;
+    for _ in 0..CHARGE_ATTEMPTS {
+        let mut quotas = match context.list(quotas_resource, Some(namespace)).await {
+            Ok(quotas) => quotas,
+            Err(err) => return refuse_all(&mut waiters, || Refusal::Api(err.clone())),
+        };
+        if let Some(names) = &only {
+            quotas.retain(|q| names.iter().any(|n| n == meta::name(q)));
+        }
+        let read = quotas.clone();
+        for slot in waiters.iter_mut() {
+            let Some(waiter) = slot.as_ref() else {
+                continue;
+            };
+            let mut tentative = quotas.clone();
+            let mut refusal = None;
+            for quota in tentative.iter_mut() {
+                match charge(quota, waiter.kind, &waiter.usage, waiter.pod.as_ref()) {
+                    Ok(Some(next)) => *quota = next,
+                    Ok(None) => {}
+                    Err(why) => {
+                        refusal = Some(why);
+                        break;
+                    }
+                }
+            }
+            match refusal {
+                Some(why) => {
+                    if let Some(waiter) = slot.take() {
+                        let _ = waiter.decided.send(Err(Refusal::Quota(why)));
+                    }
+                }
+                None if !waiter.dry_run => quotas = tentative,
+                None => {}
             }
         }
-        if attributes.dry_run {
-            return Ok(());
-        }
-        for name in charged {
-            context
+        let mut conflicted = Vec::new();
+        for (next, before) in quotas.iter().zip(&read) {
+            if next == before {
+                continue;
+            }
+            let expected = meta::resource_version(before).to_string();
+            let name = meta::name(next).to_string();
+            let written = context
                 .store
                 .guaranteed_update(
                     context.tenant,
                     quotas_resource,
-                    attributes.namespace,
+                    namespace,
                     &name,
                     false,
                     |current| {
-                        charge(current, kind, &usage, pod.as_ref())
-                            .map_err(|why| forbidden(attributes, object, &why))
+                        if meta::resource_version(current) != expected {
+                            return Err(ApiError::conflict(
+                                &quotas_resource.group_resource(),
+                                &name,
+                                "changed",
+                            ));
+                        }
+                        Ok(Some(next.clone()))
                     },
                 )
-                .await?;
+                .await;
+            if written.is_err() {
+                conflicted.push(name);
+            }
         }
-        Ok(())
+        if conflicted.is_empty() {
+            for waiter in waiters.iter_mut().filter_map(Option::take) {
+                let _ = waiter.decided.send(Ok(()));
+            }
+            return;
+        }
+        only = Some(conflicted);
+    }
+    refuse_all(&mut waiters, || {
+        Refusal::Api(ApiError::conflict(
+            &quotas_resource.group_resource(),
+            "",
+            "too many concurrent updates to the namespace's resource quotas, please try again",
+        ))
+    });
+}
+
+fn refuse_all(waiters: &mut [Option<Waiter>], refusal: impl Fn() -> Refusal) {
+    for waiter in waiters.iter_mut().filter_map(Option::take) {
+        let _ = waiter.decided.send(Err(refusal()));
     }
 }
 
