@@ -12,6 +12,8 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 mod admission;
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
+#[path = "e2e/clients.rs"]
+mod clients;
 #[path = "e2e/cluster.rs"]
 mod cluster;
 #[path = "e2e/console.rs"]

@@ -1,0 +1,106 @@
+//! Clients other than kubectl against `flotilla up`: the Python `kubernetes` client (from
+//! PyPI, into a virtualenv kept outside the clone) watching ConfigMaps with
+//! `watch.Watch().stream()` sees ADDED, MODIFIED and DELETED — it sends `watch=True`, which
+//! the server must read as Go's `strconv.ParseBool` does.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, bail, ensure};
+use flotilla_e2e::{Backend, Flotilla};
+
+/// The Python client's version the test installs.
+const PYTHON_CLIENT: &str = "kubernetes==37.0.3";
+
+const WATCH_SCRIPT: &str = r#"
+import json, sys, threading
+from kubernetes import client, config, watch
+
+config.load_kube_config(sys.argv[1])
+v1 = client.CoreV1Api()
+events = []
+started = threading.Event()
+
+def follow():
+    w = watch.Watch()
+    since = v1.list_namespaced_config_map("default").metadata.resource_version
+    started.set()
+    for event in w.stream(v1.list_namespaced_config_map, "default",
+                          resource_version=since, timeout_seconds=30):
+        if event["object"].metadata.name != "py-watched":
+            continue
+        events.append(event["type"])
+        if event["type"] == "DELETED":
+            w.stop()
+
+follower = threading.Thread(target=follow)
+follower.start()
+started.wait(30)
+v1.create_namespaced_config_map("default", {"metadata": {"name": "py-watched"}, "data": {"a": "1"}})
+v1.patch_namespaced_config_map("py-watched", "default", {"data": {"a": "2"}})
+v1.delete_namespaced_config_map("py-watched", "default")
+follower.join(40)
+print(json.dumps(events))
+"#;
+
+/// A Python with the client installed: `FLOTILLA_PYTHON_VENV`, or a virtualenv under
+/// `/var/cache` made (once) with `python3 -m venv` and pip.
+fn python_with_client() -> anyhow::Result<PathBuf> {
+    let venv = std::env::var("FLOTILLA_PYTHON_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from("/var/cache/flotilla-python"));
+    let python = venv.join("bin/python");
+    let has_client = || {
+        Command::new(&python)
+            .args(["-c", "import kubernetes"])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
+    if has_client() {
+        return Ok(python);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .context("python3 is needed for the Python client test (tests/run installs it)")?;
+    ensure!(
+        made.status.success(),
+        "python3 -m venv {} failed: {}",
+        venv.display(),
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let installed = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", PYTHON_CLIENT])
+        .output()
+        .context("run pip")?;
+    if !installed.status.success() || !has_client() {
+        bail!(
+            "pip install {PYTHON_CLIENT} failed: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+    }
+    Ok(python)
+}
+
+#[test]
+fn the_python_clients_watch_streams_added_modified_and_deleted() -> anyhow::Result<()> {
+    let python = python_with_client()?;
+    let f = Flotilla::up(Backend::Embedded)?;
+    let out = Command::new(&python)
+        .args(["-c", WATCH_SCRIPT])
+        .arg(f.data_dir().join("kubeconfig"))
+        .output()
+        .context("run the Python client")?;
+    ensure!(
+        out.status.success(),
+        "the Python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        events.trim() == r#"["ADDED", "MODIFIED", "DELETED"]"#,
+        "the Python client's watch saw {events}"
+    );
+    Ok(())
+}
