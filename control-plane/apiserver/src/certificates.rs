@@ -380,6 +380,21 @@ pub fn parse_csr(pem: &[u8]) -> Result<Vec<u8>, String> {
     Ok(der)
 }
 
+/// The subject organizations (the groups a client certificate would carry) that the
+/// request of CertificateSigningRequest `csr` asks for.
+pub fn requested_organizations(csr: &Value) -> Result<Vec<String>, String> {
+    use x509_parser::prelude::FromDer;
+    let der = parse_csr(&bytes_at(csr, &["spec", "request"]))?;
+    let (_, request) = x509_parser::certification_request::X509CertificationRequest::from_der(&der)
+        .map_err(|e| format!("x509: {e}"))?;
+    Ok(request
+        .certification_request_info
+        .subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect())
+}
+
 /// `validateCertificate`: one or more `CERTIFICATE` blocks without headers, each a certificate.
 fn validate_certificate(data: &[u8]) -> Result<(), String> {
     if data.is_empty() {
@@ -701,6 +716,20 @@ mod tests {
 
     fn fields(errors: &[FieldError]) -> Vec<String> {
         errors.iter().map(|e| e.field.clone()).collect()
+    }
+
+    #[test]
+    fn the_requested_groups_are_read_from_the_request() {
+        let pem = csr_pem("alice", "system:masters");
+        let csr =
+            json!({"spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem)}});
+        assert_eq!(
+            requested_organizations(&csr),
+            Ok(vec!["system:masters".to_string()])
+        );
+        assert!(
+            requested_organizations(&json!({"spec": {"request": "bm90IGEgcmVxdWVzdA=="}})).is_err()
+        );
     }
 
     #[test]

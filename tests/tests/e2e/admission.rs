@@ -1,7 +1,9 @@
 //! Upstream's default admission plugins seen through stock kubectl: ResourceQuota refusing
 //! the n+1th object with upstream's message, and 20 concurrent creates against room for 10
 //! storing exactly 10; PodSecurity's `enforce` refusing and `warn` warning; a claim getting
-//! the default StorageClass and the pvc-protection finalizer, and still going when deleted.
+//! the default StorageClass and the pvc-protection finalizer, and still going when deleted;
+//! an Ingress its default class; LimitRanger defaults; CertificateSubjectRestriction;
+//! `kubectl debug` and PodSecurity on ephemeral containers.
 
 use std::time::Duration;
 
@@ -261,7 +263,58 @@ spec:
     );
     // Nothing mounts it, so the protection controller lets the delete finish.
     kubectl.ok(&["delete", "pvc", "data", "--timeout=30s"])?;
+
+    // DefaultIngressClass does the same for Ingresses.
+    let ingress = r#"
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: nginx
+  annotations: {ingressclass.kubernetes.io/is-default-class: "true"}
+spec: {controller: example.com/ingress}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: default}
+spec:
+  defaultBackend: {service: {name: web, port: {number: 80}}}
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], ingress)?;
+    let class = jsonpath(
+        &kubectl,
+        &["get", "ingress", "web"],
+        "{.spec.ingressClassName}",
+    )?;
+    ensure!(class == "nginx", "the Ingress's class: {class}");
     Ok(())
+}
+
+#[test]
+fn a_signing_request_for_system_masters_is_refused() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:masters");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "mallory");
+    let request = params.serialize_request(&key)?.pem()?;
+    use base64::Engine;
+    let csr = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: mallory}}\nspec:\n  signerName: kubernetes.io/kube-apiserver-client\n  usages: [client auth]\n  request: {}\n",
+        base64::engine::general_purpose::STANDARD.encode(request)
+    );
+    let refused = kubectl
+        .run(&["create", "-f", "-"], Some(&csr), &[])
+        .map(|out| String::from_utf8_lossy(&out.stderr).into_owned())?;
+    contains(
+        &refused,
+        "certificatesigningrequests.certificates.k8s.io \"mallory\" is forbidden: use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed",
+    )
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! plugins (`validate`) see the final object just before it is stored, so what they allow
 //! is exactly what is written. The order is upstream's `--enable-admission-plugins` order.
 
-mod default_storage_class;
+mod certificate_subject;
+mod default_class;
 mod limit_ranger;
 mod lookups;
 mod pod_security;
@@ -204,7 +205,9 @@ impl Chain {
                 Box::new(limit_ranger::LimitRanger),
                 Box::new(pod_security::PodSecurity),
                 Box::new(priority::Priority),
-                Box::new(default_storage_class::DefaultStorageClass),
+                Box::new(certificate_subject::CertificateSubjectRestriction),
+                Box::new(default_class::DEFAULT_INGRESS_CLASS),
+                Box::new(default_class::DEFAULT_STORAGE_CLASS),
                 Box::new(storage_protection::StorageObjectInUseProtection),
                 Box::new(resource_quota::ResourceQuota::default()),
             ],
