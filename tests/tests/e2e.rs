@@ -12,8 +12,6 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 mod admission;
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
-#[path = "e2e/clients.rs"]
-mod clients;
 #[path = "e2e/cluster.rs"]
 mod cluster;
 #[path = "e2e/console.rs"]
@@ -56,6 +54,8 @@ mod tenancy;
 mod terraform;
 #[path = "e2e/volumes.rs"]
 mod volumes;
+#[path = "e2e/wire.rs"]
+mod wire;
 
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1

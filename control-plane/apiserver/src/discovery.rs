@@ -31,6 +31,9 @@ fn verbs(resource: &ResourceInfo) -> Vec<&'static str> {
     if resource.create_only {
         return vec!["create"];
     }
+    if resource.computed {
+        return vec!["get", "list"];
+    }
     let mut verbs = vec!["create", "delete"];
     if resource.kind != "Namespace" {
         verbs.push("deletecollection");

@@ -515,6 +515,29 @@ async fn serve_resource(
     if resource.create_only {
         return create_only_request(server, state, resource, &target, call).await;
     }
+    if resource.computed {
+        if call.method != Method::GET || target.subresource.is_some() || target.watch_path {
+            return Err(ApiError::method_not_supported(
+                &resource.group_resource(),
+                call.method.as_str(),
+            ));
+        }
+        let answer =
+            crate::componentstatus::answer(&server.store, &state.components, resource, target.name)
+                .await?;
+        let (content_type, body) = negotiate::render(
+            Some(resource),
+            answer,
+            call.representation()?,
+            call.include_object()?,
+        );
+        return Ok(json_response(
+            StatusCode::OK,
+            content_type,
+            &body,
+            &[crate::componentstatus::DEPRECATION_WARNING.to_string()],
+        ));
+    }
     if resource.namespaced != target.namespace.is_some() && target.name.is_some() {
         return Err(ApiError::no_such_path());
     }

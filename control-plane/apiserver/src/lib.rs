@@ -10,6 +10,7 @@ pub mod allocator;
 pub mod authn;
 pub mod authz;
 pub mod certificates;
+pub mod componentstatus;
 pub mod discovery;
 pub mod endpoint_access;
 pub mod error;
@@ -435,6 +436,7 @@ impl ApiServer {
         let raw_query = form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
             .into_owned()
             .collect();
+        tenant.components.saw(&user.name, hosted_loop);
         let call = Call {
             method: parts.method,
             query,

@@ -408,6 +408,35 @@ fn operations(
     let mut paths = Vec::new();
     let collection = format!("{base}{ns}/{}", resource.plural);
     let item = format!("{collection}/{{name}}");
+    if resource.computed {
+        let list_op = op(
+            "list",
+            format!("list{gv}{scope}{kind}"),
+            &own,
+            list_parameters(v3),
+            None,
+            "200",
+            Answer::Schema(list.clone()),
+        );
+        let read_op = op(
+            "get",
+            format!("read{gv}{scope}{kind}"),
+            &own,
+            vec![],
+            None,
+            "200",
+            Answer::Schema(reference.clone()),
+        );
+        paths.push((
+            collection.clone(),
+            json!({"get": list_op, "parameters": path_params(false, resource.namespaced)}),
+        ));
+        paths.push((
+            item.clone(),
+            json!({"get": read_op, "parameters": path_params(true, resource.namespaced)}),
+        ));
+        return paths;
+    }
     let mut collection_ops = json!({});
     if !resource.create_only {
         collection_ops["get"] = op(

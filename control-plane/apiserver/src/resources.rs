@@ -185,6 +185,8 @@ pub struct ResourceInfo {
     /// A request-only kind (TokenReview, SelfSubjectReview, the access reviews): only
     /// `create` is served, answered by the server and never stored.
     pub create_only: bool,
+    /// A read-only kind computed on each request (`componentstatuses`): get and list only.
+    pub computed: bool,
     /// Kind-specific behaviour.
     pub strategy: Box<dyn Strategy>,
     /// Decodes into the k8s-openapi type and encodes back: the canonical form, which also
@@ -275,6 +277,7 @@ where
         scale: names.scale,
         tracks_generation: names.generation,
         create_only: false,
+        computed: false,
         strategy,
         canonicalize: canonicalize_as::<T>,
         schema: |generator| generator.subschema_for::<T>(),
@@ -302,6 +305,7 @@ where
         scale: None,
         tracks_generation: false,
         create_only: true,
+        computed: false,
         strategy: Box::new(strategies::DefaultStrategy),
         canonicalize: canonicalize_as::<T>,
         schema: |generator| generator.subschema_for::<T>(),
@@ -370,6 +374,13 @@ impl Resources {
             ),
             define::<core::Endpoints>(short(&["ep"]), Box::new(s::EndpointsStrategy)),
             define::<core::ConfigMap>(short(&["cm"]), Box::new(s::ConfigMapStrategy)),
+            ResourceInfo {
+                computed: true,
+                ..define::<core::ComponentStatus>(
+                    short(&["cs"]),
+                    Box::new(crate::componentstatus::ComponentStatusStrategy),
+                )
+            },
             define::<core::Secret>(PLAIN, Box::new(s::SecretStrategy)),
             define::<core::ServiceAccount>(short(&["sa"]), Box::new(s::ServiceAccountStrategy)),
             define::<core::Event>(short(&["ev"]), Box::new(s::CoreEventStrategy)),

@@ -90,6 +90,8 @@ pub struct TenantState {
     pub heavy_work: tokio::sync::Semaphore,
     /// Its own request metrics (the requests that reached its API, after authorization).
     pub metrics: crate::metrics::Metrics,
+    /// When its scheduler and controller manager were last seen (`componentstatuses`).
+    pub components: crate::componentstatus::ComponentActivity,
 }
 
 impl TenantState {
@@ -128,6 +130,7 @@ impl TenantState {
             watches: Default::default(),
             heavy_work: tokio::sync::Semaphore::new(1),
             metrics: Default::default(),
+            components: Default::default(),
         })
     }
 

@@ -1,7 +1,8 @@
-//! Clients other than kubectl against `flotilla up`: the Python `kubernetes` client (from
-//! PyPI, into a virtualenv kept outside the clone) watching ConfigMaps with
+//! Wire details real clients trip on, against `flotilla up`: the Python `kubernetes` client
+//! (from PyPI, into a virtualenv kept outside the clone) watching ConfigMaps with
 //! `watch.Watch().stream()` sees ADDED, MODIFIED and DELETED — it sends `watch=True`, which
-//! the server must read as Go's `strconv.ParseBool` does.
+//! the server must read as Go's `strconv.ParseBool` does; `kubectl get cs` lists the
+//! store, scheduler and controller manager with upstream's deprecation warning.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -101,6 +102,53 @@ fn the_python_clients_watch_streams_added_modified_and_deleted() -> anyhow::Resu
     ensure!(
         events.trim() == r#"["ADDED", "MODIFIED", "DELETED"]"#,
         "the Python client's watch saw {events}"
+    );
+    Ok(())
+}
+
+#[test]
+fn componentstatuses_report_the_store_the_scheduler_and_the_controller_manager()
+-> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let get = || -> anyhow::Result<(Vec<Vec<String>>, std::process::Output)> {
+        let out = kubectl.run(&["get", "cs", "--no-headers"], None, &[])?;
+        ensure!(
+            out.status.success(),
+            "kubectl get cs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect();
+        Ok((rows, out))
+    };
+    // The control loops connect within moments of the start.
+    flotilla_e2e::until(
+        "every component is healthy",
+        std::time::Duration::from_secs(30),
+        || {
+            Ok(get()?
+                .0
+                .iter()
+                .all(|r| r.get(1).map(String::as_str) == Some("Healthy")))
+        },
+    )?;
+    let (rows, out) = get()?;
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.first().map(String::as_str))
+        .collect();
+    ensure!(
+        names == ["scheduler", "controller-manager", "etcd-0"],
+        "components: {names:?}"
+    );
+    ensure!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("Warning: v1 ComponentStatus is deprecated in v1.19+"),
+        "no deprecation warning: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
     Ok(())
 }
