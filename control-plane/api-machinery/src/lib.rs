@@ -3,8 +3,8 @@
 //! authorization (rule evaluation, aggregation, escalation checks, bootstrap policy), and the
 //! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read, resource
 //! quantities and ResourceQuota's evaluators (`quantity`, `quota`), the LimitRanger and
-//! PodSecurity admission rules (`limit_range`, `pod_security`), and
-//! errors printed with their causes on one line (`errors`).
+//! PodSecurity admission rules (`limit_range`, `pod_security`), errors printed with their
+//! causes on one line (`errors`), and JSON bytes as Go's encoder writes them (`gojson`).
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
 //! so the apiserver (and anything else) can call it from any context and test it with tables.
@@ -15,6 +15,7 @@ pub mod cidr;
 pub mod errors;
 pub mod field;
 pub mod goduration;
+pub mod gojson;
 pub mod kubeconfig;
 pub mod limit_range;
 pub mod managed_fields;

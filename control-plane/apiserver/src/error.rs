@@ -3,6 +3,7 @@
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
+use serde_json::{Value, json};
 
 use crate::resources::GroupResource;
 
@@ -392,9 +393,71 @@ impl From<flotilla_storage::StorageError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The `Status` as upstream writes it: Go's field order (`kind`, `apiVersion`, `metadata`,
+    /// `status`, `message`, `reason`, `details`, `code`) and `omitempty` rules (empty strings,
+    /// zero code and absent details left out; `metadata` always there).
+    pub fn status_value(&self) -> Value {
+        let mut status = serde_json::Map::new();
+        status.insert("kind".into(), json!("Status"));
+        status.insert("apiVersion".into(), json!("v1"));
+        let mut list_meta = serde_json::Map::new();
+        if let Some(token) = self.continue_token.as_ref().filter(|t| !t.is_empty()) {
+            list_meta.insert("continue".into(), json!(token));
+        }
+        status.insert("metadata".into(), Value::Object(list_meta));
+        status.insert("status".into(), json!("Failure"));
+        if !self.message.is_empty() {
+            status.insert("message".into(), json!(self.message));
+        }
+        if !self.reason.is_empty() {
+            status.insert("reason".into(), json!(self.reason));
+        }
+        if let Some(details) = &self.details {
+            let mut out = serde_json::Map::new();
+            let mut put = |key: &str, value: &Option<String>| {
+                if let Some(value) = value.as_ref().filter(|v| !v.is_empty()) {
+                    out.insert(key.into(), json!(value));
+                }
+            };
+            put("name", &details.name);
+            put("group", &details.group);
+            put("kind", &details.kind);
+            put("uid", &details.uid);
+            if let Some(causes) = details.causes.as_ref().filter(|c| !c.is_empty()) {
+                let causes: Vec<Value> = causes
+                    .iter()
+                    .map(|cause| {
+                        let mut c = serde_json::Map::new();
+                        for (key, value) in [
+                            ("reason", &cause.reason),
+                            ("message", &cause.message),
+                            ("field", &cause.field),
+                        ] {
+                            if let Some(value) = value.as_ref().filter(|v| !v.is_empty()) {
+                                c.insert(key.into(), json!(value));
+                            }
+                        }
+                        Value::Object(c)
+                    })
+                    .collect();
+                out.insert("causes".into(), Value::Array(causes));
+            }
+            if let Some(seconds) = details.retry_after_seconds.filter(|s| *s != 0) {
+                out.insert("retryAfterSeconds".into(), json!(seconds));
+            }
+            status.insert("details".into(), Value::Object(out));
+        }
+        if self.code != 0 {
+            status.insert("code".into(), json!(self.code));
+        }
+        Value::Object(status)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
+        let body = flotilla_api_machinery::gojson::to_vec(&self.status_value()).unwrap_or_default();
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, body).into_response();
         let headers = response.headers_mut();
@@ -419,5 +482,26 @@ impl ApiError {
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_is_written_byte_for_byte_as_upstream_writes_it() {
+        let resource = GroupResource {
+            group: String::new(),
+            resource: "configmaps".into(),
+        };
+        let body = flotilla_api_machinery::gojson::to_vec(
+            &ApiError::not_found(&resource, "nope").status_value(),
+        )
+        .expect("json");
+        assert_eq!(
+            String::from_utf8(body).expect("utf-8"),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"configmaps \\\"nope\\\" not found\",\"reason\":\"NotFound\",\"details\":{\"name\":\"nope\",\"kind\":\"configmaps\"},\"code\":404}\n"
+        );
     }
 }

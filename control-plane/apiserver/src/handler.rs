@@ -172,7 +172,7 @@ fn json_response(
             .map(String::into_bytes)
             .unwrap_or_default()
     } else {
-        serde_json::to_vec(value).unwrap_or_default()
+        flotilla_api_machinery::gojson::to_vec(value).unwrap_or_default()
     };
     let mut response = (code, body).into_response();
     response
@@ -202,10 +202,19 @@ pub fn plain_json(value: &Value) -> Response {
     json_response(StatusCode::OK, "application/json", value, &[])
 }
 
+/// Upstream's Status for a completed delete (Go's field order, `omitempty`: the core group
+/// is left out).
 fn success_status(resource: &ResourceInfo, obj: &Value) -> Value {
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), json!(meta::name(obj)));
+    if !resource.group.is_empty() {
+        details.insert("group".into(), json!(resource.group));
+    }
+    details.insert("kind".into(), json!(resource.plural));
+    details.insert("uid".into(), json!(meta::uid(obj)));
     json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-        "details": {"name": meta::name(obj), "group": resource.group, "kind": resource.plural, "uid": meta::uid(obj)},
+        "details": details,
     })
 }
 

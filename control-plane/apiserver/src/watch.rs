@@ -312,7 +312,7 @@ pub async fn start(
                             Ok(Some(pair)) => pair,
                             Ok(None) => continue,
                             Err(err) => {
-                                let _ = send(encoder.event("ERROR", serde_json::to_value(err.to_status()).unwrap_or_default())).await;
+                                let _ = send(encoder.event("ERROR", err.status_value())).await;
                                 return;
                             }
                         };
@@ -401,7 +401,7 @@ fn error_status(err: StorageError, revision: Revision) -> Value {
         )),
         other => ApiError::from(other),
     };
-    serde_json::to_value(api_error.to_status()).unwrap_or_default()
+    api_error.status_value()
 }
 
 #[cfg(test)]
