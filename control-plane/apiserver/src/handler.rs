@@ -630,7 +630,7 @@ async fn serve_resource(
                     .await?;
             }
             let written =
-                admitted_create(server, tenant, resource, namespace, body, &options).await?;
+                admitted_create(server, state, resource, namespace, body, &options).await?;
             respond(StatusCode::CREATED, written.object, &written.warnings)
         }
         (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
@@ -685,7 +685,7 @@ async fn serve_resource(
             }
             let mut warnings = Vec::new();
             let finalize = sub == Some("finalize");
-            let context = admission_context(server, tenant);
+            let context = admission_context(server, state);
             let validator = admission::UpdateValidator::new(
                 &server.admission,
                 &context,
@@ -765,7 +765,7 @@ async fn serve_resource(
             }
             patch_request(
                 server,
-                tenant,
+                state,
                 resource,
                 namespace,
                 name,
@@ -873,12 +873,13 @@ async fn serve_resource(
 }
 
 /// What admission plugins may read for a request of `tenant`.
-fn admission_context<'a>(server: &'a ApiServer, tenant: &'a Tenant) -> admission::Context<'a> {
+fn admission_context<'a>(server: &'a ApiServer, state: &'a TenantState) -> admission::Context<'a> {
     admission::Context {
         store: &server.store,
         resources: server.resources,
-        tenant,
+        tenant: &state.tenant,
         lookups: server.admission.lookups(),
+        pod_security: &state.record.pod_security,
     }
 }
 
@@ -903,13 +904,13 @@ fn update_attributes<'a>(
 /// A create through the admission chain and the store.
 async fn admitted_create(
     server: &ApiServer,
-    tenant: &Tenant,
+    state: &TenantState,
     resource: &ResourceInfo,
     namespace: &str,
     body: Value,
     options: &WriteOptions,
 ) -> Result<crate::store::Written, ApiError> {
-    let context = admission_context(server, tenant);
+    let context = admission_context(server, state);
     let attributes = admission::Attributes {
         operation: admission::Operation::Create,
         resource,
@@ -1164,7 +1165,7 @@ async fn watch_request(
 #[allow(clippy::too_many_arguments)]
 async fn patch_request(
     server: &ApiServer,
-    tenant: &Tenant,
+    state: &TenantState,
     resource: &'static ResourceInfo,
     namespace: &str,
     name: &str,
@@ -1180,7 +1181,8 @@ async fn patch_request(
     };
     let store = &server.store;
     let mut warnings = Vec::new();
-    let context = admission_context(server, tenant);
+    let tenant = &state.tenant;
+    let context = admission_context(server, state);
     let subresource = match target {
         UpdateTarget::Main => None,
         UpdateTarget::Status => Some("status"),
@@ -1233,7 +1235,7 @@ async fn patch_request(
                 resource,
             )?;
             let written =
-                admitted_create(server, tenant, resource, namespace, obj, &options).await?;
+                admitted_create(server, state, resource, namespace, obj, &options).await?;
             let (content_type, body) =
                 negotiate::render(Some(resource), written.object, representation, include);
             return Ok(json_response(

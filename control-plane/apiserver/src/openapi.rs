@@ -408,25 +408,25 @@ fn operations(
     let mut paths = Vec::new();
     let collection = format!("{base}{ns}/{}", resource.plural);
     let item = format!("{collection}/{{name}}");
+    let list_op = op(
+        "list",
+        format!("list{gv}{scope}{kind}"),
+        &own,
+        list_parameters(v3),
+        None,
+        "200",
+        Answer::Schema(list.clone()),
+    );
+    let read_op = op(
+        "get",
+        format!("read{gv}{scope}{kind}"),
+        &own,
+        vec![],
+        None,
+        "200",
+        Answer::Schema(reference.clone()),
+    );
     if resource.computed {
-        let list_op = op(
-            "list",
-            format!("list{gv}{scope}{kind}"),
-            &own,
-            list_parameters(v3),
-            None,
-            "200",
-            Answer::Schema(list.clone()),
-        );
-        let read_op = op(
-            "get",
-            format!("read{gv}{scope}{kind}"),
-            &own,
-            vec![],
-            None,
-            "200",
-            Answer::Schema(reference.clone()),
-        );
         paths.push((
             collection.clone(),
             json!({"get": list_op, "parameters": path_params(false, resource.namespaced)}),
@@ -439,15 +439,7 @@ fn operations(
     }
     let mut collection_ops = json!({});
     if !resource.create_only {
-        collection_ops["get"] = op(
-            "list",
-            format!("list{gv}{scope}{kind}"),
-            &own,
-            list_parameters(v3),
-            None,
-            "200",
-            Answer::Schema(list.clone()),
-        );
+        collection_ops["get"] = list_op;
         collection_ops["delete"] = op(
             "deletecollection",
             format!("delete{gv}Collection{scope}{kind}"),
@@ -473,7 +465,7 @@ fn operations(
         return paths;
     }
     let item_ops = json!({
-        "get": op("get", format!("read{gv}{scope}{kind}"), &own, vec![], None, "200", Answer::Schema(reference.clone())),
+        "get": read_op,
         "put": op("put", format!("replace{gv}{scope}{kind}"), &own, write_parameters(v3), Some((&reference, &any)), "200", Answer::Schema(reference.clone())),
         "patch": op("patch", format!("patch{gv}{scope}{kind}"), &own, patch_params.clone(), Some((&reference, &patch_types)), "200", Answer::Schema(reference.clone())),
         "delete": op("delete", format!("delete{gv}{scope}{kind}"), &own, delete_parameters(v3), None, "200", Answer::Schema(status.clone())),

@@ -56,6 +56,9 @@ pub struct TenantRecord {
     /// Who may reach the cluster's endpoint (the management API's `endpointAccess`).
     #[serde(default)]
     pub endpoint_access: EndpointAccess,
+    /// Its PodSecurity admission defaults and exemptions (the management API's `podSecurity`).
+    #[serde(default)]
+    pub pod_security: crate::admission::PodSecurityConfiguration,
 }
 
 /// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
@@ -434,6 +437,7 @@ impl Tenants {
                 service_account_key: SigningKey::generate()?,
                 bootstrap_version: 0,
                 endpoint_access: EndpointAccess::default(),
+                pod_security: Default::default(),
             };
             let key = format!("{TENANT_RECORDS}{id}");
             let bytes = self.encode(&key, &record)?;
@@ -465,6 +469,21 @@ impl Tenants {
         self.update_record(id, |record| {
             let changed = record.endpoint_access != *access;
             record.endpoint_access = access.clone();
+            changed
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Gives tenant `id` the PodSecurity configuration `config`.
+    pub async fn set_pod_security(
+        &self,
+        id: &str,
+        config: &crate::admission::PodSecurityConfiguration,
+    ) -> Result<(), ApiError> {
+        self.update_record(id, |record| {
+            let changed = record.pod_security != *config;
+            record.pod_security = config.clone();
             changed
         })
         .await

@@ -678,6 +678,7 @@ impl Management {
             status_reason: None,
             kubernetes_network_config: network,
             endpoint_access: request.endpoint_access,
+            pod_security: request.pod_security,
             tags: request.tags,
             cloud: request.cloud,
             client_request_token: token,
@@ -950,6 +951,7 @@ impl Management {
                 match self.api.tenants.ensure(&self.api, &cluster.id).await {
                     Ok(_) => {
                         self.apply_endpoint_access(&cluster).await?;
+                        self.apply_pod_security(&cluster).await?;
                         cluster.status = ClusterStatus::Active;
                         cluster.status_reason = None;
                     }
@@ -968,6 +970,7 @@ impl Management {
             }
             ClusterStatus::Active => {
                 self.apply_endpoint_access(&cluster).await?;
+                self.apply_pod_security(&cluster).await?;
                 self.reconcile_node_pools(&cluster, pools, false).await?
             }
             ClusterStatus::Deleting => {
@@ -1001,6 +1004,19 @@ impl Management {
         self.api
             .tenants
             .set_endpoint_access(&cluster.id, &wanted)
+            .await
+            .map_err(|err| ManagementError::internal(err.message))
+    }
+
+    /// Gives the cluster's API the cluster's `podSecurity`, when it has another.
+    async fn apply_pod_security(&self, cluster: &Cluster) -> Result<()> {
+        let current = self.api.tenants.get(&cluster.id).await;
+        if current.is_some_and(|state| state.record.pod_security == cluster.pod_security) {
+            return Ok(());
+        }
+        self.api
+            .tenants
+            .set_pod_security(&cluster.id, &cluster.pod_security)
             .await
             .map_err(|err| ManagementError::internal(err.message))
     }
@@ -1127,6 +1143,9 @@ async fn update_cluster(
     if let Some(access) = &request.endpoint_access {
         access.validate()?;
     }
+    if let Some(config) = &request.pod_security {
+        validate_pod_security(config)?;
+    }
     let cluster = m
         .modify(
             &cluster_key(caller.account()?, &name),
@@ -1141,6 +1160,9 @@ async fn update_cluster(
                 if let Some(access) = &request.endpoint_access {
                     cluster.endpoint_access = access.clone();
                 }
+                if let Some(config) = &request.pod_security {
+                    cluster.pod_security = config.clone();
+                }
                 for (key, value) in request.tags.iter().flatten() {
                     match value {
                         Some(value) => cluster.tags.insert(key.clone(), value.clone()),
@@ -1154,6 +1176,7 @@ async fn update_cluster(
     // Applied here at once; other replicas read it within a second.
     if cluster.status == ClusterStatus::Active {
         m.apply_endpoint_access(&cluster).await?;
+        m.apply_pod_security(&cluster).await?;
     }
     Ok(cluster_answer(&m, cluster))
 }

@@ -12,6 +12,8 @@ use crate::error::ManagementError;
 /// Longest cluster or node pool name (the rule lives with the names, for the clients that check
 /// it before calling).
 pub use flotilla_api_machinery::names::MAX_MANAGEMENT_NAME_LENGTH as MAX_NAME_LENGTH;
+/// A cluster's PodSecurity admission configuration (upstream's `PodSecurityConfiguration`).
+pub use flotilla_apiserver::admission::PodSecurityConfiguration;
 
 /// Kubernetes versions a cluster can ask for; the API server speaks the first one.
 pub const SUPPORTED_VERSIONS: &[&str] = &["1.33"];
@@ -167,6 +169,10 @@ pub struct CreateClusterRequest {
     /// Endpoint access.
     #[serde(default)]
     pub endpoint_access: EndpointAccess,
+    /// PodSecurity admission defaults and exemptions (upstream's shipped `privileged:latest`
+    /// and none when unset).
+    #[serde(default)]
+    pub pod_security: PodSecurityConfiguration,
     /// Tags.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
@@ -185,6 +191,9 @@ pub struct UpdateClusterRequest {
     /// New endpoint access.
     #[serde(default)]
     pub endpoint_access: Option<EndpointAccess>,
+    /// New PodSecurity admission configuration (replaces the whole of it).
+    #[serde(default)]
+    pub pod_security: Option<PodSecurityConfiguration>,
     /// Tags to set (a `null` value removes the tag).
     #[serde(default)]
     pub tags: Option<BTreeMap<String, Option<String>>>,
@@ -213,6 +222,9 @@ pub struct Cluster {
     pub kubernetes_network_config: NetworkConfig,
     /// Endpoint access.
     pub endpoint_access: EndpointAccess,
+    /// PodSecurity admission defaults and exemptions.
+    #[serde(default)]
+    pub pod_security: PodSecurityConfiguration,
     /// Tags.
     pub tags: BTreeMap<String, String>,
     /// Cloud placement (secret redacted in responses).
@@ -497,6 +509,7 @@ impl CreateClusterRequest {
             validate_cidr("podIpv4Cidr", cidr, MAX_CLUSTER_RANGE_PREFIX)?;
         }
         self.endpoint_access.validate()?;
+        validate_pod_security(&self.pod_security)?;
         validate_tags(&self.tags)?;
         if self.cloud.credentials.is_some() && self.cloud.role_arn.is_some() {
             return Err(ManagementError::invalid_parameter(
@@ -512,6 +525,14 @@ impl CreateClusterRequest {
         }
         Ok(())
     }
+}
+
+/// Levels and versions that exist (`podSecurity.defaults.enforce: "strict": must be one of …`).
+pub fn validate_pod_security(config: &PodSecurityConfiguration) -> Result<(), ManagementError> {
+    config
+        .policy()
+        .map(drop)
+        .map_err(|why| ManagementError::invalid_parameter(format!("podSecurity.{why}")))
 }
 
 impl EndpointAccess {
@@ -656,6 +677,19 @@ mod tests {
         assert!(validate_name("n", "prod").is_ok());
         assert!(validate_name("n", "Prod").is_err());
         assert!(validate_name("n", &"a".repeat(41)).is_err());
+    }
+
+    #[test]
+    fn pod_security_levels_must_exist() {
+        assert!(validate_pod_security(&PodSecurityConfiguration::default()).is_ok());
+        let mut config = PodSecurityConfiguration::default();
+        config.defaults.warn_version = "v2.0".into();
+        let err = validate_pod_security(&config).expect_err("no such version");
+        assert!(
+            err.to_string()
+                .contains("podSecurity.defaults.warn-version"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,6 +10,19 @@ use std::time::Duration;
 use anyhow::ensure;
 use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath, until};
 
+/// A pod that says everything `restricted` asks, in namespace `locked`.
+const RESTRICTED_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: NAME, namespace: locked}
+spec:
+  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: c
+    image: nginx
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+"#;
+
 fn contains(text: &str, wanted: &str) -> anyhow::Result<()> {
     ensure!(text.contains(wanted), "expected {wanted:?} in:\n{text}");
     Ok(())
@@ -200,18 +213,51 @@ fn pod_security_enforces_and_warns_by_namespace_label() -> anyhow::Result<()> {
         "Warning: would violate PodSecurity \"baseline:latest\": privileged (container \"root\" must not set securityContext.privileged=true)",
     )?;
     // An unprivileged pod passes `restricted` when it says everything restricted asks.
-    let compliant = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: ok, namespace: locked}
-spec:
-  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
-  containers:
-  - name: c
-    image: nginx
-    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-"#;
-    kubectl.ok_stdin(&["apply", "-f", "-"], compliant)?;
+    kubectl.ok_stdin(&["apply", "-f", "-"], &RESTRICTED_POD.replace("NAME", "ok"))?;
+
+    // Enforcing a level on a namespace with pods that break it warns, naming them; the pods stay.
+    for name in ["root-a", "root-b"] {
+        kubectl.ok(&[
+            "-n",
+            "watched",
+            "run",
+            name,
+            "--image=nginx",
+            "--privileged",
+        ])?;
+    }
+    let out = kubectl.run(
+        &[
+            "label",
+            "namespace",
+            "watched",
+            "pod-security.kubernetes.io/enforce=baseline",
+        ],
+        None,
+        &[],
+    )?;
+    ensure!(
+        out.status.success(),
+        "label: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    contains(
+        &stderr,
+        "Warning: existing pods in namespace \"watched\" violate the new PodSecurity enforce level \"baseline:latest\"",
+    )?;
+    contains(&stderr, "Warning: root (and 2 other pods): privileged")?;
+    let refused = kubectl.fails(&[
+        "label",
+        "namespace",
+        "watched",
+        "--overwrite",
+        "pod-security.kubernetes.io/enforce=strict",
+    ])?;
+    contains(
+        &refused,
+        "namespaces \"watched\" is invalid: metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: \"strict\"",
+    )?;
     Ok(())
 }
 
@@ -410,18 +456,10 @@ fn kubectl_debug_adds_an_ephemeral_container_that_pod_security_checks() -> anyho
 
     // A privileged debugger is refused where `restricted` is enforced.
     kubectl.ok(&["create", "namespace", "locked"])?;
-    let compliant = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: app, namespace: locked}
-spec:
-  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
-  containers:
-  - name: c
-    image: nginx
-    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-"#;
-    kubectl.ok_stdin(&["apply", "-f", "-"], compliant)?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &RESTRICTED_POD.replace("NAME", "app"),
+    )?;
     kubectl.ok(&[
         "label",
         "namespace",

@@ -1170,6 +1170,45 @@ fn endpoint_access_is_enforced_and_metrics_need_the_operator() -> anyhow::Result
         "tenant record or serving CA not sealed"
     );
 
+    // The cluster's PodSecurity defaults are a management setting (upstream's shipped
+    // `privileged` until set): `baseline` by default, kube-system exempt.
+    let (code, body) = management_call(
+        &x,
+        "PATCH",
+        "/v1/clusters/guarded",
+        Some(&json!({"podSecurity": {"defaults": {"enforce": "strict"}}})),
+        true,
+    )?;
+    ensure!(
+        code == 400 && body.to_string().contains("podSecurity.defaults.enforce"),
+        "a level that does not exist: {code} {body}"
+    );
+    let (code, body) = management_call(
+        &x,
+        "PATCH",
+        "/v1/clusters/guarded",
+        Some(&json!({"podSecurity": {"defaults": {"enforce": "baseline"},
+            "exemptions": {"namespaces": ["kube-system"]}}})),
+        true,
+    )?;
+    ensure!(code == 200, "PATCH podSecurity: {code} {body}");
+    eventually(Duration::from_secs(3), || {
+        contains(
+            &cluster
+                .kubectl
+                .fails(&["run", "root", "--image=nginx", "--privileged"])?,
+            "violates PodSecurity \"baseline:latest\": privileged",
+        )
+    })?;
+    cluster.kubectl.ok(&[
+        "-n",
+        "kube-system",
+        "run",
+        "root",
+        "--image=nginx",
+        "--privileged",
+    ])?;
+
     let set = |access: Value| -> anyhow::Result<()> {
         let (code, body) = management_call(
             &x,

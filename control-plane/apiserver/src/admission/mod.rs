@@ -9,6 +9,7 @@ mod default_class;
 mod limit_ranger;
 mod lookups;
 mod pod_security;
+mod pod_security_config;
 mod priority;
 mod resource_quota;
 mod storage_protection;
@@ -19,6 +20,9 @@ use flotilla_api_machinery::rbac::UserInfo;
 use serde_json::Value;
 
 pub use self::lookups::Lookups;
+pub use self::pod_security_config::{
+    PodSecurityConfiguration, PodSecurityDefaults, PodSecurityExemptions,
+};
 use crate::error::ApiError;
 use crate::resources::{ResourceInfo, Resources};
 use crate::selection::Selection;
@@ -71,6 +75,8 @@ pub struct Context<'a> {
     pub tenant: &'a Tenant,
     /// Recent copies of what plugins read.
     pub lookups: &'a Lookups,
+    /// The cluster's PodSecurity defaults and exemptions.
+    pub pod_security: &'a PodSecurityConfiguration,
 }
 
 impl Context<'_> {

@@ -2,8 +2,10 @@
 //! Standards level its namespace's `pod-security.kubernetes.io/{enforce,warn}` labels (and
 //! their `-version` labels) name — `enforce` refuses it with upstream's 403, `warn` lets it
 //! through with upstream's `Warning` header. Pod templates of the workload kinds are checked
-//! for warnings only, as upstream does. The checks themselves are
-//! `flotilla_api_machinery::pod_security`, run as a server of this Kubernetes version.
+//! for warnings only, as upstream does. A namespace's labels must name real levels and
+//! versions, and a new `enforce` level is checked against the pods already there (warnings).
+//! The checks themselves are `flotilla_api_machinery::pod_security`, run as a server of this
+//! Kubernetes version.
 
 use std::collections::BTreeMap;
 
@@ -40,7 +42,9 @@ impl Plugin for PodSecurity {
     fn handles(&self, attributes: &Attributes<'_>) -> bool {
         let kind = attributes.resource;
         let pods = kind.group.is_empty() && kind.plural == "pods";
+        let namespaces = kind.group.is_empty() && kind.plural == "namespaces";
         match (attributes.operation, attributes.subresource) {
+            (_, "") if namespaces => true,
             (Operation::Create, "") => pods || template_path(kind.group, kind.plural).is_some(),
             // A pod's spec changes only where upstream allows (images, and debuggers through
             // ephemeralcontainers); both are checked as upstream checks them.
@@ -56,6 +60,26 @@ impl Plugin for PodSecurity {
         object: &Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
+        if attributes.resource.plural == "namespaces" {
+            return validate_namespace(context, attributes, object, warnings).await;
+        }
+        let exemptions = &context.pod_security.exemptions;
+        let runtime_class = meta::str_at(object, &["spec", "runtimeClassName"]).unwrap_or("");
+        if exemptions
+            .namespaces
+            .iter()
+            .any(|n| n == attributes.namespace)
+            || attributes
+                .user
+                .is_some_and(|u| exemptions.usernames.contains(&u.name))
+            || (!runtime_class.is_empty()
+                && exemptions
+                    .runtime_classes
+                    .iter()
+                    .any(|c| c == runtime_class))
+        {
+            return Ok(());
+        }
         // An update that leaves the spec as it was (labels, annotations) is not checked.
         if let Some(old) = attributes.old
             && old.get("spec") == object.get("spec")
@@ -69,7 +93,7 @@ impl Plugin for PodSecurity {
             .and_then(|namespace| meta::at(&namespace, &["metadata", "labels"]).cloned())
             .and_then(|labels| serde_json::from_value(labels).ok())
             .unwrap_or_default();
-        let (policy, _label_errors) = pod_security::policy_to_evaluate(&labels, Policy::default());
+        let (policy, _label_errors) = pod_security::policy_to_evaluate(&labels, defaults(context));
         if policy.enforce.level == Level::Privileged && policy.warn.level == Level::Privileged {
             return Ok(());
         }
@@ -116,6 +140,110 @@ impl Plugin for PodSecurity {
         }
         Ok(())
     }
+}
+
+fn labels_of(object: &Value) -> BTreeMap<String, String> {
+    meta::at(object, &["metadata", "labels"])
+        .and_then(|labels| serde_json::from_value(labels.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// Upstream's `ValidateNamespace`: labels naming no level or version are refused (on an
+/// update, only when they changed); a new `enforce` policy is checked against the pods
+/// already in the namespace, which stay, and each kind of violation comes back as a warning
+/// naming the pods (`web-1 (and 2 other pods): privileged, …`).
+async fn validate_namespace(
+    context: &Context<'_>,
+    attributes: &Attributes<'_>,
+    namespace: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    let labels = labels_of(namespace);
+    let (policy, errors) = pod_security::policy_to_evaluate(&labels, defaults(context));
+    let old = attributes.old.map(|old| {
+        let old_labels = labels_of(old);
+        let (old_policy, _) = pod_security::policy_to_evaluate(&old_labels, defaults(context));
+        (old_labels, old_policy)
+    });
+    let labels_changed = old
+        .as_ref()
+        .is_none_or(|(old_labels, _)| *old_labels != labels);
+    if !errors.is_empty() && labels_changed {
+        return Err(ApiError::invalid(
+            "",
+            "namespaces",
+            meta::name(namespace),
+            errors,
+        ));
+    }
+    let Some((_, old_policy)) = old else {
+        return Ok(());
+    };
+    let name = meta::name(namespace);
+    if policy.enforce.level == Level::Privileged
+        || policy.enforce.equivalent(&old_policy.enforce)
+        || context
+            .pod_security
+            .exemptions
+            .namespaces
+            .iter()
+            .any(|n| n == name)
+    {
+        return Ok(());
+    }
+    let pods = context.resource("", "v1", "pods")?;
+    let mut by_reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for pod in context.list(pods, Some(name)).await?.iter() {
+        let Some(spec) = pod
+            .get("spec")
+            .cloned()
+            .and_then(|s| serde_json::from_value::<PodSpec>(s).ok())
+        else {
+            continue;
+        };
+        let metadata: ObjectMeta = pod
+            .get("metadata")
+            .cloned()
+            .and_then(|m| serde_json::from_value(m).ok())
+            .unwrap_or_default();
+        let violations =
+            pod_security::check_pod_emulating(policy.enforce, emulated(), &metadata, &spec);
+        if !violations.is_empty() {
+            by_reasons
+                .entry(pod_security::forbidden_reason(&violations))
+                .or_default()
+                .push(meta::name(pod).to_string());
+        }
+    }
+    if by_reasons.is_empty() {
+        return Ok(());
+    }
+    warnings.push(format!(
+        "existing pods in namespace {name:?} violate the new PodSecurity enforce level {:?}",
+        policy.enforce.to_string()
+    ));
+    let mut groups: Vec<(String, Vec<String>)> = by_reasons
+        .into_iter()
+        .map(|(reasons, mut names)| {
+            names.sort();
+            (reasons, names)
+        })
+        .collect();
+    groups.sort_by(|a, b| a.1.first().cmp(&b.1.first()));
+    for (reasons, names) in groups {
+        let first = names.first().map(String::as_str).unwrap_or("");
+        warnings.push(match names.len() {
+            1 => format!("{first}: {reasons}"),
+            2 => format!("{first} (and 1 other pod): {reasons}"),
+            n => format!("{first} (and {} other pods): {reasons}", n - 1),
+        });
+    }
+    Ok(())
+}
+
+/// The cluster's default policy (checked when it was set; upstream's if it cannot be read).
+fn defaults(context: &Context<'_>) -> Policy {
+    context.pod_security.policy().unwrap_or_default()
 }
 
 /// The Kubernetes version this server is: what `latest` means.
