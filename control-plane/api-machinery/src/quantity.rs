@@ -132,6 +132,16 @@ impl Quantity {
     }
 }
 
+impl Quantity {
+    /// The difference, in this quantity's format (upstream's `Sub`).
+    pub fn minus(self, other: Quantity) -> Quantity {
+        Quantity {
+            nanos: self.nanos.saturating_sub(other.nanos),
+            format: self.format,
+        }
+    }
+}
+
 impl std::ops::Add for Quantity {
     type Output = Quantity;
 

@@ -391,6 +391,18 @@ pub fn usage_of(group: &str, plural: &str, object: &serde_json::Value, now: Time
     usage
 }
 
+/// What `after` uses beyond `before`, resource by resource; resources that did not grow are
+/// left out (upstream's `SubtractWithNonNegativeResult` and `RemoveZeros`).
+pub fn added(after: &Usage, before: &Usage) -> Usage {
+    after
+        .iter()
+        .filter_map(|(name, amount)| {
+            let was = before.get(name).copied().unwrap_or(Quantity::ZERO);
+            (*amount > was).then(|| (name.clone(), amount.minus(was)))
+        })
+        .collect()
+}
+
 /// A pod's compute usage (upstream's `PodUsageFunc` and `podComputeUsageHelper`).
 fn add_pod_usage(pod: &Pod, now: Timestamp, usage: &mut Usage) {
     if !pod_counts(pod, now) {
@@ -645,6 +657,25 @@ mod tests {
             pretty_print(&usage_of("", "configmaps", &json!({}), now)),
             "configmaps=1,count/configmaps=1"
         );
+    }
+
+    #[test]
+    fn an_update_adds_only_what_grew() {
+        let now = Timestamp::from_second(1_800_000_000).expect("time");
+        let claim = |size: &str| json!({"spec": {"storageClassName": "gold", "resources": {"requests": {"storage": size}}}});
+        let grown = added(
+            &usage_of("", "persistentvolumeclaims", &claim("3Gi"), now),
+            &usage_of("", "persistentvolumeclaims", &claim("1Gi"), now),
+        );
+        assert_eq!(
+            pretty_print(&grown),
+            "gold.storageclass.storage.k8s.io/requests.storage=2Gi,requests.storage=2Gi"
+        );
+        let shrunk = added(
+            &usage_of("", "persistentvolumeclaims", &claim("1Gi"), now),
+            &usage_of("", "persistentvolumeclaims", &claim("3Gi"), now),
+        );
+        assert!(shrunk.is_empty());
     }
 
     #[test]

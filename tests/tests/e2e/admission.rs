@@ -114,6 +114,31 @@ fn quota_refuses_the_object_past_its_limit_even_under_concurrent_creates() -> an
     )?;
     ensure!(used == "2 1", "usage after the refusals: {used}");
 
+    // An update is charged what it adds: a Service turned into a load balancer.
+    namespace_with_quota(&kubectl, "edge", "services.loadbalancers=0")?;
+    kubectl.ok(&[
+        "-n",
+        "edge",
+        "create",
+        "service",
+        "clusterip",
+        "web",
+        "--tcp=80:80",
+    ])?;
+    let refused = kubectl.fails(&[
+        "-n",
+        "edge",
+        "patch",
+        "service",
+        "web",
+        "-p",
+        r#"{"spec":{"type":"LoadBalancer"}}"#,
+    ])?;
+    contains(
+        &refused,
+        "services \"web\" is forbidden: exceeded quota: q, requested: services.loadbalancers=1, used: services.loadbalancers=0, limited: services.loadbalancers=0",
+    )?;
+
     // Room for ten more ConfigMaps, twenty writers at once: exactly ten are stored.
     namespace_with_quota(&kubectl, "race", "configmaps=11")?;
     let outcomes: Vec<bool> = std::thread::scope(|scope| {

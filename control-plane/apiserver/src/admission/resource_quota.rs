@@ -1,7 +1,8 @@
 //! Upstream's ResourceQuota admission plugin: a create in a namespace with quotas is charged
 //! against each quota that counts it, by a compare-and-swap on the quota's `status.used`
 //! before the object is written, so two creates racing for the last unit cannot both pass.
-//! Refusals carry upstream's texts (`exceeded quota: …, requested: …, used: …, limited: …`,
+//! A claim's resize and a Service's type change are charged what they add. Refusals carry
+//! upstream's texts (`exceeded quota: …, requested: …, used: …, limited: …`,
 //! `status unknown for quota: …`, `failed quota: …: must specify …`). A dry run is checked,
 //! never charged. The quota controller later recounts `status.used` from what is stored.
 
@@ -64,7 +65,12 @@ impl Plugin for ResourceQuota {
     }
 
     fn handles(&self, attributes: &Attributes<'_>) -> bool {
-        attributes.operation == Operation::Create
+        let kind = attributes.resource;
+        // Updates change usage only for claims (a bigger request) and Services (a type
+        // with load balancers or node ports), as upstream's evaluators see it.
+        let counted_on_update =
+            kind.group.is_empty() && matches!(kind.plural, "persistentvolumeclaims" | "services");
+        (attributes.operation == Operation::Create || counted_on_update)
             && attributes.subresource.is_empty()
             && !attributes.namespace.is_empty()
     }
@@ -86,10 +92,19 @@ impl Plugin for ResourceQuota {
         }
         let resource = attributes.resource;
         let kind = (resource.group, resource.plural);
+        let mut usage = quota::usage_of(kind.0, kind.1, object, now());
+        if let Some(old) = attributes.old {
+            // An update is charged what it adds (upstream's SubtractWithNonNegativeResult).
+            let before = quota::usage_of(kind.0, kind.1, old, now());
+            usage = quota::added(&usage, &before);
+            if usage.is_empty() {
+                return Ok(());
+            }
+        }
         let (decided, decision) = tokio::sync::oneshot::channel();
         let waiter = Waiter {
             kind,
-            usage: quota::usage_of(kind.0, kind.1, object, now()),
+            usage,
             pod: (kind == ("", "pods"))
                 .then(|| serde_json::from_value::<Pod>(object.clone()).ok())
                 .flatten(),
