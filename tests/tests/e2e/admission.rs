@@ -332,6 +332,18 @@ spec:
         classless.is_empty(),
         "an explicit \"\" class was replaced by {classless}"
     );
+    // Growing a claim needs it Bound and its class to allow expansion.
+    let refused = kubectl.fails(&[
+        "patch",
+        "pvc",
+        "data",
+        "-p",
+        r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
+    ])?;
+    contains(
+        &refused,
+        "persistentvolumeclaims \"data\" is forbidden: Only bound persistent volume claims can be expanded",
+    )?;
     // Nothing mounts it, so the protection controller lets the delete finish.
     kubectl.ok(&["delete", "pvc", "data", "--timeout=30s"])?;
 

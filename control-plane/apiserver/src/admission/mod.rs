@@ -5,6 +5,7 @@
 //! is exactly what is written. The order is upstream's `--enable-admission-plugins` order.
 
 mod certificate_subject;
+mod claim_resize;
 mod default_class;
 mod limit_ranger;
 mod lookups;
@@ -211,6 +212,7 @@ impl Chain {
                 Box::new(limit_ranger::LimitRanger),
                 Box::new(pod_security::PodSecurity),
                 Box::new(priority::Priority),
+                Box::new(claim_resize::PersistentVolumeClaimResize),
                 Box::new(certificate_subject::CertificateSubjectRestriction),
                 Box::new(default_class::DEFAULT_INGRESS_CLASS),
                 Box::new(default_class::DEFAULT_STORAGE_CLASS),
