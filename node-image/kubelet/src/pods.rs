@@ -614,6 +614,12 @@ async fn sync_pod(
     for container in &spec.containers {
         views.push(container_view(&mut cri, &all, container, sandbox_id.as_deref()).await?);
     }
+    let ephemeral_specs = ephemeral_containers(pod);
+    let mut ephemeral_views = Vec::new();
+    for container in &ephemeral_specs {
+        ephemeral_views
+            .push(container_view(&mut cri, &all, container, sandbox_id.as_deref()).await?);
+    }
     let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
 
     if let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready && !terminal) {
@@ -735,6 +741,24 @@ async fn sync_pod(
                 }
             }
         }
+        // Ephemeral containers (`kubectl debug`) start once, when added, and are never
+        // restarted (upstream `computePodActions`).
+        for (container, (view, in_sandbox)) in
+            ephemeral_specs.iter().zip(ephemeral_views.iter_mut())
+        {
+            if view.current.is_none() {
+                ensure_started(
+                    &ctx,
+                    &mut cri,
+                    container,
+                    view,
+                    *in_sandbox,
+                    true,
+                    &mut wait,
+                )
+                .await?;
+            }
+        }
     }
 
     // What the probes say of running containers, and what the probes see next.
@@ -764,6 +788,7 @@ async fn sync_pod(
     }
     let init_views: Vec<ContainerView> = init_views.into_iter().map(|(v, _)| v).collect();
     let views: Vec<ContainerView> = views.into_iter().map(|(v, _)| v).collect();
+    let ephemeral_views: Vec<ContainerView> = ephemeral_views.into_iter().map(|(v, _)| v).collect();
 
     let mut computed = status::pod_status(
         pod,
@@ -773,6 +798,7 @@ async fn sync_pod(
         &kubelet.node_ip,
         k8s_openapi::jiff::Timestamp::now(),
     );
+    computed.ephemeral_container_statuses = status::ephemeral_statuses(&ephemeral_views);
     if let Some(eviction) = &eviction {
         status::mark_evicted(&mut computed, eviction, k8s_openapi::jiff::Timestamp::now());
     }
@@ -809,6 +835,21 @@ async fn sync_pod(
         kubelet.volumes.cleanup(uid);
     }
     Ok(wait)
+}
+
+/// The pod's ephemeral containers as the containers the runtime runs: an
+/// `EphemeralContainer` is a `Container` with a target (its process namespace is not shared
+/// with the target here: the debugger sees the pod's network and volumes, not its processes).
+pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .filter_map(|ephemeral| {
+            serde_json::to_value(ephemeral)
+                .and_then(serde_json::from_value::<Container>)
+                .ok()
+        })
+        .collect()
 }
 
 /// A status without the times the kubelet sets afresh, to tell real changes apart.
@@ -1206,4 +1247,27 @@ async fn start_container(
         return Err(("PostStartHookError".into(), message));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ephemeral_containers_run_as_containers_without_their_target() {
+        let pod: Pod = serde_json::from_value(json!({"spec": {
+            "containers": [{"name": "app", "image": "nginx"}],
+            "ephemeralContainers": [{"name": "debugger", "image": "busybox",
+                "command": ["sleep", "3600"], "stdin": true, "tty": true,
+                "targetContainerName": "app"}],
+        }}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let containers = ephemeral_containers(&pod);
+        assert_eq!(containers.len(), 1);
+        let debugger = &containers[0];
+        assert_eq!(debugger.name, "debugger");
+        assert_eq!(debugger.image.as_deref(), Some("busybox"));
+        assert_eq!(debugger.command, Some(vec!["sleep".into(), "3600".into()]));
+        assert_eq!((debugger.stdin, debugger.tty), (Some(true), Some(true)));
+    }
 }

@@ -416,6 +416,11 @@ impl KubeletServer {
                 .iter()
                 .chain(spec.init_containers.iter().flatten())
                 .any(|c| c.name == container)
+                || spec
+                    .ephemeral_containers
+                    .iter()
+                    .flatten()
+                    .any(|c| c.name == container)
         });
         if !has_container {
             return text(

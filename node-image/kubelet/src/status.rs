@@ -493,6 +493,17 @@ pub fn pod_status(
     }
 }
 
+/// `status.ephemeralContainerStatuses`, when the pod has ephemeral containers (waiting with
+/// `ContainerCreating` until each has started).
+pub fn ephemeral_statuses(views: &[ContainerView]) -> Option<Vec<ContainerStatus>> {
+    (!views.is_empty()).then(|| {
+        views
+            .iter()
+            .map(|v| container_status_with(v, "ContainerCreating"))
+            .collect()
+    })
+}
+
 /// Reports an evicted (or, under pressure, refused) pod as upstream's eviction manager does:
 /// Failed with reason `Evicted` and the message; a pod that was running gets the
 /// `DisruptionTarget` condition (reason `TerminationByKubelet`).

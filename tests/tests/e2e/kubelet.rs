@@ -170,6 +170,38 @@ fn scenario(
     let wide = kubectl.ok(&["get", "pod", "busybox", "-o", "wide"])?;
     ensure!(wide.contains("1/1") && wide.contains(NODE), "{wide}");
 
+    // `kubectl debug` adds an ephemeral container; the kubelet starts it (once) in the pod.
+    kubectl.ok(&[
+        "debug",
+        "busybox",
+        "--image=flotilla.local/busybox:1",
+        "--container=debugger",
+        "--",
+        "sleep",
+        "3600",
+    ])?;
+    until("the debugger runs", Duration::from_secs(60), || {
+        Ok(!jsonpath(
+            kubectl,
+            &["get", "pod", "busybox"],
+            "{.status.ephemeralContainerStatuses[0].state.running.startedAt}",
+        )?
+        .is_empty())
+    })?;
+    let echoed = kubectl.ok(&[
+        "exec",
+        "busybox",
+        "-c",
+        "debugger",
+        "--",
+        "echo",
+        "debugging",
+    ])?;
+    ensure!(
+        echoed.trim() == "debugging",
+        "exec in the debugger: {echoed:?}"
+    );
+
     // An absent image under pull policy Never.
     until(
         "noimage reports ErrImageNeverPull",
@@ -237,9 +269,11 @@ fn scenario(
     let before_count = jsonpath(kubectl, &["get", "pod", "busybox"], count_path)?;
     let mut before_runtime = containerd.pod_containers(&uid)?;
     before_runtime.sort();
+    // The sandbox, its container and the debugger, which the restarted kubelet must adopt
+    // and not start again.
     ensure!(
-        before_runtime.len() == 2,
-        "busybox has a sandbox and a container: {before_runtime:?}"
+        before_runtime.len() == 3,
+        "busybox has a sandbox, a container and a debugger: {before_runtime:?}"
     );
     kubelet.kill();
     // Without heartbeats the node goes Unknown after the node lifecycle controller's 40 s
@@ -250,7 +284,7 @@ fn scenario(
         || Ok(jsonpath(kubectl, &["get", "node", NODE], ready)? == "Unknown"),
     )?;
     ensure!(
-        containerd.pod_containers(&uid)?.len() == 2,
+        containerd.pod_containers(&uid)?.len() == 3,
         "busybox's containers outlive the kubelet"
     );
     let get = kubectl.ok(&["get", "node", NODE])?;
