@@ -623,12 +623,13 @@ async fn sync_pod(
     let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
 
     if let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready && !terminal) {
-        let ctx = SyncCtx {
+        let mut ctx = SyncCtx {
             kubelet,
             pod,
             uid,
             sandbox,
             facts: &facts,
+            pid_targets: HashMap::new(),
         };
         // Containers whose liveness or startup probe failed are killed first (upstream
         // `computePodActions`) and restarted below without back-off.
@@ -742,7 +743,9 @@ async fn sync_pod(
             }
         }
         // Ephemeral containers (`kubectl debug`) start once, when added, and are never
-        // restarted (upstream `computePodActions`).
+        // restarted (upstream `computePodActions`); one with a target shares its running
+        // container's process namespace.
+        ctx.pid_targets = pid_targets(pod, &spec.containers, &views);
         for (container, (view, in_sandbox)) in
             ephemeral_specs.iter().zip(ephemeral_views.iter_mut())
         {
@@ -837,9 +840,35 @@ async fn sync_pod(
     Ok(wait)
 }
 
+/// For each ephemeral container naming a `targetContainerName`, the runtime id of that
+/// container while it runs.
+fn pid_targets(
+    pod: &Pod,
+    containers: &[Container],
+    views: &[(ContainerView, bool)],
+) -> HashMap<String, String> {
+    let running: HashMap<&str, &str> = containers
+        .iter()
+        .zip(views)
+        .filter_map(|(container, (view, in_sandbox))| {
+            let current = view.current.as_ref()?;
+            (*in_sandbox && current.state == RuntimeState::Running)
+                .then_some((container.name.as_str(), current.id.as_str()))
+        })
+        .collect();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .filter_map(|e| {
+            let target = e.target_container_name.as_deref()?;
+            Some((e.name.clone(), running.get(target)?.to_string()))
+        })
+        .collect()
+}
+
 /// The pod's ephemeral containers as the containers the runtime runs: an
-/// `EphemeralContainer` is a `Container` with a target (its process namespace is not shared
-/// with the target here: the debugger sees the pod's network and volumes, not its processes).
+/// `EphemeralContainer` is a `Container` with a target (whose process namespace it joins, see
+/// [`pid_targets`]).
 pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
     pod.spec
         .iter()
@@ -880,6 +909,9 @@ struct SyncCtx<'a> {
     uid: &'a str,
     sandbox: &'a cri::PodSandbox,
     facts: &'a NodeFacts,
+    /// Ephemeral containers' targets: container name → the runtime id of the container
+    /// whose process namespace it joins (`kubectl debug --target`).
+    pid_targets: HashMap<String, String>,
 }
 
 /// `container`'s newest two runtime containers as a view, and whether the newest is in
@@ -1176,6 +1208,16 @@ async fn start_container(
     let mut config =
         translate::container_config(pod, container, restart_count, &env, &image_ref, &mounts)
             .map_err(|err| config_error(err.to_string()))?;
+    if let Some(target) = ctx.pid_targets.get(&container.name)
+        && let Some(namespaces) = config
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|s| s.namespace_options.as_mut())
+    {
+        namespaces.pid = cri::NamespaceMode::Target as i32;
+        namespaces.target_id = target.clone();
+    }
     config.linux.get_or_insert_default().resources = Some(resources::linux_resources(
         pod,
         container,

@@ -176,6 +176,7 @@ fn scenario(
         "busybox",
         "--image=flotilla.local/busybox:1",
         "--container=debugger",
+        "--target=main",
         "--",
         "sleep",
         "3600",
@@ -200,6 +201,12 @@ fn scenario(
     ensure!(
         echoed.trim() == "debugging",
         "exec in the debugger: {echoed:?}"
+    );
+    // With `--target` it shares main's process namespace: it sees main's sleep beside its own.
+    let processes = kubectl.ok(&["exec", "busybox", "-c", "debugger", "--", "ps"])?;
+    ensure!(
+        processes.matches("sleep 3600").count() == 2,
+        "the debugger's processes: {processes}"
     );
 
     // An absent image under pull policy Never.
