@@ -326,7 +326,7 @@ impl Resources {
             authorization::v1 as authorization, autoscaling::v2 as autoscaling, batch::v1 as batch,
             certificates::v1 as certificates, coordination::v1 as coordination, core::v1 as core,
             discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
-            policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+            node::v1 as node, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
             storage::v1 as storage,
         };
         use strategies as s;
@@ -448,6 +448,7 @@ impl Resources {
             define::<networking::IngressClass>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<networking::NetworkPolicy>(short(&["netpol"]), Box::new(s::DefaultStrategy)),
             define::<storage::StorageClass>(short(&["sc"]), Box::new(s::StorageClassStrategy)),
+            define::<node::RuntimeClass>(PLAIN, Box::new(s::RuntimeClassStrategy)),
             define::<storage::VolumeAttachment>(
                 status_only(&[], false),
                 Box::new(s::VolumeAttachmentStrategy),

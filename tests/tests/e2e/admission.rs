@@ -518,3 +518,48 @@ fn kubectl_debug_adds_an_ephemeral_container_that_pod_security_checks() -> anyho
     )?;
     Ok(())
 }
+
+#[test]
+fn a_runtime_class_gives_pods_its_overhead_and_scheduling() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let manifests = r#"
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: kata}
+handler: kata
+overhead: {podFixed: {cpu: 250m, memory: 120Mi}}
+scheduling:
+  nodeSelector: {sandbox: kata}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sandboxed, namespace: default}
+spec:
+  runtimeClassName: kata
+  containers: [{name: c, image: nginx}]
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], manifests)?;
+    let listed = kubectl.ok(&["get", "runtimeclass", "kata", "--no-headers"])?;
+    ensure!(
+        listed.split_whitespace().nth(1) == Some("kata"),
+        "kubectl get runtimeclass: {listed}"
+    );
+    let given = jsonpath(
+        &kubectl,
+        &["get", "pod", "sandboxed"],
+        "{.spec.overhead.cpu} {.spec.overhead.memory} {.spec.nodeSelector.sandbox}",
+    )?;
+    ensure!(given == "250m 120Mi kata", "what the class gave: {given}");
+    let refused = kubectl.fails(&[
+        "run",
+        "lost",
+        "--image=nginx",
+        "--overrides",
+        r#"{"spec":{"runtimeClassName":"nope"}}"#,
+    ])?;
+    contains(
+        &refused,
+        "pods \"lost\" is forbidden: pod rejected: RuntimeClass \"nope\" not found",
+    )
+}

@@ -13,6 +13,7 @@ mod pod_security;
 mod pod_security_config;
 mod priority;
 mod resource_quota;
+mod runtime_class;
 mod storage_protection;
 
 use std::sync::Arc;
@@ -213,6 +214,7 @@ impl Chain {
                 Box::new(pod_security::PodSecurity),
                 Box::new(priority::Priority),
                 Box::new(claim_resize::PersistentVolumeClaimResize),
+                Box::new(runtime_class::RuntimeClass),
                 Box::new(certificate_subject::CertificateSubjectRestriction),
                 Box::new(default_class::DEFAULT_INGRESS_CLASS),
                 Box::new(default_class::DEFAULT_STORAGE_CLASS),
