@@ -685,7 +685,8 @@ async fn serve_resource(
             }
             let mut warnings = Vec::new();
             let finalize = sub == Some("finalize");
-            let context = admission_context(server, state);
+            let authorizer = TenantAuthorizer { server, state };
+            let context = admission_context(server, state, &authorizer);
             let validator = admission::UpdateValidator::new(
                 &server.admission,
                 &context,
@@ -873,13 +874,36 @@ async fn serve_resource(
 }
 
 /// What admission plugins may read for a request of `tenant`.
-fn admission_context<'a>(server: &'a ApiServer, state: &'a TenantState) -> admission::Context<'a> {
+fn admission_context<'a>(
+    server: &'a ApiServer,
+    state: &'a TenantState,
+    authorizer: &'a TenantAuthorizer<'a>,
+) -> admission::Context<'a> {
     admission::Context {
         store: &server.store,
         resources: server.resources,
         tenant: &state.tenant,
         lookups: server.admission.lookups(),
         pod_security: &state.record.pod_security,
+        authorizer,
+    }
+}
+
+/// The tenant's authorizer, for admission plugins.
+struct TenantAuthorizer<'a> {
+    server: &'a ApiServer,
+    state: &'a TenantState,
+}
+
+#[async_trait::async_trait]
+impl admission::Authorizer for TenantAuthorizer<'_> {
+    async fn allowed(
+        &self,
+        attributes: &flotilla_api_machinery::rbac::Attributes,
+    ) -> Result<bool, ApiError> {
+        Ok(crate::authz::allowed(self.server, self.state, attributes)
+            .await?
+            .0)
     }
 }
 
@@ -910,7 +934,8 @@ async fn admitted_create(
     body: Value,
     options: &WriteOptions,
 ) -> Result<crate::store::Written, ApiError> {
-    let context = admission_context(server, state);
+    let authorizer = TenantAuthorizer { server, state };
+    let context = admission_context(server, state, &authorizer);
     let attributes = admission::Attributes {
         operation: admission::Operation::Create,
         resource,
@@ -1182,7 +1207,8 @@ async fn patch_request(
     let store = &server.store;
     let mut warnings = Vec::new();
     let tenant = &state.tenant;
-    let context = admission_context(server, state);
+    let authorizer = TenantAuthorizer { server, state };
+    let context = admission_context(server, state, &authorizer);
     let subresource = match target {
         UpdateTarget::Main => None,
         UpdateTarget::Status => Some("status"),

@@ -372,32 +372,109 @@ spec:
     Ok(())
 }
 
-#[test]
-fn a_signing_request_for_system_masters_is_refused() -> anyhow::Result<()> {
-    let f = Flotilla::up(Backend::Embedded)?;
-    let kubectl = f.kubectl();
+/// A CertificateSigningRequest `name` for `signer` asking for `organization`.
+fn signing_request(name: &str, organization: &str, signer: &str) -> anyhow::Result<String> {
+    use base64::Engine;
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
     params
         .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:masters");
+        .push(rcgen::DnType::OrganizationName, organization);
     params
         .distinguished_name
-        .push(rcgen::DnType::CommonName, "mallory");
+        .push(rcgen::DnType::CommonName, name);
     let request = params.serialize_request(&key)?.pem()?;
-    use base64::Engine;
-    let csr = format!(
-        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: mallory}}\nspec:\n  signerName: kubernetes.io/kube-apiserver-client\n  usages: [client auth]\n  request: {}\n",
+    Ok(format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata: {{name: {name}}}\nspec:\n  signerName: {signer}\n  usages: [client auth]\n  request: {}\n",
         base64::engine::general_purpose::STANDARD.encode(request)
-    );
+    ))
+}
+
+#[test]
+fn signing_requests_are_restricted_and_signing_needs_the_sign_verb() -> anyhow::Result<()> {
+    use base64::Engine;
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let csr = signing_request(
+        "mallory",
+        "system:masters",
+        "kubernetes.io/kube-apiserver-client",
+    )?;
     let refused = kubectl
         .run(&["create", "-f", "-"], Some(&csr), &[])
         .map(|out| String::from_utf8_lossy(&out.stderr).into_owned())?;
     contains(
         &refused,
         "certificatesigningrequests.certificates.k8s.io \"mallory\" is forbidden: use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed",
-    )
+    )?;
+
+    // CertificateSigning: updating a request's status is not enough to issue its certificate.
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        &signing_request("alice", "dev", "example.com/issuer")?,
+    )?;
+    kubectl.ok(&["certificate", "approve", "alice"])?;
+    let rbac = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: issuer, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: csr-status}
+rules:
+- apiGroups: [certificates.k8s.io]
+  resources: [certificatesigningrequests, certificatesigningrequests/status]
+  verbs: [get, list, update, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: issuer-csr-status}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: csr-status}
+subjects: [{kind: ServiceAccount, name: issuer, namespace: default}]
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], rbac)?;
+    let token = kubectl.ok(&["create", "token", "issuer"])?;
+    let issuer = kubectl.with_token(token.trim())?;
+    let key = rcgen::KeyPair::generate()?;
+    let certificate = rcgen::CertificateParams::new(vec!["alice".to_string()])?
+        .self_signed(&key)?
+        .pem();
+    let patch = serde_json::json!({"status": {"certificate":
+        base64::engine::general_purpose::STANDARD.encode(certificate)}})
+    .to_string();
+    let sign = [
+        "patch",
+        "csr",
+        "alice",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        patch.as_str(),
+    ];
+    let refused = issuer.fails(&sign)?;
+    contains(
+        &refused,
+        "certificatesigningrequests.certificates.k8s.io \"alice\" is forbidden: user not permitted to sign requests with signerName \"example.com/issuer\"",
+    )?;
+    let signer_role = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: csr-status}
+rules:
+- apiGroups: [certificates.k8s.io]
+  resources: [certificatesigningrequests, certificatesigningrequests/status]
+  verbs: [get, list, update, patch]
+- apiGroups: [certificates.k8s.io]
+  resources: [signers]
+  resourceNames: ["example.com/*"]
+  verbs: [sign]
+"#;
+    kubectl.ok_stdin(&["apply", "-f", "-"], signer_role)?;
+    flotilla_e2e::until("the signer may sign", Duration::from_secs(10), || {
+        Ok(issuer.run(&sign, None, &[])?.status.success())
+    })
 }
 
 #[test]

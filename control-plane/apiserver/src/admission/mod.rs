@@ -4,6 +4,7 @@
 //! plugins (`validate`) see the final object just before it is stored, so what they allow
 //! is exactly what is written. The order is upstream's `--enable-admission-plugins` order.
 
+mod certificate_signing;
 mod certificate_subject;
 mod claim_resize;
 mod default_class;
@@ -79,6 +80,19 @@ pub struct Context<'a> {
     pub lookups: &'a Lookups,
     /// The cluster's PodSecurity defaults and exemptions.
     pub pod_security: &'a PodSecurityConfiguration,
+    /// The cluster's authorizer, for plugins that ask whether the user may do something else
+    /// (upstream injects it the same way).
+    pub authorizer: &'a dyn Authorizer,
+}
+
+/// Whether a user may do what `attributes` describe (RBAC and the Node authorizer).
+#[async_trait::async_trait]
+pub trait Authorizer: Send + Sync {
+    /// Allowed or not.
+    async fn allowed(
+        &self,
+        attributes: &flotilla_api_machinery::rbac::Attributes,
+    ) -> Result<bool, ApiError>;
 }
 
 impl Context<'_> {
@@ -215,6 +229,7 @@ impl Chain {
                 Box::new(priority::Priority),
                 Box::new(claim_resize::PersistentVolumeClaimResize),
                 Box::new(runtime_class::RuntimeClass),
+                Box::new(certificate_signing::CertificateSigning),
                 Box::new(certificate_subject::CertificateSubjectRestriction),
                 Box::new(default_class::DEFAULT_INGRESS_CLASS),
                 Box::new(default_class::DEFAULT_STORAGE_CLASS),
