@@ -380,6 +380,16 @@ pub fn parse_csr(pem: &[u8]) -> Result<Vec<u8>, String> {
     Ok(der)
 }
 
+/// The `signers` names that grant a signer (upstream's `IsAuthorizedForSignerName`): its
+/// own, and `<domain>/*`.
+pub fn signer_names(signer: &str) -> Vec<String> {
+    let mut names = vec![signer.to_string()];
+    if let Some((domain, _)) = signer.split_once('/') {
+        names.push(format!("{domain}/*"));
+    }
+    names
+}
+
 /// The subject organizations (the groups a client certificate would carry) that the
 /// request of CertificateSigningRequest `csr` asks for.
 pub fn requested_organizations(csr: &Value) -> Result<Vec<String>, String> {
@@ -656,11 +666,7 @@ pub async fn admit_approval(
     csr: &Value,
 ) -> Result<(), ApiError> {
     let signer = str_at(csr, &["spec", "signerName"]).unwrap_or("");
-    let mut names = vec![signer.to_string()];
-    if let Some((domain, _)) = signer.split_once('/') {
-        names.push(format!("{domain}/*"));
-    }
-    for name in names {
+    for name in signer_names(signer) {
         let attributes = Attributes {
             user: user.clone(),
             verb: "approve".into(),
@@ -716,6 +722,14 @@ mod tests {
 
     fn fields(errors: &[FieldError]) -> Vec<String> {
         errors.iter().map(|e| e.field.clone()).collect()
+    }
+
+    #[test]
+    fn a_signer_is_granted_by_name_or_by_its_domain() {
+        assert_eq!(
+            signer_names("example.com/issuer"),
+            ["example.com/issuer", "example.com/*"]
+        );
     }
 
     #[test]

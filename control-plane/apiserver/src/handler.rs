@@ -1209,12 +1209,7 @@ async fn patch_request(
     let tenant = &state.tenant;
     let authorizer = TenantAuthorizer { server, state };
     let context = admission_context(server, state, &authorizer);
-    let subresource = match target {
-        UpdateTarget::Main => None,
-        UpdateTarget::Status => Some("status"),
-        UpdateTarget::Approval => Some("approval"),
-        UpdateTarget::EphemeralContainers => Some("ephemeralcontainers"),
-    };
+    let subresource = target.subresource();
     let validator = admission::UpdateValidator::new(
         &server.admission,
         &context,

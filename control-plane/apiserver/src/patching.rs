@@ -151,12 +151,7 @@ fn apply_options(
         now: meta::now_rfc3339(),
         schema: PatchMeta::for_kind(resource.kind).unwrap_or_default(),
         ignored,
-        subresource: match target {
-            UpdateTarget::Main => String::new(),
-            UpdateTarget::Status => "status".into(),
-            UpdateTarget::Approval => "approval".into(),
-            UpdateTarget::EphemeralContainers => "ephemeralcontainers".into(),
-        },
+        subresource: target.subresource().unwrap_or("").into(),
     }
 }
 

@@ -1194,6 +1194,18 @@ pub enum UpdateTarget {
     EphemeralContainers,
 }
 
+impl UpdateTarget {
+    /// The subresource's name in the URL (`None` for the object itself).
+    pub fn subresource(self) -> Option<&'static str> {
+        match self {
+            UpdateTarget::Main => None,
+            UpdateTarget::Status => Some("status"),
+            UpdateTarget::Approval => Some("approval"),
+            UpdateTarget::EphemeralContainers => Some("ephemeralcontainers"),
+        }
+    }
+}
+
 /// What decides on an update's new state before it is stored (validating admission).
 #[async_trait::async_trait]
 pub trait UpdateValidation: Send + Sync {

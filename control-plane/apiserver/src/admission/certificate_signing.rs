@@ -43,7 +43,7 @@ impl Plugin for CertificateSigning {
             return Ok(());
         };
         let signer = meta::str_at(old, &["spec", "signerName"]).unwrap_or("");
-        for name in signer_names(signer) {
+        for name in crate::certificates::signer_names(signer) {
             let asked = flotilla_api_machinery::rbac::Attributes {
                 user: user.clone(),
                 verb: "sign".into(),
@@ -63,27 +63,5 @@ impl Plugin for CertificateSigning {
             csr,
             &format!("user not permitted to sign requests with signerName {signer:?}"),
         ))
-    }
-}
-
-/// The `signers` names that grant a signer: its own, and `<domain>/*`.
-fn signer_names(signer: &str) -> Vec<String> {
-    let mut names = vec![signer.to_string()];
-    if let Some((domain, _)) = signer.split_once('/') {
-        names.push(format!("{domain}/*"));
-    }
-    names
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_signer_is_granted_by_name_or_by_its_domain() {
-        assert_eq!(
-            signer_names("example.com/issuer"),
-            ["example.com/issuer", "example.com/*"]
-        );
     }
 }
