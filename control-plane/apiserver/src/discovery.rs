@@ -45,21 +45,15 @@ fn verbs(resource: &ResourceInfo) -> Vec<&'static str> {
 /// (subresource, response group, version, kind, verbs) for each subresource of a resource.
 pub(crate) fn subresources(
     resource: &ResourceInfo,
-) -> Vec<(
-    &'static str,
-    &'static str,
-    &'static str,
-    &'static str,
-    Vec<&'static str>,
-)> {
+) -> Vec<(&'static str, &str, &str, &str, Vec<&'static str>)> {
     let read_write = || vec!["get", "patch", "update"];
-    let mut out = Vec::new();
+    let mut out: Vec<(&'static str, &str, &str, &str, Vec<&'static str>)> = Vec::new();
     if resource.status_subresource {
         out.push((
             "status",
-            resource.group,
-            resource.version,
-            resource.kind,
+            &resource.group,
+            &resource.version,
+            &resource.kind,
             read_write(),
         ));
     }
@@ -91,9 +85,9 @@ pub(crate) fn subresources(
     if resource.kind == "CertificateSigningRequest" {
         out.push((
             "approval",
-            resource.group,
-            resource.version,
-            resource.kind,
+            &resource.group,
+            &resource.version,
+            &resource.kind,
             read_write(),
         ));
     }

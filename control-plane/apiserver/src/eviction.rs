@@ -123,6 +123,7 @@ fn budgets_resource(server: &ApiServer) -> Result<&'static ResourceInfo, ApiErro
     server
         .resources
         .find("policy", "v1", "poddisruptionbudgets")
+        .map(|resource| &**resource)
         .ok_or_else(|| ApiError::internal("poddisruptionbudgets are not served"))
 }
 

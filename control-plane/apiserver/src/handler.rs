@@ -37,7 +37,7 @@ const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"]
 fn returns_deleted_object(resource: &ResourceInfo) -> bool {
     resource.group.is_empty()
         && matches!(
-            resource.kind,
+            &*resource.kind,
             "Pod" | "Service" | "ServiceAccount" | "PersistentVolume" | "PersistentVolumeClaim"
         )
 }
@@ -384,15 +384,15 @@ async fn create_only_request(
         ));
     }
     let body = call.body_json()?;
-    check_body_kind(&body, &resource.api_version(), resource.kind)?;
-    let answer = match resource.kind {
+    check_body_kind(&body, &resource.api_version(), &resource.kind)?;
+    let answer = match &*resource.kind {
         "SelfSubjectReview" => crate::reviews::self_subject_review(&call.user),
         "TokenReview" => crate::reviews::token_review(server, state, body).await?,
         "SelfSubjectAccessReview" | "SubjectAccessReview" | "LocalSubjectAccessReview" => {
             crate::reviews::access_review(
                 server,
                 state,
-                resource.kind,
+                &resource.kind,
                 &call.user,
                 target.namespace,
                 body,
@@ -608,11 +608,11 @@ async fn serve_resource(
             respond(StatusCode::OK, obj, &[])
         }
         (&Method::GET, Some(name), Some("scale")) => {
-            let scale_spec = resource.scale.ok_or_else(ApiError::no_such_path)?;
+            let scale_spec = resource.scale.as_ref().ok_or_else(ApiError::no_such_path)?;
             let obj = store
                 .get(tenant, resource, namespace, name, ReadAt::Latest)
                 .await?;
-            plain(scale_of(&obj, &scale_spec))
+            plain(scale_of(&obj, scale_spec))
         }
         (&Method::POST, None, None) => {
             let body = call.body_json()?;
@@ -735,13 +735,13 @@ async fn serve_resource(
             respond(StatusCode::OK, updated, &warnings)
         }
         (&Method::PUT, Some(name), Some("scale")) => {
-            let scale_spec = resource.scale.ok_or_else(ApiError::no_such_path)?;
+            let scale_spec = resource.scale.as_ref().ok_or_else(ApiError::no_such_path)?;
             let body = call.body_json()?;
             update_scale(
                 server,
                 tenant,
                 resource,
-                &scale_spec,
+                scale_spec,
                 namespace,
                 name,
                 call,
@@ -778,13 +778,13 @@ async fn serve_resource(
             .await
         }
         (&Method::PATCH, Some(name), Some("scale")) => {
-            let scale_spec = resource.scale.ok_or_else(ApiError::no_such_path)?;
+            let scale_spec = resource.scale.as_ref().ok_or_else(ApiError::no_such_path)?;
             let patch = crate::patching::PatchRequest::parse(call)?;
             update_scale(
                 server,
                 tenant,
                 resource,
-                &scale_spec,
+                scale_spec,
                 namespace,
                 name,
                 call,
@@ -1232,7 +1232,7 @@ async fn patch_request(
                         target,
                     )?
                 } else {
-                    patch.apply_to(current, resource.kind)?
+                    patch.apply_to(current, &resource.kind)?
                 };
                 let mut local = Vec::new();
                 let next = store
@@ -1287,10 +1287,12 @@ fn scale_of(obj: &Value, spec: &ScaleSubresource) -> Value {
     });
     json!({
         "kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": metadata,
-        "spec": {"replicas": meta::at(obj, spec.spec_replicas).and_then(Value::as_i64).unwrap_or(0)},
+        "spec": {"replicas": meta::at(obj, &spec.spec_replicas).and_then(Value::as_i64).unwrap_or(0)},
         "status": {
-            "replicas": meta::at(obj, spec.status_replicas).and_then(Value::as_i64).unwrap_or(0),
-            "selector": crate::strategies::selector_string(meta::at(obj, spec.label_selector)),
+            "replicas": meta::at(obj, &spec.status_replicas).and_then(Value::as_i64).unwrap_or(0),
+            "selector": crate::strategies::selector_string(
+                spec.label_selector.as_ref().and_then(|path| meta::at(obj, path)),
+            ),
         },
     })
 }
@@ -1345,7 +1347,7 @@ where
                     }
                 };
                 let mut next = current.clone();
-                meta::set_at(&mut next, spec.spec_replicas, json!(replicas));
+                meta::set_at(&mut next, &spec.spec_replicas, json!(replicas));
                 let mut warnings = Vec::new();
                 server
                     .store

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 /// The value at a path of field names, if every step is an object that has it.
-pub fn at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(obj, |v, key| v.get(*key))
+pub fn at<'a, S: AsRef<str>>(obj: &'a Value, path: &[S]) -> Option<&'a Value> {
+    path.iter().try_fold(obj, |v, key| v.get(key.as_ref()))
 }
 
 /// The string at a path, if it is one.
@@ -16,23 +16,26 @@ pub fn str_at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a str> {
 
 /// A mutable reference to the object at `path`, creating empty objects on the way.
 /// Returns `None` if a non-object value is in the way.
-pub fn object_at_mut<'a>(obj: &'a mut Value, path: &[&str]) -> Option<&'a mut Map<String, Value>> {
+pub fn object_at_mut<'a, S: AsRef<str>>(
+    obj: &'a mut Value,
+    path: &[S],
+) -> Option<&'a mut Map<String, Value>> {
     let mut current = obj;
     for key in path {
         let map = current.as_object_mut()?;
         current = map
-            .entry(key.to_string())
+            .entry(key.as_ref().to_string())
             .or_insert_with(|| Value::Object(Map::new()));
     }
     current.as_object_mut()
 }
 
 /// Sets the value at a path, creating intermediate objects. No-op if a non-object is in the way.
-pub fn set_at(obj: &mut Value, path: &[&str], value: Value) {
+pub fn set_at<S: AsRef<str>>(obj: &mut Value, path: &[S], value: Value) {
     if let Some((last, parents)) = path.split_last()
         && let Some(parent) = object_at_mut(obj, parents)
     {
-        parent.insert(last.to_string(), value);
+        parent.insert(last.as_ref().to_string(), value);
     }
 }
 

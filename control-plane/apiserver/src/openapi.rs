@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::discovery::KUBERNETES_MINOR;
-use crate::resources::{ResourceInfo, Resources};
+use crate::resources::{ResourceInfo, Resources, Shape};
 use flotilla_api_machinery::schema::{ListType, PatchMeta, PatchStrategy};
 
 /// The documents, built once at startup (they depend only on the resource table).
@@ -41,8 +41,9 @@ fn gvk(resource: &ResourceInfo) -> Value {
 /// server's own strategic merge and server-side apply use.
 fn annotate(definitions: &mut Map<String, Value>, resources: &Resources) {
     for resource in resources.iter() {
+        let definition_name = resource.definition_name();
         if let Some(def) = definitions
-            .get_mut(&resource.schema_name)
+            .get_mut(&definition_name)
             .and_then(Value::as_object_mut)
         {
             def.insert(
@@ -50,8 +51,8 @@ fn annotate(definitions: &mut Map<String, Value>, resources: &Resources) {
                 json!([gvk(resource)]),
             );
         }
-        if let Some(schema) = PatchMeta::for_kind(resource.kind) {
-            annotate_definition(definitions, &resource.schema_name, schema, 0);
+        if let Some(schema) = PatchMeta::for_kind(&resource.kind) {
+            annotate_definition(definitions, &definition_name, schema, 0);
         }
     }
 }
@@ -254,8 +255,8 @@ impl Schemas<'_> {
     /// reference to it.
     fn list_reference(&mut self, resource: &ResourceInfo, item: &Value) -> Value {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
-        let namespace = resource
-            .schema_name
+        let definition_name = resource.definition_name();
+        let namespace = definition_name
             .rsplit_once('.')
             .map_or("", |(namespace, _)| namespace);
         let name = format!("{namespace}.{}", resource.list_kind);
@@ -294,7 +295,23 @@ fn operations(
 ) -> Vec<(String, Value)> {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, WatchEvent};
     use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
-    let reference = serde_json::to_value((resource.schema)(schemas.generator)).unwrap_or_default();
+    let reference = match &resource.shape {
+        Shape::Typed { schema, .. } => {
+            serde_json::to_value(schema(schemas.generator)).unwrap_or_default()
+        }
+        Shape::Custom(custom) => {
+            let name = resource.definition_name();
+            let mut definition = custom.openapi_schema().clone();
+            if let Some(object) = definition.as_object_mut() {
+                object.insert(
+                    "x-kubernetes-group-version-kind".into(),
+                    json!([gvk(resource)]),
+                );
+            }
+            schemas.extra.insert(name.clone(), definition);
+            json!({"$ref": format!("{}{name}", schemas.prefix)})
+        }
+    };
     let list = schemas.list_reference(resource, &reference);
     let status = schemas.reference::<Status>();
     let watch_event = schemas.reference::<WatchEvent<RawExtension>>();
@@ -308,13 +325,13 @@ fn operations(
     } else {
         ""
     };
-    let gv = operation_group_version(resource.group, resource.version);
+    let gv = operation_group_version(&resource.group, &resource.version);
     let scope = if resource.namespaced {
         "Namespaced"
     } else {
         ""
     };
-    let kind = resource.kind;
+    let kind = &resource.kind;
     let content = |answer: &Answer| match (answer, v3) {
         (Answer::Schema(schema), true) => {
             json!({"application/json": {"schema": schema}, "application/yaml": {"schema": schema}, "application/vnd.kubernetes.protobuf": {"schema": schema}})

@@ -149,7 +149,7 @@ fn apply_options(
         api_version: resource.api_version(),
         force,
         now: meta::now_rfc3339(),
-        schema: PatchMeta::for_kind(resource.kind).unwrap_or_default(),
+        schema: PatchMeta::for_kind(&resource.kind).unwrap_or_default(),
         ignored,
         subresource: target.subresource().unwrap_or("").into(),
     }

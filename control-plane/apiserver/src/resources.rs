@@ -1,7 +1,9 @@
 //! The table of served resources: names, scope, subresources and the strategy of each kind.
 
 use std::any::TypeId;
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -145,37 +147,69 @@ impl FieldLabel {
     }
 }
 
-/// The scale subresource's mapping onto the object (`autoscaling/v1` `Scale`).
-#[derive(Debug, Clone, Copy)]
+/// The scale subresource's mapping onto the object (`autoscaling/v1` `Scale`); a custom
+/// resource's paths come from its definition.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScaleSubresource {
     /// Where the desired replicas live in the object.
-    pub spec_replicas: &'static [&'static str],
+    pub spec_replicas: Vec<Name>,
     /// Where the observed replicas live.
-    pub status_replicas: &'static [&'static str],
-    /// Where the label selector lives (rendered as a string in `Scale.status.selector`).
-    pub label_selector: &'static [&'static str],
+    pub status_replicas: Vec<Name>,
+    /// Where the label selector lives (rendered as a string in `Scale.status.selector`); a
+    /// custom resource may have none.
+    pub label_selector: Option<Vec<Name>>,
+}
+
+/// A name in the resource table: borrowed for the built-in kinds, owned for the kinds a
+/// tenant defines.
+pub type Name = Cow<'static, str>;
+
+/// What a kind's objects may contain, beyond what its strategy checks.
+pub enum Shape {
+    /// A built-in kind: its k8s-openapi type.
+    Typed {
+        /// Decodes into the k8s-openapi type and encodes back: the canonical form, which also
+        /// drops fields the type does not have (how unknown fields are found).
+        canonicalize: fn(Value) -> Result<Value, serde_json::Error>,
+        /// Registers the type's OpenAPI schema (and those it refers to) and returns a `$ref`.
+        schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+        /// The OpenAPI definition name (`io.k8s.api.apps.v1.Deployment`).
+        schema_name: String,
+    },
+    /// A custom resource: its definition's structural schema.
+    Custom(Arc<dyn ObjectSchema>),
+}
+
+/// A custom resource version's schema as the store and the OpenAPI documents use it.
+pub trait ObjectSchema: Send + Sync {
+    /// Drops the fields the schema does not have (upstream's pruning), as a built-in kind's
+    /// round trip through its type does.
+    fn canonicalize(&self, obj: Value) -> Result<Value, serde_json::Error>;
+
+    /// The version's `openAPIV3Schema`, for the OpenAPI documents.
+    fn openapi_schema(&self) -> &Value;
 }
 
 /// Everything the server knows about one served resource.
 pub struct ResourceInfo {
     /// API group, empty for core.
-    pub group: &'static str,
+    pub group: Name,
     /// API version within the group.
-    pub version: &'static str,
+    pub version: Name,
     /// Kind of a single object.
-    pub kind: &'static str,
+    pub kind: Name,
     /// Kind of a list.
-    pub list_kind: &'static str,
+    pub list_kind: Name,
     /// Plural resource name (URL segment).
-    pub plural: &'static str,
+    pub plural: Name,
     /// Lower-case singular name.
-    pub singular: String,
+    pub singular: Name,
     /// Namespaced (true) or cluster-scoped.
     pub namespaced: bool,
     /// kubectl short names (`po`, `deploy`).
-    pub short_names: &'static [&'static str],
+    pub short_names: Vec<Name>,
     /// Categories such as `all`.
-    pub categories: &'static [&'static str],
+    pub categories: Vec<Name>,
     /// Whether `/status` is served (and status is ignored on the main resource).
     pub status_subresource: bool,
     /// The `/scale` subresource, where upstream has one.
@@ -189,13 +223,13 @@ pub struct ResourceInfo {
     pub computed: bool,
     /// Kind-specific behaviour.
     pub strategy: Box<dyn Strategy>,
-    /// Decodes into the k8s-openapi type and encodes back: the canonical form, which also
-    /// drops fields the type does not have (how unknown fields are found).
-    pub canonicalize: fn(Value) -> Result<Value, serde_json::Error>,
-    /// Registers the type's OpenAPI schema (and those it refers to) and returns a `$ref` to it.
-    pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
-    /// The OpenAPI definition name (`io.k8s.api.apps.v1.Deployment`).
-    pub schema_name: String,
+    /// What its objects may contain.
+    pub shape: Shape,
+    /// Set for a custom resource version other than its definition's storage version: the
+    /// version objects are stored at, which reads and writes convert from and to.
+    pub storage_version: Option<Name>,
+    /// A served version marked deprecated, with the warning every request to it gets.
+    pub deprecation_warning: Option<String>,
 }
 
 impl ResourceInfo {
@@ -214,6 +248,31 @@ impl ResourceInfo {
             group: self.group.to_string(),
             resource: self.plural.to_string(),
         }
+    }
+
+    /// The canonical form of `obj`: fields the kind does not have dropped.
+    pub fn canonicalize(&self, obj: Value) -> Result<Value, serde_json::Error> {
+        match &self.shape {
+            Shape::Typed { canonicalize, .. } => canonicalize(obj),
+            Shape::Custom(schema) => schema.canonicalize(obj),
+        }
+    }
+
+    /// The OpenAPI definition name: the k8s-openapi type's (`io.k8s.api.apps.v1.Deployment`),
+    /// or for a custom resource upstream's reversed group (`io.cert-manager.v1.Certificate`).
+    pub fn definition_name(&self) -> String {
+        match &self.shape {
+            Shape::Typed { schema_name, .. } => schema_name.clone(),
+            Shape::Custom(_) => {
+                let reversed: Vec<&str> = self.group.rsplit('.').collect();
+                format!("{}.{}.{}", reversed.join("."), self.version, self.kind)
+            }
+        }
+    }
+
+    /// Whether this kind is defined by a CustomResourceDefinition.
+    pub fn is_custom(&self) -> bool {
+        matches!(self.shape, Shape::Custom(_))
     }
 
     /// The group and a subresource of it (`pods/status`).
@@ -248,11 +307,13 @@ const PLAIN: Names = Names {
     generation: false,
 };
 
-const REPLICAS_SCALE: ScaleSubresource = ScaleSubresource {
-    spec_replicas: &["spec", "replicas"],
-    status_replicas: &["status", "replicas"],
-    label_selector: &["spec", "selector"],
-};
+fn replicas_scale() -> ScaleSubresource {
+    ScaleSubresource {
+        spec_replicas: vec!["spec".into(), "replicas".into()],
+        status_replicas: vec!["status".into(), "replicas".into()],
+        label_selector: Some(vec!["spec".into(), "selector".into()]),
+    }
+}
 
 fn define<T>(names: Names, strategy: Box<dyn Strategy>) -> ResourceInfo
 where
@@ -264,24 +325,19 @@ where
     T::Scope: 'static,
 {
     ResourceInfo {
-        group: T::GROUP,
-        version: T::VERSION,
-        kind: T::KIND,
-        list_kind: T::LIST_KIND,
-        plural: T::URL_PATH_SEGMENT,
-        singular: T::KIND.to_lowercase(),
-        namespaced: TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
-        short_names: names.short_names,
-        categories: names.categories,
+        list_kind: Cow::Borrowed(T::LIST_KIND),
+        short_names: names
+            .short_names
+            .iter()
+            .map(|s| Cow::Borrowed(*s))
+            .collect(),
+        categories: names.categories.iter().map(|s| Cow::Borrowed(*s)).collect(),
         status_subresource: names.status,
         scale: names.scale,
         tracks_generation: names.generation,
         create_only: false,
-        computed: false,
         strategy,
-        canonicalize: canonicalize_as::<T>,
-        schema: |generator| generator.subschema_for::<T>(),
-        schema_name: T::schema_name().into_owned(),
+        ..define_create_only::<T>()
     }
 }
 
@@ -292,30 +348,36 @@ where
     T::Scope: 'static,
 {
     ResourceInfo {
-        group: T::GROUP,
-        version: T::VERSION,
-        kind: T::KIND,
-        list_kind: "",
-        plural: T::URL_PATH_SEGMENT,
-        singular: T::KIND.to_lowercase(),
+        group: Cow::Borrowed(T::GROUP),
+        version: Cow::Borrowed(T::VERSION),
+        kind: Cow::Borrowed(T::KIND),
+        list_kind: Cow::Borrowed(""),
+        plural: Cow::Borrowed(T::URL_PATH_SEGMENT),
+        singular: Cow::Owned(T::KIND.to_lowercase()),
         namespaced: TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
-        short_names: &[],
-        categories: &[],
+        short_names: Vec::new(),
+        categories: Vec::new(),
         status_subresource: false,
         scale: None,
         tracks_generation: false,
         create_only: true,
         computed: false,
         strategy: Box::new(strategies::DefaultStrategy),
-        canonicalize: canonicalize_as::<T>,
-        schema: |generator| generator.subschema_for::<T>(),
-        schema_name: T::schema_name().into_owned(),
+        shape: Shape::Typed {
+            canonicalize: canonicalize_as::<T>,
+            schema: |generator| generator.subschema_for::<T>(),
+            schema_name: T::schema_name().into_owned(),
+        },
+        storage_version: None,
+        deprecation_warning: None,
     }
 }
 
-/// All served resources, in discovery order.
+/// All served resources, in discovery order: the built-in kinds shared by every tenant, then
+/// the kinds one tenant's CustomResourceDefinitions add.
+#[derive(Clone)]
 pub struct Resources {
-    all: Vec<ResourceInfo>,
+    all: Vec<Arc<ResourceInfo>>,
 }
 
 impl Resources {
@@ -403,21 +465,21 @@ impl Resources {
                     short_names: &["rc"],
                     categories: all_cat,
                     status: true,
-                    scale: Some(REPLICAS_SCALE),
+                    scale: Some(replicas_scale()),
                     generation: true,
                 },
                 Box::new(s::DefaultStrategy),
             ),
             define::<apps::Deployment>(
-                workload(&["deploy"], Some(REPLICAS_SCALE)),
+                workload(&["deploy"], Some(replicas_scale())),
                 Box::new(s::DeploymentStrategy),
             ),
             define::<apps::ReplicaSet>(
-                workload(&["rs"], Some(REPLICAS_SCALE)),
+                workload(&["rs"], Some(replicas_scale())),
                 Box::new(s::ReplicaSetStrategy),
             ),
             define::<apps::StatefulSet>(
-                workload(&["sts"], Some(REPLICAS_SCALE)),
+                workload(&["sts"], Some(replicas_scale())),
                 Box::new(s::StatefulSetStrategy),
             ),
             define::<apps::DaemonSet>(workload(&["ds"], None), Box::new(s::DaemonSetStrategy)),
@@ -471,39 +533,84 @@ impl Resources {
             define_create_only::<authorization::LocalSubjectAccessReview>(),
             define_create_only::<authorization::SelfSubjectRulesReview>(),
         ];
+        Resources {
+            all: all.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// These resources and `custom` after them (a tenant's table: its definitions' kinds
+    /// follow the built-in ones, which they can never shadow).
+    pub fn with_custom(&self, custom: impl IntoIterator<Item = Arc<ResourceInfo>>) -> Self {
+        let mut all = self.all.clone();
+        all.extend(custom);
         Resources { all }
     }
 
     /// Every resource.
-    pub fn iter(&self) -> impl Iterator<Item = &ResourceInfo> {
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<ResourceInfo>> {
         self.all.iter()
     }
 
     /// The resource served at `group/version/plural`, if any.
-    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<ResourceInfo>> {
         self.all
             .iter()
             .find(|r| r.group == group && r.version == version && r.plural == plural)
     }
 
     /// The resource of a `group/version, kind`, if any.
-    pub fn find_kind(&self, group: &str, version: &str, kind: &str) -> Option<&ResourceInfo> {
+    pub fn find_kind(&self, group: &str, version: &str, kind: &str) -> Option<&Arc<ResourceInfo>> {
         self.all
             .iter()
             .find(|r| r.group == group && r.version == version && r.kind == kind)
     }
 
-    /// The served groups with their versions, core ("") first, in first-seen order.
-    pub fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
-        let mut groups: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    /// The served groups with their versions, core ("") first, in first-seen order; a
+    /// custom group's versions are in upstream's priority order (`v2` before `v1beta1`), the
+    /// first being the preferred one.
+    pub fn groups(&self) -> Vec<(&str, Vec<&str>)> {
+        let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
         for r in &self.all {
             match groups.iter_mut().find(|(g, _)| *g == r.group) {
-                Some((_, versions)) if !versions.contains(&r.version) => versions.push(r.version),
+                Some((_, versions)) if !versions.contains(&&*r.version) => {
+                    versions.push(&r.version)
+                }
                 Some(_) => {}
-                None => groups.push((r.group, vec![r.version])),
+                None => groups.push((&r.group, vec![&r.version])),
+            }
+        }
+        for (group, versions) in &mut groups {
+            if self.all.iter().any(|r| r.group == *group && r.is_custom()) {
+                versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
             }
         }
         groups
+    }
+}
+
+/// Upstream's `version.CompareKubeAwareVersionStrings` as a sortable key: GA versions above
+/// beta above alpha, higher numbers first within each; anything else last, alphabetically.
+pub fn version_priority(version: &str) -> (u8, u64, u64, std::cmp::Reverse<String>) {
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        let (stage, minor) = if tail.is_empty() {
+            (3, 0)
+        } else if let Some(n) = tail.strip_prefix("beta") {
+            (2, n.parse().ok()?)
+        } else if let Some(n) = tail.strip_prefix("alpha") {
+            (1, n.parse().ok()?)
+        } else {
+            return None;
+        };
+        Some((stage, major, minor))
+    });
+    match parsed {
+        Some((stage, major, minor)) => (stage, major, minor, std::cmp::Reverse(String::new())),
+        None => (0, 0, 0, std::cmp::Reverse(version.to_string())),
     }
 }
 
@@ -524,5 +631,33 @@ mod tests {
         let node = FieldLabel::new("spec.nodeName", &["spec", "nodeName"]);
         assert_eq!(node.value(&json!({"spec": {"nodeName": "n1"}})), "n1");
         assert_eq!(node.value(&json!({"spec": {"nodeName": null}})), "");
+    }
+
+    #[test]
+    fn versions_sort_as_upstream_prefers_them() {
+        let mut versions = vec![
+            "v1alpha1",
+            "foo",
+            "v1beta2",
+            "v2",
+            "v1",
+            "v11alpha2",
+            "bar",
+            "v1beta1",
+        ];
+        versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+        assert_eq!(
+            versions,
+            [
+                "v2",
+                "v1",
+                "v1beta2",
+                "v1beta1",
+                "v11alpha2",
+                "v1alpha1",
+                "bar",
+                "foo"
+            ]
+        );
     }
 }

@@ -47,7 +47,7 @@ impl Tenant {
         let group = if resource.group.is_empty() {
             "core"
         } else {
-            resource.group
+            &resource.group
         };
         format!("{}{group}/{}/", self.key_prefix, resource.plural)
     }
@@ -365,7 +365,7 @@ impl Store {
         validation: FieldValidation,
         warnings: &mut Vec<String>,
     ) -> Result<Value, ApiError> {
-        let canonical = (resource.canonicalize)(obj.clone()).map_err(|e| {
+        let canonical = resource.canonicalize(obj.clone()).map_err(|e| {
             ApiError::bad_request(format!(
                 "{} in version \"{}\" cannot be handled as a {}: {e}",
                 resource.kind, resource.version, resource.kind
@@ -967,8 +967,8 @@ impl Store {
                 .collect();
             if !added.is_empty() {
                 return Err(ApiError::invalid(
-                    resource.group,
-                    resource.kind,
+                    &resource.group,
+                    &resource.kind,
                     &name,
                     vec![FieldError::forbidden(
                         &Path::new("metadata.finalizers"),
@@ -1305,8 +1305,8 @@ fn ensure_valid(
         Ok(())
     } else {
         Err(ApiError::invalid(
-            resource.group,
-            resource.kind,
+            &resource.group,
+            &resource.kind,
             meta::name(obj),
             errors,
         ))
@@ -1324,7 +1324,7 @@ fn validate_object_meta(resource: &ResourceInfo, obj: &Value, generated: bool) -
             "name or generateName is required",
         ));
     } else {
-        let problems = match resource.kind {
+        let problems = match &*resource.kind {
             // Namespaces and services have stricter strategy validation of their own.
             "Namespace" | "Service" => Vec::new(),
             // RBAC objects are named freely (`system:aggregate-to-admin`): upstream validates

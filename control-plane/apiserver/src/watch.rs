@@ -127,7 +127,7 @@ struct Encoder {
     representation: Representation,
     include: IncludeObject,
     sent_headers: bool,
-    kind: &'static str,
+    kind: crate::resources::Name,
     api_version: String,
     columns: Vec<crate::table::Column>,
 }
@@ -177,7 +177,7 @@ impl Encoder {
             Representation::PartialMetadata => {
                 ("PartialObjectMetadata", "meta.k8s.io/v1".to_string())
             }
-            _ => (self.kind, self.api_version.clone()),
+            _ => (&*self.kind, self.api_version.clone()),
         };
         let obj = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
         let mut line =
@@ -213,7 +213,7 @@ pub async fn start(
         representation,
         include,
         sent_headers: false,
-        kind: resource.kind,
+        kind: resource.kind.clone(),
         api_version: resource.api_version(),
         columns: resource.strategy.columns(),
     };

@@ -57,7 +57,7 @@ impl Plugin for DefaultClass {
     fn handles(&self, attributes: &Attributes<'_>) -> bool {
         attributes.operation == Operation::Create
             && attributes.subresource.is_empty()
-            && (attributes.resource.group, attributes.resource.plural) == self.kind
+            && (&*attributes.resource.group, &*attributes.resource.plural) == self.kind
     }
 
     async fn admit(

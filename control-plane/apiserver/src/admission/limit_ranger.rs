@@ -43,7 +43,7 @@ impl Plugin for LimitRanger {
             && !attributes.namespace.is_empty()
             && limit_range::applies(
                 operation,
-                attributes.resource.plural,
+                &attributes.resource.plural,
                 attributes.subresource,
             )
     }
@@ -116,7 +116,7 @@ impl Plugin for LimitRanger {
         if ranges.is_empty() {
             return Ok(());
         }
-        let outcome = match attributes.resource.plural {
+        let outcome = match &*attributes.resource.plural {
             "pods" => match serde_json::from_value::<Pod>(object.clone()) {
                 Ok(pod) => limit_range::validate_pod(&ranges, &pod),
                 Err(_) => Ok(()),

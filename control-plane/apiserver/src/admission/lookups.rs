@@ -54,6 +54,12 @@ impl Lookups {
         }
     }
 
+    /// The name copies of `plural` are kept under: only the kinds plugins read are kept
+    /// (and forgotten after writes); any other is read afresh each time.
+    pub(super) fn kept(plural: &str) -> Option<&'static str> {
+        LOOKED_UP.iter().copied().find(|kept| *kept == plural)
+    }
+
     /// Forgets every copy of `plural` of `tenant` (after a write to one of them).
     pub fn forget(&self, tenant: &str, plural: &str) {
         if !LOOKED_UP.contains(&plural) {

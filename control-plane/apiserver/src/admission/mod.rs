@@ -105,6 +105,7 @@ impl Context<'_> {
     ) -> Result<&ResourceInfo, ApiError> {
         self.resources
             .find(group, version, plural)
+            .map(|resource| &**resource)
             .ok_or_else(|| ApiError::internal(format!("{plural} are not served")))
     }
 
@@ -134,9 +135,12 @@ impl Context<'_> {
         resource: &ResourceInfo,
         namespace: Option<&str>,
     ) -> Result<Arc<Vec<Value>>, ApiError> {
+        let Some(plural) = lookups::Lookups::kept(&resource.plural) else {
+            return Ok(Arc::new(self.list(resource, namespace).await?));
+        };
         let key = (
             self.tenant.id.clone(),
-            resource.plural,
+            plural,
             namespace.unwrap_or("").to_string(),
         );
         if let Some(items) = self.lookups.get(&key) {
@@ -154,19 +158,25 @@ impl Context<'_> {
         resource: &ResourceInfo,
         name: &str,
     ) -> Result<Option<Value>, ApiError> {
-        let key = (self.tenant.id.clone(), resource.plural, format!("={name}"));
+        let read = || async {
+            match self
+                .store
+                .get(self.tenant, resource, "", name, ReadAt::Latest)
+                .await
+            {
+                Ok(object) => Ok(Some(object)),
+                Err(err) if err.code == 404 => Ok(None),
+                Err(err) => Err(err),
+            }
+        };
+        let Some(plural) = lookups::Lookups::kept(&resource.plural) else {
+            return read().await;
+        };
+        let key = (self.tenant.id.clone(), plural, format!("={name}"));
         if let Some(items) = self.lookups.get(&key) {
             return Ok(items.first().cloned());
         }
-        let found = match self
-            .store
-            .get(self.tenant, resource, "", name, ReadAt::Latest)
-            .await
-        {
-            Ok(object) => Some(object),
-            Err(err) if err.code == 404 => None,
-            Err(err) => return Err(err),
-        };
+        let found = read().await?;
         self.lookups
             .put(key, Arc::new(found.iter().cloned().collect()));
         Ok(found)

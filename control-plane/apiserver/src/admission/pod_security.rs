@@ -45,7 +45,7 @@ impl Plugin for PodSecurity {
         let namespaces = kind.group.is_empty() && kind.plural == "namespaces";
         match (attributes.operation, attributes.subresource) {
             (_, "") if namespaces => true,
-            (Operation::Create, "") => pods || template_path(kind.group, kind.plural).is_some(),
+            (Operation::Create, "") => pods || template_path(&kind.group, &kind.plural).is_some(),
             // A pod's spec changes only where upstream allows (images, and debuggers through
             // ephemeralcontainers); both are checked as upstream checks them.
             (Operation::Update, "" | "ephemeralcontainers") => pods,
@@ -97,7 +97,8 @@ impl Plugin for PodSecurity {
         if policy.enforce.level == Level::Privileged && policy.warn.level == Level::Privileged {
             return Ok(());
         }
-        let template = match template_path(attributes.resource.group, attributes.resource.plural) {
+        let template = match template_path(&attributes.resource.group, &attributes.resource.plural)
+        {
             Some(path) => match meta::at(object, path) {
                 Some(template) => template,
                 None => return Ok(()),

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use super::{Attributes, Context, Operation, Plugin, forbidden};
 use crate::error::ApiError;
 use crate::meta;
+use crate::resources::Name;
 use crate::resources::ResourceInfo;
 
 /// The ResourceQuota plugin. Creates into one namespace are charged in batches, as upstream's
@@ -40,7 +41,7 @@ struct NamespaceQueue {
 
 /// One create waiting for its decision.
 struct Waiter {
-    kind: (&'static str, &'static str),
+    kind: (Name, Name),
     usage: Usage,
     pod: Option<Pod>,
     dry_run: bool,
@@ -69,7 +70,7 @@ impl Plugin for ResourceQuota {
         // Updates change usage only for claims (a bigger request) and Services (a type
         // with load balancers or node ports), as upstream's evaluators see it.
         let counted_on_update =
-            kind.group.is_empty() && matches!(kind.plural, "persistentvolumeclaims" | "services");
+            kind.group.is_empty() && matches!(&*kind.plural, "persistentvolumeclaims" | "services");
         (attributes.operation == Operation::Create || counted_on_update)
             && attributes.subresource.is_empty()
             && !attributes.namespace.is_empty()
@@ -91,21 +92,22 @@ impl Plugin for ResourceQuota {
             return Ok(());
         }
         let resource = attributes.resource;
-        let kind = (resource.group, resource.plural);
-        let mut usage = quota::usage_of(kind.0, kind.1, object, now());
+        let kind = (resource.group.clone(), resource.plural.clone());
+        let mut usage = quota::usage_of(&kind.0, &kind.1, object, now());
         if let Some(old) = attributes.old {
             // An update is charged what it adds (upstream's SubtractWithNonNegativeResult).
-            let before = quota::usage_of(kind.0, kind.1, old, now());
+            let before = quota::usage_of(&kind.0, &kind.1, old, now());
             usage = quota::added(&usage, &before);
             if usage.is_empty() {
                 return Ok(());
             }
         }
         let (decided, decision) = tokio::sync::oneshot::channel();
+        let is_pod = kind.0.is_empty() && kind.1 == "pods";
         let waiter = Waiter {
             kind,
             usage,
-            pod: (kind == ("", "pods"))
+            pod: is_pod
                 .then(|| serde_json::from_value::<Pod>(object.clone()).ok())
                 .flatten(),
             dry_run: attributes.dry_run,
@@ -182,7 +184,12 @@ async fn charge_batch(
             let mut tentative = quotas.clone();
             let mut refusal = None;
             for quota in tentative.iter_mut() {
-                match charge(quota, waiter.kind, &waiter.usage, waiter.pod.as_ref()) {
+                match charge(
+                    quota,
+                    (&waiter.kind.0, &waiter.kind.1),
+                    &waiter.usage,
+                    waiter.pod.as_ref(),
+                ) {
                     Ok(Some(next)) => *quota = next,
                     Ok(None) => {}
                     Err(why) => {

@@ -31,7 +31,7 @@ impl Plugin for StorageObjectInUseProtection {
         object: &mut Value,
         _warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
-        let finalizer = match attributes.resource.plural {
+        let finalizer = match &*attributes.resource.plural {
             "persistentvolumeclaims" => "kubernetes.io/pvc-protection",
             _ => "kubernetes.io/pv-protection",
         };
