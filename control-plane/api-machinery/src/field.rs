@@ -272,7 +272,7 @@ pub fn aggregate(errors: &[FieldError]) -> String {
 }
 
 /// `utilerrors.NewAggregate(...).Error()` over plain messages.
-pub(crate) fn aggregate_messages(messages: &[String]) -> String {
+pub fn aggregate_messages(messages: &[String]) -> String {
     match messages {
         [] => String::new(),
         [one] => one.clone(),

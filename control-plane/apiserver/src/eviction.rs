@@ -119,7 +119,7 @@ fn is_ready(pod: &Value) -> bool {
         })
 }
 
-fn budgets_resource(server: &ApiServer) -> Result<&'static ResourceInfo, ApiError> {
+fn budgets_resource(server: &ApiServer) -> Result<&ResourceInfo, ApiError> {
     server
         .resources
         .find("policy", "v1", "poddisruptionbudgets")

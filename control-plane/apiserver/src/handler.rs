@@ -282,7 +282,6 @@ async fn route(
     rest: &[&str],
     call: &Call,
 ) -> Result<Response, ApiError> {
-    let resources = server.resources;
     let accept = call.header(header::ACCEPT);
     // Everything but a resource path is a read-only document.
     let resource_path = matches!(rest, ["api", "v1", _, ..] | ["apis", _, _, _, ..]);
@@ -326,17 +325,25 @@ async fn route(
             );
             Ok(response)
         }
-        ["api"] => Ok(discovery_root(server, accept, true)),
-        ["apis"] => Ok(discovery_root(server, accept, false)),
-        ["api", "v1"] => discovery::api_resource_list(resources, "", "v1")
+        ["api"] => Ok(discovery_root(server, state, accept, true).await?),
+        ["apis"] => Ok(discovery_root(server, state, accept, false).await?),
+        ["api", "v1"] => discovery::api_resource_list(&server.resources, "", "v1")
             .map(|v| plain_json(&v))
             .ok_or_else(ApiError::no_such_path),
-        ["apis", group] => discovery::api_group(resources, group)
-            .map(|v| plain_json(&v))
-            .ok_or_else(ApiError::no_such_path),
-        ["apis", group, version] => discovery::api_resource_list(resources, group, version)
-            .map(|v| plain_json(&v))
-            .ok_or_else(ApiError::no_such_path),
+        ["apis", group] => {
+            let table: Arc<crate::resources::Resources> =
+                state.kinds.table(server, &state.tenant).await?;
+            discovery::api_group(&table, group)
+                .map(|v| plain_json(&v))
+                .ok_or_else(ApiError::no_such_path)
+        }
+        ["apis", group, version] => {
+            let table: Arc<crate::resources::Resources> =
+                state.kinds.table(server, &state.tenant).await?;
+            discovery::api_resource_list(&table, group, version)
+                .map(|v| plain_json(&v))
+                .ok_or_else(ApiError::no_such_path)
+        }
         // kubectl and client-go ask for gnostic's protobuf form only; browsers and curl get JSON.
         ["openapi", "v2"]
             if accept.contains(flotilla_protobuf::openapi_v2::OPENAPI_V2_PROTOBUF_TYPE) =>
@@ -421,19 +428,28 @@ fn check_body_kind(body: &Value, api_version: &str, kind: &str) -> Result<(), Ap
 
 /// `/api` (core) or `/apis`: aggregated discovery when the client asks for it, else the
 /// legacy documents.
-fn discovery_root(server: &ApiServer, accept: &str, core: bool) -> Response {
+async fn discovery_root(
+    server: &ApiServer,
+    state: &TenantState,
+    accept: &str,
+    core: bool,
+) -> Result<Response, ApiError> {
     if discovery::wants_aggregated(accept) {
-        let mut response = plain_json(&discovery::aggregated(server.resources, core));
+        let table = state.kinds.table(server, &state.tenant).await?;
+        let mut response = plain_json(&discovery::aggregated(&table, core));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
         );
-        return response;
+        return Ok(response);
     }
     if core {
-        plain_json(&discovery::api_versions(&server.advertise_address))
+        Ok(plain_json(&discovery::api_versions(
+            &server.advertise_address,
+        )))
     } else {
-        plain_json(&discovery::api_group_list(server.resources))
+        let table = state.kinds.table(server, &state.tenant).await?;
+        Ok(plain_json(&discovery::api_group_list(&table)))
     }
 }
 
@@ -503,6 +519,14 @@ async fn resource_request(
             .admission
             .lookups()
             .forget(&state.tenant.id, target.plural);
+        // A definition written: its names, conditions and the tenant's table follow before
+        // the answer, so the kinds it adds are served when the client hears back.
+        if group == crate::apiextensions::GROUP
+            && target.plural == "customresourcedefinitions"
+            && let Err(err) = crate::apiextensions::reconcile(server, state).await
+        {
+            tracing::warn!(tenant = %state.tenant.id, error = %err, "reconciling custom resource definitions");
+        }
     }
     answer
 }
@@ -517,10 +541,12 @@ async fn serve_resource(
 ) -> Result<Response, ApiError> {
     let tenant = &state.tenant;
     let target = parse_target(rest).ok_or_else(ApiError::no_such_path)?;
-    let resource = server
-        .resources
-        .find(group, version, target.plural)
+    let resource = state
+        .kinds
+        .find(server, tenant, group, version, target.plural)
+        .await?
         .ok_or_else(ApiError::no_such_path)?;
+    let resource = &resource;
     if resource.create_only {
         return create_only_request(server, state, resource, &target, call).await;
     }
@@ -881,7 +907,7 @@ fn admission_context<'a>(
 ) -> admission::Context<'a> {
     admission::Context {
         store: &server.store,
-        resources: server.resources,
+        resources: &server.resources,
         tenant: &state.tenant,
         lookups: server.admission.lookups(),
         pod_security: &state.record.pod_security,
@@ -1101,7 +1127,7 @@ async fn watch_request(
     server: &ApiServer,
     tenant: &Tenant,
     slot: Option<crate::limits::WatchSlot>,
-    resource: &'static ResourceInfo,
+    resource: &Arc<ResourceInfo>,
     namespace: Option<&str>,
     call: &Call,
     representation: Representation,
@@ -1172,7 +1198,7 @@ async fn watch_request(
         &server.store,
         &server.watch_snapshots,
         tenant,
-        resource,
+        resource.clone(),
         namespace,
         options,
         representation,
@@ -1191,7 +1217,7 @@ async fn watch_request(
 async fn patch_request(
     server: &ApiServer,
     state: &TenantState,
-    resource: &'static ResourceInfo,
+    resource: &ResourceInfo,
     namespace: &str,
     name: &str,
     target: UpdateTarget,

@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod apiextensions;
 pub mod authn;
 pub mod authz;
 pub mod certificates;
@@ -64,7 +65,7 @@ use crate::storage::envelope::{EnvelopeError, KeyEncryptionKey};
 use crate::store::Store;
 use crate::tenants::Tenants;
 
-static RESOURCES: LazyLock<Resources> = LazyLock::new(Resources::builtin);
+static RESOURCES: LazyLock<Arc<Resources>> = LazyLock::new(|| Arc::new(Resources::builtin()));
 
 /// How an [`ApiServer`] presents itself and what it allows each tenant.
 #[derive(Debug, Clone)]
@@ -90,7 +91,9 @@ pub struct ServerOptions {
 /// The whole API surface of the process: every tenant's Kubernetes API.
 pub struct ApiServer {
     pub(crate) store: Store,
-    pub(crate) resources: &'static Resources,
+    pub(crate) resources: Arc<Resources>,
+    /// The custom resource schemas every tenant's definitions use, shared by content.
+    pub(crate) schemas: apiextensions::schemas::Interner,
     pub(crate) allocator: ServiceAllocator,
     /// The admission plugins every write runs through.
     pub(crate) admission: admission::Chain,
@@ -150,7 +153,8 @@ impl ApiServer {
             tenants: Tenants::new(store.clone(), &public_url, key_encryption.clone()),
             key_encryption,
             store,
-            resources: &RESOURCES,
+            resources: RESOURCES.clone(),
+            schemas: Default::default(),
             allocator: ServiceAllocator::new(ServiceNetwork::default()),
             admission: admission::Chain::upstream_default(),
             openapi: OpenApi::build(&RESOURCES),
@@ -171,9 +175,9 @@ impl ApiServer {
         &self.admission
     }
 
-    /// The served resources.
-    pub fn resources(&self) -> &'static Resources {
-        self.resources
+    /// The built-in resources (every tenant's table starts with them).
+    pub fn resources(&self) -> &Resources {
+        &self.resources
     }
 
     /// The key every stored private key is sealed under (the service's own records use it
@@ -199,10 +203,11 @@ impl ApiServer {
         &self.store
     }
 
-    pub(crate) fn namespaces(&self) -> &'static ResourceInfo {
+    pub(crate) fn namespaces(&self) -> &ResourceInfo {
         // The table always contains namespaces; this is a programming invariant.
         self.resources
             .find("", "v1", "namespaces")
+            .map(|r| &**r)
             .unwrap_or_else(|| unreachable!("namespaces are always served"))
     }
 

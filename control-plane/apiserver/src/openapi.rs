@@ -40,6 +40,10 @@ fn gvk(resource: &ResourceInfo) -> Value {
 /// list-type metadata kubectl and apply clients read, taken from the same field table the
 /// server's own strategic merge and server-side apply use.
 fn annotate(definitions: &mut Map<String, Value>, resources: &Resources) {
+    // Field tags belong to a Go type, not to where it is reached from: each definition is
+    // annotated once (recursive types such as JSONSchemaProps would otherwise be walked
+    // exponentially often).
+    let mut annotated = std::collections::HashSet::new();
     for resource in resources.iter() {
         let definition_name = resource.definition_name();
         if let Some(def) = definitions
@@ -52,7 +56,7 @@ fn annotate(definitions: &mut Map<String, Value>, resources: &Resources) {
             );
         }
         if let Some(schema) = PatchMeta::for_kind(&resource.kind) {
-            annotate_definition(definitions, &definition_name, schema, 0);
+            annotate_definition(definitions, &definition_name, schema, &mut annotated);
         }
     }
 }
@@ -76,10 +80,9 @@ fn annotate_definition(
     definitions: &mut Map<String, Value>,
     name: &str,
     schema: PatchMeta,
-    depth: usize,
+    annotated: &mut std::collections::HashSet<String>,
 ) {
-    // Kubernetes types nest about a dozen levels at most; the bound guards recursive types.
-    if depth > 16 {
+    if !annotated.insert(name.to_string()) {
         return;
     }
     let properties: Vec<(String, Option<String>)> = definitions
@@ -136,7 +139,7 @@ fn annotate_definition(
             }
         }
         if let Some(child) = child_definition {
-            annotate_definition(definitions, &child, schema.child(&property), depth + 1);
+            annotate_definition(definitions, &child, schema.child(&property), annotated);
         }
     }
 }

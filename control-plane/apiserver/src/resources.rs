@@ -87,6 +87,20 @@ pub trait Strategy: Send + Sync {
         &[]
     }
 
+    /// Whether `field` may be used in a field selector, besides `metadata.name` and
+    /// `metadata.namespace`.
+    fn supports_field_label(&self, field: &str) -> bool {
+        self.field_labels().iter().any(|label| label.name == field)
+    }
+
+    /// The values of every field a selector may name in `obj`.
+    fn field_label_values(&self, obj: &Value) -> Vec<(String, String)> {
+        self.field_labels()
+            .iter()
+            .map(|label| (label.name.to_string(), label.value(obj)))
+            .collect()
+    }
+
     /// Columns of the Table representation (`kubectl get`), Name included where it belongs.
     fn columns(&self) -> Vec<Column> {
         vec![crate::table::name_column(), crate::table::age_column()]
@@ -108,6 +122,15 @@ pub trait Strategy: Send + Sync {
     fn keeps_status_on_create(&self) -> bool {
         false
     }
+
+    /// Finalizers a delete adds before the object goes (a CustomResourceDefinition's
+    /// objects are deleted first), as upstream's registries that override `Delete` do.
+    fn finalizers_on_delete(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Marks an object whose deletion has begun (a definition's `Terminating` condition).
+    fn mark_deleting(&self, _obj: &mut Value) {}
 }
 
 /// One field a kind can be selected by, and where its value lives in the object.
@@ -522,6 +545,16 @@ impl Resources {
                 Box::new(crate::certificates::CertificateSigningRequestStrategy),
             ),
             define::<scheduling::PriorityClass>(short(&["pc"]), Box::new(s::DefaultStrategy)),
+            define::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
+                Names {
+                    short_names: &["crd", "crds"],
+                    categories: &["api-extensions"],
+                    status: true,
+                    scale: None,
+                    generation: true,
+                },
+                Box::new(crate::apiextensions::definition::DefinitionStrategy),
+            ),
             define::<rbac::Role>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::ClusterRole>(PLAIN, Box::new(s::DefaultStrategy)),

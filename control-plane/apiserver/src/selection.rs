@@ -32,11 +32,10 @@ impl Selection {
             Some(s) => {
                 let selector =
                     FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let labels = resource.strategy.field_labels();
                 for field in selector.fields() {
                     let generic = field == "metadata.name"
                         || (resource.namespaced && field == "metadata.namespace");
-                    if !generic && !labels.iter().any(|l| l.name == field.as_str()) {
+                    if !generic && !resource.strategy.supports_field_label(&field) {
                         return Err(ApiError::bad_request(format!(
                             "field label not supported: {field}"
                         )));
@@ -76,9 +75,7 @@ impl Selection {
                     meta::namespace(obj).to_string(),
                 );
             }
-            for label in resource.strategy.field_labels() {
-                values.insert(label.name.to_string(), label.value(obj));
-            }
+            values.extend(resource.strategy.field_label_values(obj));
             if !fields.matches(&values) {
                 return false;
             }

@@ -1069,6 +1069,11 @@ impl Store {
                 }
                 _ => {}
             }
+            for finalizer in resource.strategy.finalizers_on_delete() {
+                if !finalizers.iter().any(|f| f == finalizer) {
+                    finalizers.push(finalizer.to_string());
+                }
+            }
             let namespace_finalizers = resource.kind == "Namespace"
                 && meta::at(&current, &["spec", "finalizers"])
                     .and_then(Value::as_array)
@@ -1100,6 +1105,7 @@ impl Store {
                     if resource.tracks_generation {
                         set_next_generation(&mut updated, &current);
                     }
+                    resource.strategy.mark_deleting(&mut updated);
                 }
                 if resource.kind == "Namespace" {
                     meta::set_at(&mut updated, &["status", "phase"], json!("Terminating"));
@@ -1324,14 +1330,15 @@ fn validate_object_meta(resource: &ResourceInfo, obj: &Value, generated: bool) -
             "name or generateName is required",
         ));
     } else {
-        let problems = match &*resource.kind {
+        let problems = match (&*resource.group, &*resource.kind) {
             // Namespaces and services have stricter strategy validation of their own.
-            "Namespace" | "Service" => Vec::new(),
+            ("", "Namespace" | "Service") => Vec::new(),
             // RBAC objects are named freely (`system:aggregate-to-admin`): upstream validates
             // them as path segments only (ValidateRBACName).
-            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => {
-                names::is_valid_path_segment_name(name)
-            }
+            (
+                "rbac.authorization.k8s.io",
+                "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding",
+            ) => names::is_valid_path_segment_name(name),
             _ => {
                 let mut p = names::is_valid_path_segment_name(name);
                 if p.is_empty() {

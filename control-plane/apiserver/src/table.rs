@@ -1,5 +1,8 @@
 //! The `meta.k8s.io/v1` Table representation (`Accept: …;as=Table`) that `kubectl get` prints.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use crate::meta;
@@ -8,17 +11,42 @@ use crate::meta;
 #[derive(Clone)]
 pub struct Column {
     /// Header, e.g. `Ready`.
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     /// OpenAPI type of the cell: `string`, `integer`, `number`, `boolean`.
-    pub ty: &'static str,
+    pub ty: Cow<'static, str>,
     /// OpenAPI format hint (`name` for the name column), usually empty.
-    pub format: &'static str,
+    pub format: Cow<'static, str>,
     /// What the column means.
-    pub description: &'static str,
+    pub description: Cow<'static, str>,
     /// 0 for the default view, 1 for `-o wide` only.
-    pub priority: i32,
+    pub priority: i64,
     /// Computes the cell.
-    pub cell: fn(&Value) -> Value,
+    pub cell: Cell,
+}
+
+/// How a column's cell is computed.
+#[derive(Clone)]
+pub enum Cell {
+    /// By code (the built-in kinds' printers).
+    Computed(fn(&Value) -> Value),
+    /// By a custom resource's `additionalPrinterColumns` path.
+    Path(Arc<crate::apiextensions::columns::JsonPath>),
+    /// By such a path to a timestamp, printed as an age (`5m`) as upstream's printer does
+    /// for columns of type `date`.
+    Age(Arc<crate::apiextensions::columns::JsonPath>),
+}
+
+impl Cell {
+    fn of(&self, obj: &Value) -> Value {
+        match self {
+            Cell::Computed(cell) => cell(obj),
+            Cell::Path(path) => path.cell(obj),
+            Cell::Age(path) => match path.cell(obj) {
+                Value::String(timestamp) => json!(since(Some(&timestamp))),
+                _ => Value::Null,
+            },
+        }
+    }
 }
 
 impl Column {
@@ -30,12 +58,12 @@ impl Column {
         cell: fn(&Value) -> Value,
     ) -> Self {
         Column {
-            name,
-            ty,
-            format: "",
-            description,
+            name: Cow::Borrowed(name),
+            ty: Cow::Borrowed(ty),
+            format: Cow::Borrowed(""),
+            description: Cow::Borrowed(description),
             priority: 0,
-            cell,
+            cell: Cell::Computed(cell),
         }
     }
 
@@ -59,12 +87,13 @@ pub fn age_column() -> Column {
 /// The Name column most kinds start with.
 pub fn name_column() -> Column {
     Column {
-        name: "Name",
-        ty: "string",
-        format: "name",
-        description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated.",
-        priority: 0,
-        cell: |obj| json!(meta::name(obj)),
+        format: Cow::Borrowed("name"),
+        ..Column::new(
+            "Name",
+            "string",
+            "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated.",
+            |obj| json!(meta::name(obj)),
+        )
     }
 }
 
@@ -92,7 +121,7 @@ impl IncludeObject {
 }
 
 fn row(columns: &[Column], obj: &Value, include: IncludeObject) -> Value {
-    let cells: Vec<Value> = columns.iter().map(|c| (c.cell)(obj)).collect();
+    let cells: Vec<Value> = columns.iter().map(|c| c.cell.of(obj)).collect();
     let mut row = json!({ "cells": cells });
     let object = match include {
         IncludeObject::None => None,

@@ -95,6 +95,8 @@ pub struct TenantState {
     pub metrics: crate::metrics::Metrics,
     /// When its scheduler and controller manager were last seen (`componentstatuses`).
     pub components: crate::componentstatus::ComponentActivity,
+    /// Its resource table: the built-in kinds and its definitions' kinds.
+    pub kinds: crate::apiextensions::TenantKinds,
 }
 
 impl TenantState {
@@ -134,6 +136,7 @@ impl TenantState {
             heavy_work: tokio::sync::Semaphore::new(1),
             metrics: Default::default(),
             components: Default::default(),
+            kinds: Default::default(),
         })
     }
 

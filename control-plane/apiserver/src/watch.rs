@@ -201,13 +201,13 @@ pub async fn start(
     store: &Store,
     snapshots: &Snapshots,
     tenant: &Tenant,
-    resource: &'static ResourceInfo,
+    resource: Arc<ResourceInfo>,
     namespace: Option<&str>,
     options: WatchOptions,
     representation: Representation,
     include: IncludeObject,
 ) -> Result<WatchBody, ApiError> {
-    let prefix = tenant.list_prefix(resource, namespace);
+    let prefix = tenant.list_prefix(&resource, namespace);
     let storage = store.storage().clone();
     let mut encoder = Encoder {
         representation,
@@ -262,7 +262,7 @@ pub async fn start(
         };
         if let Some(snapshot) = initial.as_ref().and_then(|shared| shared.snapshot.get()) {
             for obj in &snapshot.objects {
-                if options.selection.matches(obj, resource)
+                if options.selection.matches(obj, &resource)
                     && !send(encoder.event("ADDED", obj.clone())).await
                 {
                     return;
@@ -308,7 +308,7 @@ pub async fn start(
                     };
                     for event in response.events {
                         let revision = event.kv.mod_revision;
-                        let (kind, object) = match translate(&event, &options.selection, resource) {
+                        let (kind, object) = match translate(&event, &options.selection, &resource) {
                             Ok(Some(pair)) => pair,
                             Ok(None) => continue,
                             Err(err) => {
@@ -464,7 +464,7 @@ mod tests {
                 &store,
                 &snapshots,
                 &tenant,
-                configmaps,
+                configmaps.clone(),
                 Some("default"),
                 options(None),
                 Representation::Json,
@@ -526,7 +526,7 @@ mod tests {
             &store,
             &Snapshots::default(),
             &Tenant::new("t"),
-            configmaps,
+            configmaps.clone(),
             Some("default"),
             options,
             Representation::Json,

