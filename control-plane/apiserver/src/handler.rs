@@ -357,12 +357,18 @@ async fn route(
             Ok(response)
         }
         ["openapi", "v2"] => Ok(json_bytes(server.openapi.v2())),
-        ["openapi", "v3"] => Ok(json_bytes(server.openapi.v3_index())),
-        ["openapi", "v3", path @ ..] => server
-            .openapi
-            .v3_document(&path.join("/"))
-            .map(json_bytes)
-            .ok_or_else(ApiError::no_such_path),
+        ["openapi", "v3"] => match state.kinds.documents(server, &state.tenant).await? {
+            Some(custom) => Ok(json_bytes(custom.v3_index())),
+            None => Ok(json_bytes(server.openapi.v3_index())),
+        },
+        ["openapi", "v3", path @ ..] => {
+            let path = path.join("/");
+            match state.kinds.documents(server, &state.tenant).await? {
+                Some(custom) => custom.v3_document(&path).map(json_bytes),
+                None => server.openapi.v3_document(&path).map(json_bytes),
+            }
+            .ok_or_else(ApiError::no_such_path)
+        }
         ["api", "v1", rest @ ..] => resource_request(server, state, "", "v1", rest, call).await,
         ["apis", group, version, rest @ ..] => {
             resource_request(server, state, group, version, rest, call).await

@@ -303,13 +303,20 @@ fn operations(
             serde_json::to_value(schema(schemas.generator)).unwrap_or_default()
         }
         Shape::Custom(custom) => {
+            use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
             let name = resource.definition_name();
             let mut definition = custom.openapi_schema().clone();
+            let metadata = schemas.reference::<ObjectMeta>();
             if let Some(object) = definition.as_object_mut() {
                 object.insert(
                     "x-kubernetes-group-version-kind".into(),
                     json!([gvk(resource)]),
                 );
+                // Upstream's builder describes the standard fields; metadata is ObjectMeta.
+                let properties = object.entry("properties").or_insert_with(|| json!({}));
+                properties["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"});
+                properties["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"});
+                properties["metadata"] = metadata;
             }
             schemas.extra.insert(name.clone(), definition);
             json!({"$ref": format!("{}{name}", schemas.prefix)})
@@ -634,6 +641,61 @@ fn group_version_path(resource: &ResourceInfo) -> String {
     }
 }
 
+/// A tenant's v3 documents when its definitions add kinds.
+pub struct CustomDocuments {
+    v3_index: Bytes,
+    v3: BTreeMap<String, Bytes>,
+}
+
+impl CustomDocuments {
+    /// `/openapi/v3`: the index of group-version documents.
+    pub fn v3_index(&self) -> &Bytes {
+        &self.v3_index
+    }
+
+    /// `/openapi/v3/{api/v1 | apis/g/v}`.
+    pub fn v3_document(&self, group_version: &str) -> Option<&Bytes> {
+        self.v3.get(group_version)
+    }
+}
+
+/// The v3 document of one group version's kinds.
+fn v3_document(members: &[&ResourceInfo], resources: &Resources) -> Value {
+    let info = json!({"title": "Kubernetes", "version": format!("v1.{KUBERNETES_MINOR}.0")});
+    let mut gen3 = generator("#/components/schemas/");
+    let mut lists3 = Map::new();
+    let mut paths = Map::new();
+    for resource in members {
+        let mut schemas = Schemas {
+            generator: &mut gen3,
+            extra: &mut lists3,
+            prefix: "#/components/schemas/",
+        };
+        for (path, ops) in operations(resource, &mut schemas, true) {
+            paths.insert(path, ops);
+        }
+    }
+    let mut schemas: Map<String, Value> = gen3.take_definitions(true).into_iter().collect();
+    schemas.extend(lists3);
+    annotate(&mut schemas, resources);
+    json!({"openapi": "3.0.0", "info": info, "paths": paths, "components": {"schemas": schemas}})
+}
+
+/// The v3 index: each document's URL with a hash of its bytes (clients cache by it).
+fn v3_index(documents: &BTreeMap<String, Bytes>) -> Value {
+    let index: Map<String, Value> = documents
+        .iter()
+        .map(|(gv, doc)| {
+            let hash = content_hash(doc);
+            (
+                gv.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={hash}")}),
+            )
+        })
+        .collect();
+    json!({"paths": index})
+}
+
 impl OpenApi {
     /// Builds every document for the served resources.
     pub fn build(resources: &Resources) -> Self {
@@ -670,39 +732,32 @@ impl OpenApi {
                 .push(resource);
         }
         for (gv, members) in by_gv {
-            let mut gen3 = generator("#/components/schemas/");
-            let mut lists3 = Map::new();
-            let mut paths = Map::new();
-            for resource in members {
-                let mut schemas = Schemas {
-                    generator: &mut gen3,
-                    extra: &mut lists3,
-                    prefix: "#/components/schemas/",
-                };
-                for (path, ops) in operations(resource, &mut schemas, true) {
-                    paths.insert(path, ops);
-                }
-            }
-            let mut schemas: Map<String, Value> = gen3.take_definitions(true).into_iter().collect();
-            schemas.extend(lists3);
-            annotate(&mut schemas, resources);
-            let doc = json!({"openapi": "3.0.0", "info": info, "paths": paths, "components": {"schemas": schemas}});
-            v3.insert(gv, serialized(&doc));
+            v3.insert(gv, serialized(&v3_document(&members, resources)));
         }
-        let index: Map<String, Value> = v3
-            .iter()
-            .map(|(gv, doc)| {
-                let hash = content_hash(doc);
-                (
-                    gv.clone(),
-                    json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={hash}")}),
-                )
-            })
-            .collect();
         OpenApi {
             v2_protobuf: Bytes::from(flotilla_protobuf::openapi_v2::encode_openapi_v2(&v2)),
             v2: serialized(&v2),
-            v3_index: serialized(&json!({"paths": index})),
+            v3_index: serialized(&v3_index(&v3)),
+            v3,
+        }
+    }
+
+    /// The v3 documents of `table` (a tenant's): the shared ones, and its custom group
+    /// versions' built afresh (what a tenant's definitions add is that tenant's only).
+    pub fn with_custom(&self, table: &Resources) -> CustomDocuments {
+        let mut by_gv: BTreeMap<String, Vec<&ResourceInfo>> = BTreeMap::new();
+        for resource in table.iter().filter(|r| r.is_custom()) {
+            by_gv
+                .entry(group_version_path(resource))
+                .or_default()
+                .push(resource);
+        }
+        let mut v3 = self.v3.clone();
+        for (gv, members) in by_gv {
+            v3.insert(gv, serialized(&v3_document(&members, table)));
+        }
+        CustomDocuments {
+            v3_index: serialized(&v3_index(&v3)),
             v3,
         }
     }

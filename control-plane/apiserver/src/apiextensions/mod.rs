@@ -10,7 +10,7 @@ pub mod definition;
 pub mod naming;
 pub mod schemas;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use crate::ApiServer;
 use crate::error::ApiError;
 use crate::meta;
+use crate::openapi::CustomDocuments;
 use crate::resources::{ResourceInfo, Resources};
 use crate::store::{DeleteOptions, Deleted, ListOptions, Tenant};
 
@@ -37,6 +38,8 @@ const RELOAD_ON_MISS_AFTER: Duration = Duration::from_secs(1);
 pub struct TenantKinds {
     loaded: RwLock<Option<(Instant, Arc<Resources>)>>,
     loading: tokio::sync::Mutex<()>,
+    /// The OpenAPI documents of the table they were built for.
+    documents: Mutex<Option<(Arc<Resources>, Arc<CustomDocuments>)>>,
 }
 
 impl TenantKinds {
@@ -52,6 +55,31 @@ impl TenantKinds {
             return Ok(table);
         }
         self.reload(server, tenant).await
+    }
+
+    /// The tenant's OpenAPI v3 documents when its definitions add kinds (`None`: the shared
+    /// documents are the tenant's).
+    pub async fn documents(
+        &self,
+        server: &ApiServer,
+        tenant: &Tenant,
+    ) -> Result<Option<Arc<CustomDocuments>>, ApiError> {
+        let table = self.table(server, tenant).await?;
+        if !table.iter().any(|r| r.is_custom()) {
+            return Ok(None);
+        }
+        let mut documents = self
+            .documents
+            .lock()
+            .map_err(|_| ApiError::internal("the OpenAPI documents' lock was poisoned"))?;
+        if let Some((built_for, built)) = &*documents
+            && Arc::ptr_eq(built_for, &table)
+        {
+            return Ok(Some(built.clone()));
+        }
+        let built = Arc::new(server.openapi.with_custom(&table));
+        *documents = Some((table, built.clone()));
+        Ok(Some(built))
     }
 
     fn current(&self) -> Option<(Instant, Arc<Resources>)> {
