@@ -1,0 +1,336 @@
+//! CustomResourceDefinitions through stock kubectl: cert-manager's six real definitions
+//! applied client-side and server-side, established, explained and served with their printer
+//! columns, short names and categories; their objects created, patched, watched and deleted
+//! with the definition; bad definitions refused with upstream's messages; and each tenant
+//! seeing only its own definitions.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use flotilla_e2e::{Backend, Flotilla, FlotillaCli, Kubectl, jsonpath, until};
+
+/// The cert-manager CRD fixtures (about 1 MB of schemas).
+fn cert_manager_crds() -> anyhow::Result<PathBuf> {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/crds/cert-manager");
+    ensure!(
+        dir.is_dir(),
+        "the cert-manager CRD fixtures are missing at {} (../shared/fixtures beside the clone)",
+        dir.display()
+    );
+    Ok(dir)
+}
+
+const ISSUER_AND_CERTIFICATE: &str = r#"
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: selfsigned, namespace: default}
+spec:
+  selfSigned: {}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: web, namespace: default}
+spec:
+  secretName: web-tls
+  dnsNames: [web.example.com]
+  issuerRef: {name: selfsigned, kind: Issuer}
+"#;
+
+fn contains(text: &str, wanted: &str) -> anyhow::Result<()> {
+    ensure!(text.contains(wanted), "expected {wanted:?} in:\n{text}");
+    Ok(())
+}
+
+fn established(kubectl: &Kubectl, name: &str) -> anyhow::Result<()> {
+    kubectl.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        &format!("crd/{name}"),
+    ])?;
+    Ok(())
+}
+
+#[test]
+fn cert_manager_definitions_install_and_serve_their_kinds() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let crds = cert_manager_crds()?;
+    let crds = crds.to_str().context("fixture path")?;
+
+    let applied = kubectl.ok(&["apply", "-f", crds])?;
+    contains(
+        &applied,
+        "customresourcedefinition.apiextensions.k8s.io/certificates.cert-manager.io created",
+    )?;
+    for name in [
+        "certificates.cert-manager.io",
+        "issuers.cert-manager.io",
+        "clusterissuers.cert-manager.io",
+        "certificaterequests.cert-manager.io",
+        "orders.acme.cert-manager.io",
+        "challenges.acme.cert-manager.io",
+    ] {
+        established(&kubectl, name)?;
+    }
+    let names = jsonpath(
+        &kubectl,
+        &["get", "crd", "certificates.cert-manager.io"],
+        "{.status.conditions[?(@.type==\"NamesAccepted\")].reason} {.status.acceptedNames.shortNames}",
+    )?;
+    ensure!(names == r#"NoConflicts ["cert","certs"]"#, "{names}");
+    let listed = kubectl.ok(&["get", "crds"])?;
+    contains(&listed, "CREATED AT")?;
+    contains(&listed, "challenges.acme.cert-manager.io")?;
+
+    // The same files again, server-side: the definitions are unchanged and still served.
+    let again = kubectl.ok(&["apply", "--server-side", "--force-conflicts", "-f", crds])?;
+    contains(&again, "certificates.cert-manager.io serverside-applied")?;
+
+    let explained = kubectl.ok(&["explain", "certificate.spec.dnsNames"])?;
+    contains(&explained, "GROUP:      cert-manager.io")?;
+    contains(&explained, "FIELD: dnsNames <[]string>")?;
+
+    let resources = kubectl.ok(&["api-resources", "--api-group=cert-manager.io"])?;
+    contains(&resources, "certificates")?;
+    contains(&resources, "cert,certs")?;
+
+    contains(
+        &kubectl.ok_stdin(&["apply", "-f", "-"], ISSUER_AND_CERTIFICATE)?,
+        "certificate.cert-manager.io/web created",
+    )?;
+    let table = kubectl.ok(&["get", "certs"])?;
+    for column in ["NAME", "READY", "SECRET", "AGE", "web-tls"] {
+        contains(&table, column)?;
+    }
+    let category = kubectl.ok(&["get", "cert-manager"])?;
+    contains(&category, "issuer.cert-manager.io/selfsigned")?;
+    contains(&category, "certificate.cert-manager.io/web")?;
+
+    // A JSON merge patch works; a strategic merge patch is refused as upstream refuses it
+    // for custom resources.
+    kubectl.ok(&[
+        "patch",
+        "certificate",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"secretName":"web-tls-2"}}"#,
+    ])?;
+    ensure!(
+        jsonpath(
+            &kubectl,
+            &["get", "certificate", "web"],
+            "{.spec.secretName}"
+        )? == "web-tls-2"
+    );
+    let refused = kubectl.fails(&[
+        "patch",
+        "certificate",
+        "web",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"secretName":"x"}}"#,
+    ])?;
+    contains(&refused, "the body of the request was in an unknown format")?;
+    ensure!(
+        jsonpath(
+            &kubectl,
+            &["get", "certificate", "web"],
+            "{.metadata.generation}"
+        )? == "2"
+    );
+
+    // A watch sees the object and its deletion.
+    let (status, watched) = kubectl.raw_get(
+        "/apis/cert-manager.io/v1/namespaces/default/certificates?watch=1&timeoutSeconds=1",
+    )?;
+    ensure!(status == 200, "{status}: {watched}");
+    contains(&watched, r#""type":"ADDED""#)?;
+    contains(&watched, r#""name":"web""#)?;
+
+    // Deleting the definition deletes its objects first, then the kind is gone.
+    kubectl.ok(&[
+        "delete",
+        "crd",
+        "certificates.cert-manager.io",
+        "--timeout=60s",
+    ])?;
+    until(
+        "the certificates kind is gone",
+        Duration::from_secs(30),
+        || {
+            Ok(kubectl
+                .run(&["get", "certificates"], None, &[])?
+                .status
+                .code()
+                != Some(0))
+        },
+    )?;
+    let (status, _) =
+        kubectl.raw_get("/apis/cert-manager.io/v1/namespaces/default/certificates/web")?;
+    ensure!(status == 404, "certificate still served: {status}");
+    // The other definitions and their objects are untouched.
+    contains(&kubectl.ok(&["get", "issuers"])?, "selfsigned")?;
+    Ok(())
+}
+
+#[test]
+fn bad_definitions_get_upstreams_errors_and_names_are_first_come() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    let widget = |name: &str, plural: &str, kind: &str, group: &str| {
+        format!(
+            r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: {name}}}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: {plural}, kind: {kind}}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"#
+        )
+    };
+    let wrong_name = kubectl.run(
+        &["apply", "-f", "-"],
+        Some(&widget(
+            "gadgets.example.com",
+            "widgets",
+            "Widget",
+            "example.com",
+        )),
+        &[],
+    )?;
+    ensure!(
+        !wrong_name.status.success(),
+        "a definition named unlike plural.group was accepted"
+    );
+    contains(
+        &String::from_utf8_lossy(&wrong_name.stderr),
+        r#"metadata.name: Invalid value: "gadgets.example.com": must be spec.names.plural+"."+spec.group"#,
+    )?;
+    let no_dot = kubectl.run(
+        &["apply", "-f", "-"],
+        Some(&widget("widgets.example", "widgets", "Widget", "example")),
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&no_dot.stderr),
+        "should be a domain with at least one dot",
+    )?;
+    ensure!(
+        kubectl
+            .run(&["get", "crd", "gadgets.example.com"], None, &[])?
+            .status
+            .code()
+            != Some(0)
+    );
+
+    // Two definitions claiming one kind: the first keeps it, the second is told why not.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &widget("widgets.example.com", "widgets", "Widget", "example.com"),
+    )?;
+    established(&kubectl, "widgets.example.com")?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &widget("gizmos.example.com", "gizmos", "Widget", "example.com"),
+    )?;
+    let condition = jsonpath(
+        &kubectl,
+        &["get", "crd", "gizmos.example.com"],
+        "{.status.conditions[?(@.type==\"NamesAccepted\")].status} {.status.conditions[?(@.type==\"Established\")].status}",
+    )?;
+    ensure!(condition == "False False", "{condition}");
+    let message = jsonpath(
+        &kubectl,
+        &["get", "crd", "gizmos.example.com"],
+        "{.status.conditions[?(@.type==\"NamesAccepted\")].message}",
+    )?;
+    ensure!(message == r#""WidgetList" is already in use"#, "{message}");
+    let (status, _) = kubectl.raw_get("/apis/example.com/v1/gizmos")?;
+    ensure!(
+        status == 404,
+        "a kind whose names were refused is served: {status}"
+    );
+    Ok(())
+}
+
+#[test]
+fn each_tenant_has_its_own_definitions() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let a = f.kubectl();
+    let cli = FlotillaCli {
+        config: f.data_dir().join("flotilla.json"),
+    };
+    cli.ok(&["cluster", "create", "other", "--wait"])?;
+    let kubeconfig = f.data_dir().join("other.kubeconfig");
+    cli.ok(&[
+        "cluster",
+        "kubeconfig",
+        "other",
+        "--file",
+        kubeconfig.to_str().context("path")?,
+    ])?;
+    let b = Kubectl::new(&kubeconfig);
+
+    // The same definition name, with different schemas (one column each) in the two tenants.
+    let definition = |column: &str| {
+        format!(
+            r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: widgets.example.com}}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {{plural: widgets, kind: Widget}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    additionalPrinterColumns: [{{name: {column}, type: string, jsonPath: .spec.{column}}}]
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"#
+        )
+    };
+    a.ok_stdin(&["apply", "-f", "-"], &definition("color"))?;
+    established(&a, "widgets.example.com")?;
+    let (status, _) = b.raw_get("/apis/example.com/v1")?;
+    ensure!(status == 404, "tenant b sees tenant a's group: {status}");
+    ensure!(
+        !b.ok(&["api-resources"])?.contains("widgets"),
+        "tenant b's discovery lists widgets"
+    );
+
+    b.ok_stdin(&["apply", "-f", "-"], &definition("size"))?;
+    established(&b, "widgets.example.com")?;
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\nspec: {color: red, size: big}\n";
+    a.ok_stdin(&["apply", "-f", "-"], widget)?;
+    b.ok_stdin(&["apply", "-f", "-"], widget)?;
+    contains(&a.ok(&["get", "widgets"])?, "COLOR")?;
+    contains(&b.ok(&["get", "widgets"])?, "SIZE")?;
+    ensure!(!a.ok(&["get", "widgets"])?.contains("SIZE"));
+    a.ok(&["delete", "crd", "widgets.example.com", "--timeout=60s"])?;
+    until(
+        "tenant a's widgets are gone",
+        Duration::from_secs(30),
+        || {
+            Ok(
+                a.raw_get("/apis/example.com/v1/namespaces/default/widgets")?
+                    .0
+                    == 404,
+            )
+        },
+    )?;
+    contains(&b.ok(&["get", "widgets"])?, "big")?;
+    Ok(())
+}
