@@ -347,6 +347,41 @@ impl ApiError {
         err
     }
 
+    /// A Status another component chose (an admission webhook's refusal): its code when it is
+    /// an error code (else 400, as upstream's `ToStatusErr`), its reason when it is one of
+    /// the API's, its message as written.
+    pub fn from_status(code: u16, reason: &str, message: String) -> Self {
+        const REASONS: [&str; 16] = [
+            "Unauthorized",
+            "Forbidden",
+            "NotFound",
+            "AlreadyExists",
+            "Conflict",
+            "Gone",
+            "Invalid",
+            "ServerTimeout",
+            "Timeout",
+            "TooManyRequests",
+            "BadRequest",
+            "MethodNotAllowed",
+            "NotAcceptable",
+            "RequestEntityTooLarge",
+            "UnsupportedMediaType",
+            "InternalError",
+        ];
+        let code = if (400..600).contains(&code) {
+            code
+        } else {
+            400
+        };
+        let reason = REASONS
+            .iter()
+            .copied()
+            .find(|known| *known == reason)
+            .unwrap_or("");
+        Self::new(code, reason, message)
+    }
+
     /// `NewTimeoutError` of upstream's request-timeout filter: 504.
     pub fn request_timeout() -> Self {
         Self::new(

@@ -918,6 +918,7 @@ fn admission_context<'a>(
         lookups: server.admission.lookups(),
         pod_security: &state.record.pod_security,
         authorizer,
+        networks: &server.kubelet_networks,
     }
 }
 

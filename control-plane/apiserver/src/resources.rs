@@ -555,6 +555,14 @@ impl Resources {
                 },
                 Box::new(crate::apiextensions::definition::DefinitionStrategy),
             ),
+            define::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>(
+                PLAIN,
+                Box::new(s::WebhookConfigurationStrategy { mutating: true }),
+            ),
+            define::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>(
+                PLAIN,
+                Box::new(s::WebhookConfigurationStrategy { mutating: false }),
+            ),
             define::<rbac::Role>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::ClusterRole>(PLAIN, Box::new(s::DefaultStrategy)),

@@ -13,11 +13,13 @@ mod config;
 mod ephemeral;
 mod runtimeclass;
 mod storage;
+mod webhooks;
 mod workloads;
 
 pub use config::*;
 pub use runtimeclass::*;
 pub use storage::*;
+pub use webhooks::*;
 pub use workloads::*;
 
 /// Kinds with no behaviour beyond the generic store.

@@ -109,6 +109,63 @@ fn cert_manager_definitions_install_and_serve_their_kinds() -> anyhow::Result<()
     contains(&category, "issuer.cert-manager.io/selfsigned")?;
     contains(&category, "certificate.cert-manager.io/web")?;
 
+    // The schema decides: an unknown enum value and missing required fields are refused
+    // with upstream's field errors, an unknown field is refused under kubectl's strict
+    // validation and pruned without it, and defaults are filled in.
+    let certificate = |name: &str, algorithm: &str| {
+        format!(
+            "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  secretName: s\n  dnsNames: [a.example]\n  issuerRef: {{name: selfsigned}}\n  privateKey: {{algorithm: {algorithm}}}\n  bogus: 1\n"
+        )
+    };
+    let enum_refused = kubectl.run(
+        &["apply", "--validate=false", "-f", "-"],
+        Some(&certificate("bad", "DSA")),
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&enum_refused.stderr),
+        r#"spec.privateKey.algorithm: Unsupported value: "DSA": supported values: "RSA", "ECDSA", "Ed25519""#,
+    )?;
+    let strict = kubectl.run(
+        &["apply", "-f", "-"],
+        Some(&certificate("bad", "ECDSA")),
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&strict.stderr),
+        r#"strict decoding error: unknown field "spec.bogus""#,
+    )?;
+    kubectl.ok_stdin(
+        &["apply", "--validate=false", "-f", "-"],
+        &certificate("pruned", "ECDSA"),
+    )?;
+    let stored = jsonpath(&kubectl, &["get", "certificate", "pruned"], "{.spec}")?;
+    ensure!(
+        !stored.contains("bogus") && stored.contains("ECDSA"),
+        "{stored}"
+    );
+    let missing = kubectl.run(
+        &["apply", "-f", "-"],
+        Some("apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata: {name: incomplete, namespace: default}\nspec: {dnsNames: [a.example]}\n"),
+        &[],
+    )?;
+    let missing = String::from_utf8_lossy(&missing.stderr);
+    contains(&missing, "spec.issuerRef: Required value")?;
+    contains(&missing, "spec.secretName: Required value")?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: cert-manager.io/v1\nkind: Issuer\nmetadata: {name: acme, namespace: default}\nspec:\n  acme:\n    server: https://acme.example/directory\n    privateKeySecretRef: {name: k}\n    solvers: [{http01: {gatewayHTTPRoute: {parentRefs: [{name: gw}]}}}]\n",
+    )?;
+    let defaulted = jsonpath(
+        &kubectl,
+        &["get", "issuer", "acme"],
+        "{.spec.acme.solvers[0].http01.gatewayHTTPRoute.parentRefs[0].kind}",
+    )?;
+    ensure!(
+        defaulted == "Gateway",
+        "parentRefs[0].kind was not defaulted: {defaulted:?}"
+    );
+
     // A JSON merge patch works; a strategic merge patch is refused as upstream refuses it
     // for custom resources.
     kubectl.ok(&[
@@ -233,6 +290,17 @@ spec:
             .code()
             != Some(0)
     );
+
+    // A schema that is not structural (a property without a type).
+    let loose = widget("widgets.example.com", "widgets", "Widget", "example.com").replace(
+        "{type: object, x-kubernetes-preserve-unknown-fields: true}",
+        "{type: object, properties: {spec: {properties: {size: {type: string}}}}}",
+    );
+    let refused = kubectl.run(&["apply", "-f", "-"], Some(&loose), &[])?;
+    contains(
+        &String::from_utf8_lossy(&refused.stderr),
+        "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields",
+    )?;
 
     // Two definitions claiming one kind: the first keeps it, the second is told why not.
     kubectl.ok_stdin(

@@ -15,12 +15,14 @@ pub const LOOKUP_TTL: Duration = Duration::from_secs(1);
 const MAX_ENTRIES: usize = 10_000;
 
 /// The kinds plugins read, whose writes forget copies.
-pub const LOOKED_UP: [&str; 5] = [
+pub const LOOKED_UP: [&str; 7] = [
     "limitranges",
     "resourcequotas",
     "namespaces",
     "priorityclasses",
     "storageclasses",
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
 ];
 
 /// (tenant, plural, namespace or `=name`).

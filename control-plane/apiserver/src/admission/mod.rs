@@ -16,6 +16,7 @@ mod priority;
 mod resource_quota;
 mod runtime_class;
 mod storage_protection;
+mod webhook;
 
 use std::sync::Arc;
 
@@ -83,6 +84,9 @@ pub struct Context<'a> {
     /// The cluster's authorizer, for plugins that ask whether the user may do something else
     /// (upstream injects it the same way).
     pub authorizer: &'a dyn Authorizer,
+    /// Where the control plane may dial on a tenant's behalf (its webhooks): the networks its
+    /// nodes and pods are in, never the service's own addresses.
+    pub networks: &'a crate::kubelet::KubeletNetworks,
 }
 
 /// Whether a user may do what `attributes` describe (RBAC and the Node authorizer).
@@ -244,6 +248,8 @@ impl Chain {
                 Box::new(default_class::DEFAULT_INGRESS_CLASS),
                 Box::new(default_class::DEFAULT_STORAGE_CLASS),
                 Box::new(storage_protection::StorageObjectInUseProtection),
+                Box::new(webhook::MutatingWebhooks),
+                Box::new(webhook::ValidatingWebhooks),
                 Box::new(resource_quota::ResourceQuota::default()),
             ],
         }

@@ -6,6 +6,7 @@
 
 use flotilla_api_machinery::field::{ErrorType, FieldError, Path};
 use flotilla_api_machinery::names;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::{Value, json};
 
 use crate::meta;
@@ -272,11 +273,27 @@ fn validate_definition(obj: &Value) -> Vec<FieldError> {
             ));
         }
         seen.push(version_name);
-        if version["schema"]["openAPIV3Schema"].is_null() {
-            errors.push(FieldError::required(
-                &here.child("schema").child("openAPIV3Schema"),
-                "",
-            ));
+        let schema_path = here.child("schema").child("openAPIV3Schema");
+        let schema = &version["schema"]["openAPIV3Schema"];
+        if schema.is_null() {
+            errors.push(FieldError::required(&schema_path, ""));
+        } else {
+            match serde_json::from_value::<JSONSchemaProps>(schema.clone()) {
+                Ok(props) => {
+                    errors.extend(flotilla_apiextensions::validate_structural(
+                        &props,
+                        &schema_path,
+                    ));
+                }
+                Err(err) => errors.push(FieldError::invalid(
+                    &schema_path,
+                    Value::Null,
+                    err.to_string(),
+                )),
+            }
+            if version["subresources"]["status"].is_object() {
+                errors.extend(status_root_rules(schema, &schema_path));
+            }
         }
         errors.extend(validate_version_extras(version, &here));
     }
@@ -434,6 +451,90 @@ fn validate_version_extras(version: &Value, here: &Path) -> Vec<FieldError> {
         errors.push(FieldError::too_long(&here.child("deprecationWarning"), 256));
     }
     errors
+}
+
+/// Upstream's `allowedFieldsAtRootSchema`, as JSON names.
+const ALLOWED_AT_ROOT_WITH_STATUS: [&str; 22] = [
+    "description",
+    "type",
+    "format",
+    "title",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "multipleOf",
+    "required",
+    "items",
+    "properties",
+    "externalDocs",
+    "example",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-validations",
+];
+
+/// With a status subresource the root must be an object of plain properties (its `status`
+/// property is what the subresource validates).
+fn status_root_rules(schema: &Value, here: &Path) -> Vec<FieldError> {
+    let Some(root) = schema.as_object() else {
+        return Vec::new();
+    };
+    if let Some(kind) = root.get("type").and_then(Value::as_str)
+        && kind != "object"
+    {
+        return vec![FieldError::invalid(
+            &here.child("type"),
+            json!(kind),
+            "only \"object\" is allowed as the type at the root of the schema if the status subresource is enabled",
+        )];
+    }
+    if root
+        .keys()
+        .any(|key| !ALLOWED_AT_ROOT_WITH_STATUS.contains(&key.as_str()))
+    {
+        let allowed: Vec<String> = [
+            "Description",
+            "Type",
+            "Format",
+            "Title",
+            "Maximum",
+            "ExclusiveMaximum",
+            "Minimum",
+            "ExclusiveMinimum",
+            "MaxLength",
+            "MinLength",
+            "Pattern",
+            "MaxItems",
+            "MinItems",
+            "UniqueItems",
+            "MultipleOf",
+            "Required",
+            "Items",
+            "Properties",
+            "ExternalDocs",
+            "Example",
+            "XPreserveUnknownFields",
+            "XValidations",
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        return vec![FieldError::invalid(
+            here,
+            schema.clone(),
+            format!(
+                "only [{}] fields are allowed at the root of the schema if the status subresource is enabled",
+                allowed.join(" ")
+            ),
+        )];
+    }
+    Vec::new()
 }
 
 /// `.spec.replicas` as its field names, when the path is that simple (what scale paths and

@@ -7,17 +7,26 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
 use flotilla_api_machinery::field::FieldError;
+use flotilla_apiextensions::CompiledSchema;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::Value;
 
 /// One version's `openAPIV3Schema`, ready to default, prune and validate objects.
 pub struct VersionSchema {
     source: Value,
+    /// The compiled schema, or why it could not be compiled (a definition stored before a
+    /// check it fails existed): its objects are then refused rather than let through.
+    compiled: Result<CompiledSchema, String>,
 }
 
 impl VersionSchema {
     fn compile(source: &Value) -> VersionSchema {
+        let compiled = serde_json::from_value::<JSONSchemaProps>(source.clone())
+            .map_err(|err| err.to_string())
+            .and_then(|props| CompiledSchema::new(&props).map_err(|err| err.to_string()));
         VersionSchema {
             source: source.clone(),
+            compiled,
         }
     }
 
@@ -27,15 +36,31 @@ impl VersionSchema {
     }
 
     /// Fills in the schema's defaults.
-    pub fn apply_defaults(&self, _obj: &mut Value) {}
+    pub fn apply_defaults(&self, obj: &mut Value) {
+        if let Ok(schema) = &self.compiled {
+            schema.apply_defaults(obj);
+        }
+    }
 
-    /// Drops the fields the schema does not have.
-    pub fn prune(&self, _obj: &mut Value) {}
+    /// Drops the fields the schema does not have (at the object's root `apiVersion`, `kind`
+    /// and `metadata` stay, the last pruned to ObjectMeta's fields).
+    pub fn prune(&self, obj: &mut Value) {
+        if let Ok(schema) = &self.compiled {
+            schema.prune(obj, true);
+        }
+    }
 
     /// The schema's and its `x-kubernetes-validations` rules' findings on `obj` (with `old`,
     /// the object before an update, for transition rules).
-    pub fn validate(&self, _obj: &Value, _old: Option<&Value>) -> Vec<FieldError> {
-        Vec::new()
+    pub fn validate(&self, obj: &Value, _old: Option<&Value>) -> Vec<FieldError> {
+        match &self.compiled {
+            Ok(schema) => schema.validate(obj),
+            Err(why) => vec![FieldError::invalid(
+                &flotilla_api_machinery::field::Path::none(),
+                Value::Null,
+                format!("the definition's schema cannot be used: {why}"),
+            )],
+        }
     }
 }
 

@@ -1,0 +1,680 @@
+//! Admission webhooks (upstream `k8s.io/apiserver/pkg/admission/plugin/webhook`): the
+//! tenant's MutatingWebhookConfigurations and ValidatingWebhookConfigurations, matched
+//! against each write by their rules, scope and selectors, and called with an
+//! `admission.k8s.io/v1` AdmissionReview over HTTPS whose server must present a certificate
+//! chaining to the webhook's `caBundle`. Mutating webhooks answer JSON patches (and are called
+//! again once when `reinvocationPolicy: IfNeeded` and a later webhook changed the object);
+//! validating webhooks allow or deny. `failurePolicy` decides what a failed call means.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flotilla_api_machinery::selector::LabelSelector;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+use serde_json::{Value, json};
+
+use super::{Attributes, Context, Operation, Plugin};
+use crate::error::ApiError;
+use crate::meta;
+
+/// Upstream's default `timeoutSeconds`.
+const DEFAULT_TIMEOUT_SECONDS: u64 = 10;
+
+/// The MutatingAdmissionWebhook plugin.
+pub struct MutatingWebhooks;
+
+/// The ValidatingAdmissionWebhook plugin.
+pub struct ValidatingWebhooks;
+
+/// Which kind of configuration a plugin reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Mutating,
+    Validating,
+}
+
+impl Phase {
+    fn plural(self) -> &'static str {
+        match self {
+            Phase::Mutating => "mutatingwebhookconfigurations",
+            Phase::Validating => "validatingwebhookconfigurations",
+        }
+    }
+}
+
+/// Writes to the webhook configurations themselves are never sent to webhooks (upstream's
+/// `IsExemptAdmissionConfigurationResource`): a broken webhook must not lock itself in.
+fn exempt(attributes: &Attributes<'_>) -> bool {
+    attributes.resource.group == "admissionregistration.k8s.io"
+}
+
+#[async_trait::async_trait]
+impl Plugin for MutatingWebhooks {
+    fn name(&self) -> &'static str {
+        "MutatingAdmissionWebhook"
+    }
+
+    fn handles(&self, attributes: &Attributes<'_>) -> bool {
+        !exempt(attributes)
+    }
+
+    async fn admit(
+        &self,
+        context: &Context<'_>,
+        attributes: &Attributes<'_>,
+        object: &mut Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let hooks = matching(context, attributes, object, Phase::Mutating).await?;
+        let mut reinvoke = Vec::new();
+        for hook in &hooks {
+            call_and_apply(context, attributes, hook, object, warnings).await?;
+            if hook.definition["reinvocationPolicy"] == json!("IfNeeded") {
+                reinvoke.push((hook, object.clone()));
+            }
+        }
+        // Reinvoked once, when a webhook after it changed the object (upstream's
+        // reinvocation: at most one more call each).
+        for (hook, seen) in reinvoke {
+            if *object != seen {
+                call_and_apply(context, attributes, hook, object, warnings).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Plugin for ValidatingWebhooks {
+    fn name(&self) -> &'static str {
+        "ValidatingAdmissionWebhook"
+    }
+
+    fn handles(&self, attributes: &Attributes<'_>) -> bool {
+        !exempt(attributes)
+    }
+
+    async fn validate(
+        &self,
+        context: &Context<'_>,
+        attributes: &Attributes<'_>,
+        object: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let hooks = matching(context, attributes, object, Phase::Validating).await?;
+        // Called together, as upstream's validating dispatcher does; the first refusal (in
+        // configuration order) is the answer.
+        let answers = futures::future::join_all(
+            hooks
+                .iter()
+                .map(|hook| call(context, attributes, hook, object, Phase::Validating)),
+        )
+        .await;
+        for (hook, answer) in hooks.iter().zip(answers) {
+            match answer {
+                Ok(review) => {
+                    warnings.extend(review.warnings);
+                    if !review.allowed {
+                        return Err(denied(&hook.name, &review.status));
+                    }
+                }
+                Err(failure) => failed(hook, failure)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One webhook of a configuration, with where it came from.
+struct Hook {
+    /// `webhooks[i].name`.
+    name: String,
+    /// The webhook as configured.
+    definition: Value,
+}
+
+/// The configured webhooks of `phase` whose rules and selectors match the request, in
+/// upstream's order (configurations by name, then their webhooks in order).
+async fn matching(
+    context: &Context<'_>,
+    attributes: &Attributes<'_>,
+    object: &Value,
+    phase: Phase,
+) -> Result<Vec<Hook>, ApiError> {
+    let configurations_resource =
+        context.resource("admissionregistration.k8s.io", "v1", phase.plural())?;
+    let configurations = context.list_cached(configurations_resource, None).await?;
+    if configurations.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut sorted: Vec<&Value> = configurations.iter().collect();
+    sorted.sort_by(|a, b| meta::name(a).cmp(meta::name(b)));
+    let mut hooks = Vec::new();
+    for configuration in sorted {
+        for definition in configuration["webhooks"].as_array().into_iter().flatten() {
+            if !rules_match(definition, attributes) {
+                continue;
+            }
+            if !object_selector_matches(definition, attributes, object)? {
+                continue;
+            }
+            if !namespace_selector_matches(context, definition, attributes, object).await? {
+                continue;
+            }
+            hooks.push(Hook {
+                name: definition["name"].as_str().unwrap_or("").to_string(),
+                definition: definition.clone(),
+            });
+        }
+    }
+    Ok(hooks)
+}
+
+/// Upstream's `rules.Matcher`: an operation, group, version, resource (with subresource) and
+/// scope all named by one rule.
+fn rules_match(definition: &Value, attributes: &Attributes<'_>) -> bool {
+    let operation = match attributes.operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+    };
+    let named = |list: &Value, value: &str| {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .any(|item| item == "*" || item == value)
+    };
+    let resource = &attributes.resource;
+    definition["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|rule| {
+            named(&rule["operations"], operation)
+                && named(&rule["apiGroups"], &resource.group)
+                && named(&rule["apiVersions"], &resource.version)
+                && resource_named(&rule["resources"], &resource.plural, attributes.subresource)
+                && scope_matches(rule["scope"].as_str().unwrap_or("*"), attributes)
+        })
+}
+
+fn resource_named(list: &Value, plural: &str, subresource: &str) -> bool {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|entry| {
+            let (resource, sub) = entry.split_once('/').unwrap_or((entry, ""));
+            (resource == "*" || resource == plural) && (sub == "*" || sub == subresource)
+        })
+}
+
+fn scope_matches(scope: &str, attributes: &Attributes<'_>) -> bool {
+    match scope {
+        "Cluster" => attributes.namespace.is_empty(),
+        "Namespaced" => !attributes.namespace.is_empty(),
+        _ => true,
+    }
+}
+
+fn selector(definition: &Value, field: &str) -> Result<LabelSelector, ApiError> {
+    match definition.get(field) {
+        None | Some(Value::Null) => Ok(LabelSelector::everything()),
+        Some(selector) => LabelSelector::from_json(selector).map_err(|err| {
+            ApiError::internal(format!(
+                "webhook {:?} has an invalid {field}: {err}",
+                definition["name"].as_str().unwrap_or("")
+            ))
+        }),
+    }
+}
+
+/// `objectSelector`: the object's labels, or the old object's (either matching is enough).
+fn object_selector_matches(
+    definition: &Value,
+    attributes: &Attributes<'_>,
+    object: &Value,
+) -> Result<bool, ApiError> {
+    let selector = selector(definition, "objectSelector")?;
+    Ok(selector.matches(&meta::labels(object))
+        || attributes
+            .old
+            .is_some_and(|old| selector.matches(&meta::labels(old))))
+}
+
+/// `namespaceSelector`: the labels of the request's namespace (of the object itself for a
+/// Namespace); cluster-scoped objects always match.
+async fn namespace_selector_matches(
+    context: &Context<'_>,
+    definition: &Value,
+    attributes: &Attributes<'_>,
+    object: &Value,
+) -> Result<bool, ApiError> {
+    let selector = selector(definition, "namespaceSelector")?;
+    if attributes.resource.group.is_empty() && attributes.resource.plural == "namespaces" {
+        return Ok(selector.matches(&meta::labels(object)));
+    }
+    if attributes.namespace.is_empty() {
+        return Ok(true);
+    }
+    let namespaces = context.resource("", "v1", "namespaces")?;
+    let namespace = context
+        .get_cached(namespaces, attributes.namespace)
+        .await?
+        .unwrap_or_else(|| json!({}));
+    Ok(selector.matches(&meta::labels(&namespace)))
+}
+
+/// What a webhook answered.
+struct Review {
+    allowed: bool,
+    status: Value,
+    patch: Option<Value>,
+    warnings: Vec<String>,
+}
+
+/// Calls a mutating webhook and applies its patch, or decides by its failure policy.
+async fn call_and_apply(
+    context: &Context<'_>,
+    attributes: &Attributes<'_>,
+    hook: &Hook,
+    object: &mut Value,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    match call(context, attributes, hook, object, Phase::Mutating).await {
+        Ok(review) => {
+            warnings.extend(review.warnings);
+            if !review.allowed {
+                return Err(denied(&hook.name, &review.status));
+            }
+            if let Some(patch) = review.patch {
+                *object = flotilla_api_machinery::patch::apply_json_patch(object, &patch).map_err(
+                    |err| {
+                        ApiError::internal(format!(
+                            "JSON Patch from admission webhook {:?} could not be applied: {err}",
+                            hook.name
+                        ))
+                    },
+                )?;
+            }
+            Ok(())
+        }
+        Err(failure) => failed(hook, failure),
+    }
+}
+
+/// Upstream's `ToStatusErr`: a refusal in the webhook's words.
+fn denied(name: &str, status: &Value) -> ApiError {
+    let denied_by = format!("admission webhook {name:?} denied the request");
+    let message = status["message"].as_str().unwrap_or("");
+    let reason = status["reason"].as_str().unwrap_or("");
+    let text = if !message.is_empty() {
+        format!("{denied_by}: {message}")
+    } else if !reason.is_empty() {
+        format!("{denied_by}: {reason}")
+    } else {
+        format!("{denied_by} without explanation")
+    };
+    let code = status["code"]
+        .as_u64()
+        .and_then(|c| u16::try_from(c).ok())
+        .unwrap_or(0);
+    ApiError::from_status(code, reason, text)
+}
+
+/// A call that failed: fatal under `failurePolicy: Fail` (the default), logged and passed
+/// over under `Ignore`.
+fn failed(hook: &Hook, failure: String) -> Result<(), ApiError> {
+    let message = format!("failed calling webhook {:?}: {failure}", hook.name);
+    if hook.definition["failurePolicy"] == json!("Ignore") {
+        tracing::warn!(webhook = %hook.name, %message, "admission webhook failed open");
+        return Ok(());
+    }
+    Err(ApiError::internal(message))
+}
+
+/// Sends the AdmissionReview and reads the answer; `Err` is a failed call (the text after
+/// upstream's `failed calling webhook "x": `).
+async fn call(
+    context: &Context<'_>,
+    attributes: &Attributes<'_>,
+    hook: &Hook,
+    object: &Value,
+    phase: Phase,
+) -> Result<Review, String> {
+    let definition = &hook.definition;
+    if attributes.dry_run
+        && !matches!(
+            definition["sideEffects"].as_str(),
+            Some("None" | "NoneOnDryRun")
+        )
+    {
+        return Err(format!(
+            "admission webhook {:?} does not support dry run",
+            hook.name
+        ));
+    }
+    let uid = uuid::Uuid::new_v4().to_string();
+    let review = admission_review(&uid, attributes, object);
+    let timeout = Duration::from_secs(
+        definition["timeoutSeconds"]
+            .as_u64()
+            .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
+            .clamp(1, 30),
+    );
+    let endpoint = resolve(context, &definition["clientConfig"]).await?;
+    let url = format!(
+        "https://{}{}?timeout={}s",
+        endpoint.authority,
+        endpoint.path,
+        timeout.as_secs()
+    );
+    let body = serde_json::to_vec(&review).map_err(|err| err.to_string())?;
+    let answer = tokio::time::timeout(timeout, post(&endpoint, &url, body))
+        .await
+        .map_err(|_| format!("failed to call webhook: Post {url:?}: context deadline exceeded"))?
+        .map_err(|err| format!("failed to call webhook: Post {url:?}: {err}"))?;
+    let answer: Value = serde_json::from_slice(&answer)
+        .map_err(|err| format!("received invalid webhook response: {err}"))?;
+    let response = &answer["response"];
+    if !response.is_object() {
+        return Err("received invalid webhook response: response is missing".to_string());
+    }
+    let answered_uid = response["uid"].as_str().unwrap_or("");
+    if answered_uid != uid {
+        return Err(format!(
+            "received invalid webhook response: expected response.uid={uid:?}, got {answered_uid:?}"
+        ));
+    }
+    let patch = match (response["patch"].as_str(), response["patchType"].as_str()) {
+        (None, _) => None,
+        // A validating webhook never changes the object, whatever it answers.
+        (Some(_), _) if phase == Phase::Validating => None,
+        (Some(encoded), Some("JSONPatch")) => {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(|err| format!("received invalid webhook response: patch: {err}"))?;
+            Some(
+                serde_json::from_slice(&bytes)
+                    .map_err(|err| format!("received invalid webhook response: patch: {err}"))?,
+            )
+        }
+        (Some(_), other) => {
+            return Err(format!(
+                "received invalid webhook response: unsupported patch type {:?}",
+                other.unwrap_or("")
+            ));
+        }
+    };
+    Ok(Review {
+        allowed: response["allowed"] == json!(true),
+        status: response["result"]
+            .as_object()
+            .or_else(|| response["status"].as_object())
+            .map(|s| Value::Object(s.clone()))
+            .unwrap_or_else(|| json!({})),
+        patch,
+        warnings: response["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+    })
+}
+
+/// The AdmissionReview of a request (upstream's `CreateV1AdmissionReview`).
+fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &Value) -> Value {
+    let resource = &attributes.resource;
+    let operation = match attributes.operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+    };
+    let kind = json!({"group": resource.group, "version": resource.version, "kind": resource.kind});
+    let gvr =
+        json!({"group": resource.group, "version": resource.version, "resource": resource.plural});
+    let user = attributes.user.map_or_else(
+        || json!({}),
+        |user| {
+            json!({"username": user.name, "uid": user.uid, "groups": user.groups, "extra": user.extra})
+        },
+    );
+    let options_kind = match attributes.operation {
+        Operation::Create => "CreateOptions",
+        Operation::Update => "UpdateOptions",
+    };
+    let mut request = json!({
+        "uid": uid,
+        "kind": kind, "resource": gvr,
+        "requestKind": kind, "requestResource": gvr,
+        "name": meta::name(object),
+        "namespace": attributes.namespace,
+        "operation": operation,
+        "userInfo": user,
+        "object": object,
+        "oldObject": attributes.old.cloned().unwrap_or(Value::Null),
+        "dryRun": attributes.dry_run,
+        "options": {"kind": options_kind, "apiVersion": "meta.k8s.io/v1"},
+    });
+    if !attributes.subresource.is_empty() {
+        request["subResource"] = json!(attributes.subresource);
+        request["requestSubResource"] = json!(attributes.subresource);
+    }
+    json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request})
+}
+
+/// Where a webhook is reached: the address dialled, the name its certificate must carry and
+/// the path.
+struct Endpoint {
+    address: std::net::SocketAddr,
+    server_name: String,
+    authority: String,
+    path: String,
+    ca_bundle: Vec<u8>,
+}
+
+/// A `clientConfig`'s URL, or its Service resolved through the Service's EndpointSlices to a
+/// ready endpoint (the control plane dials pods directly, as upstream's aggregator routing
+/// does); either way only to an address in the networks tenants' nodes and pods live in.
+async fn resolve(context: &Context<'_>, config: &Value) -> Result<Endpoint, String> {
+    use base64::Engine as _;
+    let ca_bundle = match config["caBundle"].as_str() {
+        Some(encoded) if !encoded.is_empty() => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|err| format!("invalid caBundle: {err}"))?,
+        _ => return Err("the webhook's clientConfig has no caBundle to verify it by".to_string()),
+    };
+    let (host, port, path, server_name) = if let Some(url) = config["url"].as_str() {
+        let rest = url
+            .strip_prefix("https://")
+            .ok_or_else(|| format!("webhook URL {url:?} is not https"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(at) => (&rest[..at], &rest[at..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = split_host_port(authority)?;
+        (host.clone(), port, path.to_string(), host)
+    } else {
+        let service = &config["service"];
+        let namespace = service["namespace"].as_str().unwrap_or("");
+        let name = service["name"].as_str().unwrap_or("");
+        let port = service["port"].as_u64().unwrap_or(443);
+        let path = service["path"].as_str().unwrap_or("/").to_string();
+        let (ip, target_port) = service_endpoint(context, namespace, name, port).await?;
+        (ip, target_port, path, format!("{name}.{namespace}.svc"))
+    };
+    let ip: std::net::IpAddr = match host.parse() {
+        Ok(ip) => ip,
+        Err(_) => tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|err| format!("dial tcp: lookup {host}: {err}"))?
+            .map(|address| address.ip())
+            .find(|ip| context.networks.permits(*ip))
+            .ok_or_else(|| {
+                format!("dial tcp: lookup {host}: no address in the cluster networks")
+            })?,
+    };
+    if !context.networks.permits(ip) {
+        return Err(format!(
+            "dial tcp {ip}:{port}: the address is outside the networks webhooks may be reached in"
+        ));
+    }
+    Ok(Endpoint {
+        address: std::net::SocketAddr::new(ip, port),
+        authority: if port == 443 {
+            host.clone()
+        } else {
+            format!("{host}:{port}")
+        },
+        server_name,
+        path,
+        ca_bundle,
+    })
+}
+
+fn split_host_port(authority: &str) -> Result<(String, u16), String> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or("malformed IPv6 address")?;
+        let port = after
+            .strip_prefix(':')
+            .map_or(Ok(443), str::parse)
+            .map_err(|_| "bad port")?;
+        return Ok((host.to_string(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => Ok((host.to_string(), port.parse().map_err(|_| "bad port")?)),
+        None => Ok((authority.to_string(), 443)),
+    }
+}
+
+/// A ready endpoint of Service `namespace/name` for its port `port`: (pod IP, target port).
+async fn service_endpoint(
+    context: &Context<'_>,
+    namespace: &str,
+    name: &str,
+    port: u64,
+) -> Result<(String, u16), String> {
+    let services = context
+        .resource("", "v1", "services")
+        .map_err(|e| e.message)?;
+    let service = context
+        .store
+        .get(
+            context.tenant,
+            services,
+            namespace,
+            name,
+            crate::store::ReadAt::Latest,
+        )
+        .await
+        .map_err(|_| format!("service \"{name}\" not found"))?;
+    let service_port = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"].as_u64() == Some(port))
+        .cloned()
+        .ok_or_else(|| format!("service {namespace}/{name} has no port {port}"))?;
+    let slices_resource = context
+        .resource("discovery.k8s.io", "v1", "endpointslices")
+        .map_err(|e| e.message)?;
+    let slices = context
+        .list(slices_resource, Some(namespace))
+        .await
+        .map_err(|e| e.message)?;
+    let port_name = service_port["name"].as_str().unwrap_or("");
+    for slice in slices.iter().filter(|s| {
+        meta::labels(s)
+            .get("kubernetes.io/service-name")
+            .map(String::as_str)
+            == Some(name)
+    }) {
+        let Some(target) = slice["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"].as_str().unwrap_or("") == port_name)
+            .and_then(|p| p["port"].as_u64())
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
+            if endpoint["conditions"]["ready"] == json!(false) {
+                continue;
+            }
+            if let Some(address) = endpoint["addresses"].get(0).and_then(Value::as_str) {
+                return Ok((address.to_string(), target));
+            }
+        }
+    }
+    Err(format!("service \"{name}\" has no ready endpoints"))
+}
+
+/// POSTs `body` over TLS verified against the webhook's CA bundle; the answer's body when
+/// the status is 200.
+async fn post(endpoint: &Endpoint, url: &str, body: Vec<u8>) -> Result<Bytes, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(&endpoint.ca_bundle) {
+        let certificate = certificate.map_err(|err| format!("invalid caBundle: {err}"))?;
+        roots
+            .add(certificate)
+            .map_err(|err| format!("invalid caBundle: {err}"))?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(crate::serve::crypto_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|err| err.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let server_name = ServerName::try_from(endpoint.server_name.clone())
+        .map_err(|err| err.to_string())?
+        .to_owned();
+    let tcp = tokio::net::TcpStream::connect(endpoint.address)
+        .await
+        .map_err(|err| format!("dial tcp {}: {err}", endpoint.address))?;
+    let _ = tcp.set_nodelay(true);
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(server_name, tcp)
+        .await
+        .map_err(|err| format!("tls: failed to verify certificate: {err}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|err| err.to_string())?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let path = url
+        .strip_prefix("https://")
+        .and_then(|rest| rest.find('/').map(|at| &rest[at..]))
+        .unwrap_or("/");
+    let request = http::Request::post(path)
+        .header(http::header::HOST, &endpoint.authority)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|err| err.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|err| err.to_string())?;
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|err| err.to_string())?
+        .to_bytes();
+    if status != http::StatusCode::OK {
+        return Err(format!(
+            "an error on the server ({:?}) has prevented the request from succeeding",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
+        ));
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,307 @@
+//! MutatingWebhookConfiguration and ValidatingWebhookConfiguration (upstream
+//! `pkg/apis/admissionregistration/validation` and `v1/defaults.go`): defaults, and the checks
+//! that keep a configuration callable — names, one of `url` or `service`, https only,
+//! side effects, review versions, timeouts, policies and rules.
+
+use flotilla_api_machinery::field::{FieldError, Path};
+use flotilla_api_machinery::names;
+use serde_json::{Value, json};
+
+use crate::resources::Strategy;
+
+/// The strategy of both configuration kinds; `mutating` tells them apart.
+pub struct WebhookConfigurationStrategy {
+    /// MutatingWebhookConfiguration (has `reinvocationPolicy`).
+    pub mutating: bool,
+}
+
+fn set_default(map: &mut serde_json::Map<String, Value>, key: &str, value: Value) {
+    if map.get(key).is_none_or(Value::is_null) {
+        map.insert(key.to_string(), value);
+    }
+}
+
+impl Strategy for WebhookConfigurationStrategy {
+    fn default(&self, obj: &mut Value) {
+        for webhook in obj["webhooks"].as_array_mut().into_iter().flatten() {
+            let Some(map) = webhook.as_object_mut() else {
+                continue;
+            };
+            set_default(map, "failurePolicy", json!("Fail"));
+            set_default(map, "matchPolicy", json!("Equivalent"));
+            set_default(map, "namespaceSelector", json!({}));
+            set_default(map, "objectSelector", json!({}));
+            set_default(map, "timeoutSeconds", json!(10));
+            if self.mutating {
+                set_default(map, "reinvocationPolicy", json!("Never"));
+            }
+            if let Some(service) = map
+                .get_mut("clientConfig")
+                .and_then(|c| c.get_mut("service"))
+                .and_then(Value::as_object_mut)
+            {
+                set_default(service, "port", json!(443));
+            }
+            for rule in map
+                .get_mut("rules")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(rule) = rule.as_object_mut() {
+                    set_default(rule, "scope", json!("*"));
+                }
+            }
+        }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let mut seen = Vec::new();
+        for (i, webhook) in obj["webhooks"].as_array().into_iter().flatten().enumerate() {
+            let here = Path::new("webhooks").index(i);
+            let name = webhook["name"].as_str().unwrap_or("");
+            if name.is_empty() {
+                errors.push(FieldError::required(&here.child("name"), ""));
+            } else {
+                for problem in names::is_dns1123_subdomain(name) {
+                    errors.push(FieldError::invalid(
+                        &here.child("name"),
+                        json!(name),
+                        problem,
+                    ));
+                }
+                if name.split('.').count() < 3 {
+                    errors.push(FieldError::invalid(
+                        &here.child("name"),
+                        json!(name),
+                        "should be a domain with at least three segments separated by dots",
+                    ));
+                }
+                if seen.contains(&name) {
+                    errors.push(FieldError::duplicate(&here.child("name"), json!(name)));
+                }
+                seen.push(name);
+            }
+            errors.extend(validate_webhook(webhook, &here, self.mutating));
+        }
+        errors
+    }
+}
+
+fn validate_webhook(webhook: &Value, here: &Path, mutating: bool) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let one_of =
+        |field: &str, value: &Value, supported: &[&str], errors: &mut Vec<FieldError>| match value
+            .as_str()
+        {
+            None => errors.push(FieldError::required(&here.child(field), "")),
+            Some(v) if !supported.contains(&v) => errors.push(FieldError::not_supported(
+                &here.child(field),
+                json!(v),
+                supported,
+            )),
+            Some(_) => {}
+        };
+    one_of(
+        "sideEffects",
+        &webhook["sideEffects"],
+        &["None", "NoneOnDryRun"],
+        &mut errors,
+    );
+    one_of(
+        "failurePolicy",
+        &webhook["failurePolicy"],
+        &["Fail", "Ignore"],
+        &mut errors,
+    );
+    one_of(
+        "matchPolicy",
+        &webhook["matchPolicy"],
+        &["Equivalent", "Exact"],
+        &mut errors,
+    );
+    if mutating {
+        one_of(
+            "reinvocationPolicy",
+            &webhook["reinvocationPolicy"],
+            &["IfNeeded", "Never"],
+            &mut errors,
+        );
+    }
+    let versions: Vec<&str> = webhook["admissionReviewVersions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if versions.is_empty() {
+        errors.push(FieldError::required(
+            &here.child("admissionReviewVersions"),
+            "must specify one of v1, v1beta1",
+        ));
+    } else if !versions.iter().any(|v| matches!(*v, "v1" | "v1beta1")) {
+        errors.push(FieldError::invalid(
+            &here.child("admissionReviewVersions"),
+            json!(versions),
+            "must include at least one of v1, v1beta1",
+        ));
+    }
+    if let Some(timeout) = webhook["timeoutSeconds"].as_i64()
+        && !(1..=30).contains(&timeout)
+    {
+        errors.push(FieldError::invalid(
+            &here.child("timeoutSeconds"),
+            json!(timeout),
+            "the timeout value must be between 1 and 30 seconds",
+        ));
+    }
+    let config = &webhook["clientConfig"];
+    let config_path = here.child("clientConfig");
+    let url = config["url"].as_str();
+    let service = &config["service"];
+    match (url, service.is_object()) {
+        (Some(_), true) | (None, false) => errors.push(FieldError::required(
+            &config_path,
+            "exactly one of url or service is required",
+        )),
+        (Some(url), false) => {
+            if !url.starts_with("https://") {
+                errors.push(FieldError::invalid(
+                    &config_path.child("url"),
+                    json!(url),
+                    "'https' is the only allowed URL scheme",
+                ));
+            }
+            if url.contains('#') || url.contains('?') {
+                errors.push(FieldError::invalid(
+                    &config_path.child("url"),
+                    json!(url),
+                    "fragments and query parameters are not permitted",
+                ));
+            }
+        }
+        (None, true) => {
+            let service_path = config_path.child("service");
+            for field in ["name", "namespace"] {
+                if service[field].as_str().is_none_or(str::is_empty) {
+                    errors.push(FieldError::required(
+                        &service_path.child(field),
+                        "service name and namespace are required",
+                    ));
+                }
+            }
+            if let Some(port) = service["port"].as_i64()
+                && !(1..=65535).contains(&port)
+            {
+                errors.push(FieldError::invalid(
+                    &service_path.child("port"),
+                    json!(port),
+                    "port is not valid: must be between 1 and 65535, inclusive",
+                ));
+            }
+        }
+    }
+    if webhook["matchConditions"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty())
+    {
+        errors.push(FieldError::forbidden(
+            &here.child("matchConditions"),
+            "match conditions are not supported by this server yet",
+        ));
+    }
+    const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
+    for (i, rule) in webhook["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let rule_path = here.child("rules").index(i);
+        for (j, operation) in rule["operations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let operation = operation.as_str().unwrap_or("");
+            if !OPERATIONS.contains(&operation) {
+                errors.push(FieldError::not_supported(
+                    &rule_path.child("operations").index(j),
+                    json!(operation),
+                    &OPERATIONS,
+                ));
+            }
+        }
+        for field in ["apiGroups", "apiVersions", "resources"] {
+            if rule[field].as_array().is_none_or(Vec::is_empty) {
+                errors.push(FieldError::required(&rule_path.child(field), ""));
+            }
+        }
+        if let Some(scope) = rule["scope"].as_str()
+            && !matches!(scope, "*" | "Cluster" | "Namespaced")
+        {
+            errors.push(FieldError::not_supported(
+                &rule_path.child("scope"),
+                json!(scope),
+                &["*", "Cluster", "Namespaced"],
+            ));
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checked(webhook: Value) -> Vec<String> {
+        let strategy = WebhookConfigurationStrategy { mutating: true };
+        let mut obj = json!({"metadata": {"name": "c"}, "webhooks": [webhook]});
+        strategy.default(&mut obj);
+        strategy
+            .validate(&obj)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_complete_webhook_is_valid_and_defaulted() {
+        let strategy = WebhookConfigurationStrategy { mutating: true };
+        let mut obj = json!({"webhooks": [{
+            "name": "label.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "hooks", "name": "labeler"}, "caBundle": "eA=="},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+        }]});
+        strategy.default(&mut obj);
+        assert_eq!(strategy.validate(&obj), vec![]);
+        let hook = &obj["webhooks"][0];
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(hook["timeoutSeconds"], 10);
+        assert_eq!(hook["clientConfig"]["service"]["port"], 443);
+        assert_eq!(hook["rules"][0]["scope"], "*");
+        assert_eq!(hook["reinvocationPolicy"], "Never");
+    }
+
+    #[test]
+    fn broken_webhooks_get_upstreams_messages() {
+        let errors = checked(json!({
+            "name": "short.name", "admissionReviewVersions": ["v2"], "timeoutSeconds": 31,
+            "clientConfig": {"url": "http://example.com/hook"},
+        }));
+        for expected in [
+            "webhooks[0].name: Invalid value: \"short.name\": should be a domain with at least three segments separated by dots",
+            "webhooks[0].sideEffects: Required value",
+            "webhooks[0].admissionReviewVersions: Invalid value: []string{\"v2\"}: must include at least one of v1, v1beta1",
+            "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
+            "webhooks[0].clientConfig.url: Invalid value: \"http://example.com/hook\": 'https' is the only allowed URL scheme",
+        ] {
+            assert!(
+                errors.contains(&expected.to_string()),
+                "{expected} not in {errors:#?}"
+            );
+        }
+    }
+}
