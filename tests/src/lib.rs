@@ -15,6 +15,7 @@ pub mod imds;
 pub mod nodes;
 pub mod terraform;
 pub mod vm;
+pub mod webhook_server;
 
 /// How long a component gets to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);

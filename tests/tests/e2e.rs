@@ -56,6 +56,8 @@ mod tenancy;
 mod terraform;
 #[path = "e2e/volumes.rs"]
 mod volumes;
+#[path = "e2e/webhooks.rs"]
+mod webhooks;
 #[path = "e2e/wire.rs"]
 mod wire;
 

@@ -1,0 +1,274 @@
+//! Admission webhooks served by a test process over TLS: a mutating webhook's JSON patch
+//! applied, a validating webhook's refusal and warnings passed on in upstream's words, a
+//! webhook that times out, answers garbage or presents a certificate outside its caBundle
+//! failing the request under `failurePolicy: Fail` and not under `Ignore`, namespace
+//! selectors, and dry runs.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use flotilla_e2e::nodes::Fabric;
+use flotilla_e2e::webhook_server::WebhookServer;
+use flotilla_e2e::{Backend, Flotilla, Kubectl, jsonpath};
+use serde_json::{Value, json};
+
+fn contains(text: &str, wanted: &str) -> anyhow::Result<()> {
+    ensure!(text.contains(wanted), "expected {wanted:?} in:\n{text}");
+    Ok(())
+}
+
+/// The test webhooks: `/mutate` labels every ConfigMap `mutated=yes`; `/validate` refuses
+/// ConfigMaps labelled `deny=true`; `/slow` answers after 3 s; `/garbage` answers no JSON.
+fn answer(path: &str, review: Value) -> (u16, Vec<u8>) {
+    let request = &review["request"];
+    let uid = request["uid"].clone();
+    let object = &request["object"];
+    let respond = |response: Value| {
+        let mut response = response;
+        response["uid"] = uid.clone();
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+        (200, serde_json::to_vec(&body).unwrap_or_default())
+    };
+    match path {
+        "/mutate" => {
+            use base64::Engine as _;
+            let mut labels = object["metadata"]["labels"].clone();
+            if !labels.is_object() {
+                labels = json!({});
+            }
+            labels["mutated"] = json!("yes");
+            let patch = json!([{"op": "add", "path": "/metadata/labels", "value": labels}]);
+            respond(json!({
+                "allowed": true,
+                "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+            }))
+        }
+        "/validate" => {
+            if object["metadata"]["labels"]["deny"] == json!("true") {
+                respond(json!({
+                    "allowed": false,
+                    "status": {"code": 403, "message": "configmaps labelled deny are refused"},
+                }))
+            } else {
+                respond(json!({"allowed": true, "warnings": ["checked by the test webhook"]}))
+            }
+        }
+        "/slow" => {
+            std::thread::sleep(Duration::from_secs(3));
+            respond(json!({"allowed": true}))
+        }
+        _ => (200, b"this is not JSON".to_vec()),
+    }
+}
+
+fn configuration(kind: &str, name: &str, url: &str, ca_bundle: &str, extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}
+metadata: {{name: {name}}}
+webhooks:
+- name: {name}.test.flotilla.dev
+  clientConfig: {{url: "{url}", caBundle: "{ca_bundle}"}}
+  rules: [{{operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
+{extra}"#
+    )
+}
+
+fn configmap(kubectl: &Kubectl, name: &str, labels: &str) -> anyhow::Result<std::process::Output> {
+    kubectl.run(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: hooked, labels: {{{labels}}}}}\n"
+        )),
+        &[],
+    )
+}
+
+#[test]
+fn webhooks_mutate_refuse_and_fail_as_upstreams_do() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    // Webhooks are dialled only inside the node networks: serve on the host's fabric address.
+    let fabric = Fabric::start(dir.path())?;
+    let server = WebhookServer::start(&fabric.host_ip, answer)?;
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok(&["create", "namespace", "hooked"])?;
+    kubectl.ok(&["label", "namespace", "hooked", "webhooks=on"])?;
+    kubectl.ok(&["create", "namespace", "plain"])?;
+    let ca = server.ca_bundle();
+
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "MutatingWebhookConfiguration",
+            "labeler",
+            &format!("{}/mutate", server.url),
+            &ca,
+            "",
+        ),
+    )?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "guard",
+            &format!("{}/validate", server.url),
+            &ca,
+            "",
+        ),
+    )?;
+
+    // Mutated, allowed, and warned about.
+    let created = configmap(&kubectl, "one", "app: web")?;
+    ensure!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    contains(
+        &String::from_utf8_lossy(&created.stderr),
+        "Warning: checked by the test webhook",
+    )?;
+    ensure!(
+        jsonpath(
+            &kubectl,
+            &["-n", "hooked", "get", "configmap", "one"],
+            "{.metadata.labels.mutated}"
+        )? == "yes"
+    );
+    // Outside the selected namespace nothing is called.
+    kubectl.ok(&["-n", "plain", "create", "configmap", "untouched"])?;
+    ensure!(
+        jsonpath(
+            &kubectl,
+            &["-n", "plain", "get", "configmap", "untouched"],
+            "{.metadata.labels}"
+        )?
+        .is_empty()
+    );
+
+    // Refused in the webhook's words, nothing stored.
+    let refused = configmap(&kubectl, "two", "deny: \"true\"")?;
+    ensure!(!refused.status.success());
+    contains(
+        &String::from_utf8_lossy(&refused.stderr),
+        r#"admission webhook "guard.test.flotilla.dev" denied the request: configmaps labelled deny are refused"#,
+    )?;
+    ensure!(
+        kubectl
+            .run(&["-n", "hooked", "get", "configmap", "two"], None, &[])?
+            .status
+            .code()
+            != Some(0)
+    );
+    // A dry run reaches webhooks without side effects.
+    let dry = kubectl.run(
+        &[
+            "-n",
+            "hooked",
+            "create",
+            "configmap",
+            "three",
+            "--dry-run=server",
+            "-o",
+            "jsonpath={.metadata.labels.mutated}",
+        ],
+        None,
+        &[],
+    )?;
+    ensure!(
+        String::from_utf8_lossy(&dry.stdout) == "yes",
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+
+    // A webhook that takes longer than its timeout fails the request (failurePolicy Fail).
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "slow",
+            &format!("{}/slow", server.url),
+            &ca,
+            "  timeoutSeconds: 1\n",
+        ),
+    )?;
+    let timed_out = configmap(&kubectl, "four", "")?;
+    let text = String::from_utf8_lossy(&timed_out.stderr).into_owned();
+    contains(&text, r#"failed calling webhook "slow.test.flotilla.dev""#)?;
+    contains(&text, "context deadline exceeded")?;
+    kubectl.ok(&["delete", "validatingwebhookconfiguration", "slow"])?;
+
+    // Garbage, and a certificate outside the caBundle, likewise; `Ignore` lets the request by.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "garbage",
+            &format!("{}/garbage", server.url),
+            &ca,
+            "",
+        ),
+    )?;
+    contains(
+        &String::from_utf8_lossy(&configmap(&kubectl, "five", "")?.stderr),
+        "received invalid webhook response",
+    )?;
+    kubectl.ok(&["delete", "validatingwebhookconfiguration", "garbage"])?;
+    let other_ca = WebhookServer::start(&fabric.host_ip, answer)?.ca_bundle();
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "untrusted",
+            &format!("{}/validate", server.url),
+            &other_ca,
+            "",
+        ),
+    )?;
+    let untrusted = String::from_utf8_lossy(&configmap(&kubectl, "six", "")?.stderr).into_owned();
+    contains(
+        &untrusted,
+        r#"failed calling webhook "untrusted.test.flotilla.dev""#,
+    )?;
+    contains(&untrusted, "certificate")?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "untrusted",
+            &format!("{}/validate", server.url),
+            &other_ca,
+            "  failurePolicy: Ignore\n",
+        ),
+    )?;
+    let ignored = configmap(&kubectl, "six", "")?;
+    ensure!(
+        ignored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ignored.stderr)
+    );
+
+    // A configuration that cannot be called is refused when written.
+    let bad = kubectl.run(
+        &["apply", "-f", "-"],
+        Some(&configuration(
+            "ValidatingWebhookConfiguration",
+            "plain-http",
+            "http://10.0.0.1/x",
+            &ca,
+            "",
+        )),
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&bad.stderr),
+        "'https' is the only allowed URL scheme",
+    )?;
+    Ok(())
+}
