@@ -552,7 +552,27 @@ async fn serve_resource(
         .find(server, tenant, group, version, target.plural)
         .await?
         .ok_or_else(ApiError::no_such_path)?;
-    let resource = &resource;
+    let answer = serve_kind(server, state, &resource, &target, call).await;
+    // A deprecated custom resource version says so on every answer, as upstream's does.
+    match (&resource.deprecation_warning, answer) {
+        (Some(warning), Ok(mut response)) => {
+            if let Ok(value) = HeaderValue::from_str(&format!("299 - {warning:?}")) {
+                response.headers_mut().append(header::WARNING, value);
+            }
+            Ok(response)
+        }
+        (_, answer) => answer,
+    }
+}
+
+async fn serve_kind(
+    server: &ApiServer,
+    state: &TenantState,
+    resource: &Arc<ResourceInfo>,
+    target: &Target<'_>,
+    call: &Call,
+) -> Result<Response, ApiError> {
+    let tenant = &state.tenant;
     if resource.create_only {
         return create_only_request(server, state, resource, &target, call).await;
     }
@@ -672,7 +692,9 @@ async fn serve_resource(
                 crate::reviews::token_request(server, state, namespace, name, request).await?;
             plain_with(StatusCode::CREATED, &answer)
         }
-        (&Method::GET, Some(name), Some("log")) if resource.kind == "Pod" && group.is_empty() => {
+        (&Method::GET, Some(name), Some("log"))
+            if resource.kind == "Pod" && resource.group.is_empty() =>
+        {
             crate::kubelet::pod_log(server, state, namespace, name, call).await
         }
         (&Method::POST, Some(name), Some("binding")) if resource.kind == "Pod" => {

@@ -247,6 +247,13 @@ pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(obj)
 }
 
+/// [`decode`] in the version `resource` serves (a custom resource may be stored at another).
+fn decode_as(kv: &KeyValue, resource: &ResourceInfo) -> Result<Value, ApiError> {
+    let mut obj = decode(kv)?;
+    resource.from_stored(&mut obj);
+    Ok(obj)
+}
+
 /// etcd's default `--max-request-bytes` (1.5 MiB): no stored object may be larger, on
 /// either backend, so an object that fits one fits the other.
 pub const MAX_STORED_OBJECT_BYTES: usize = 1536 * 1024;
@@ -545,7 +552,11 @@ impl Store {
         loop {
             let name = meta::name(&candidate).to_string();
             let key = tenant.object_key(resource, namespace, &name);
-            match self.storage.create(&key, encode(&candidate)?).await? {
+            match self
+                .storage
+                .create(&key, encode(&resource.to_stored(&candidate))?)
+                .await?
+            {
                 Outcome::Done(kv) => {
                     meta::set_at(
                         &mut candidate,
@@ -600,7 +611,7 @@ impl Store {
             ReadAt::Latest => self.storage.get(&key).await?,
         };
         match kv {
-            Some(kv) => decode(&kv),
+            Some(kv) => decode_as(&kv, resource),
             None => Err(ApiError::not_found(&resource.group_resource(), name)),
         }
     }
@@ -694,7 +705,7 @@ impl Store {
             let returned = page.kvs.len();
             let last_key = page.kvs.last().map(|kv| kv.key.clone());
             for kv in &page.kvs {
-                let obj = decode(kv)?;
+                let obj = decode_as(kv, resource)?;
                 if !filtering || options.selection.matches(&obj, resource) {
                     items.push(obj);
                 }
@@ -730,11 +741,16 @@ impl Store {
     /// with its new resourceVersion, or the conflict.
     async fn swap(
         &self,
+        resource: &ResourceInfo,
         key: &str,
         mut obj: Value,
         expected: Revision,
     ) -> Result<Outcome<Value>, ApiError> {
-        match self.storage.update(key, encode(&obj)?, expected).await? {
+        match self
+            .storage
+            .update(key, encode(&resource.to_stored(&obj))?, expected)
+            .await?
+        {
             Outcome::Done(kv) => {
                 meta::set_at(
                     &mut obj,
@@ -792,7 +808,7 @@ impl Store {
             let Some(kv) = self.storage.get(&key).await? else {
                 return Err(ApiError::not_found(&resource.group_resource(), name));
             };
-            let current = decode(&kv)?;
+            let current = decode_as(&kv, resource)?;
             let Some(mut updated) = try_update(&current)? else {
                 return Ok(current);
             };
@@ -831,7 +847,7 @@ impl Store {
                     Outcome::Conflict(_) => continue,
                 }
             }
-            match self.swap(&key, updated, kv.mod_revision).await? {
+            match self.swap(resource, &key, updated, kv.mod_revision).await? {
                 Outcome::Done(stored) => return Ok(stored),
                 Outcome::Conflict(None) => {
                     return Err(ApiError::not_found(&resource.group_resource(), name));
@@ -1032,7 +1048,7 @@ impl Store {
             let Some(kv) = self.storage.get(&key).await? else {
                 return Err(ApiError::not_found(&resource.group_resource(), name));
             };
-            let current = decode(&kv)?;
+            let current = decode_as(&kv, resource)?;
             if let Some(uid) = &options.uid
                 && uid != meta::uid(&current)
             {
@@ -1113,7 +1129,7 @@ impl Store {
                 if dry_run {
                     return Ok(Deleted::Pending(updated));
                 }
-                match self.swap(&key, updated, kv.mod_revision).await? {
+                match self.swap(resource, &key, updated, kv.mod_revision).await? {
                     Outcome::Done(stored) => return Ok(Deleted::Pending(stored)),
                     Outcome::Conflict(_) => continue,
                 }

@@ -127,13 +127,20 @@ struct Encoder {
     representation: Representation,
     include: IncludeObject,
     sent_headers: bool,
+    /// Set for a custom resource, whose objects may be stored at another version.
+    rewrite_api_version: bool,
     kind: crate::resources::Name,
     api_version: String,
     columns: Vec<crate::table::Column>,
 }
 
 impl Encoder {
-    fn object(&mut self, obj: Value) -> Value {
+    fn object(&mut self, mut obj: Value) -> Value {
+        if self.rewrite_api_version
+            && let Some(map) = obj.as_object_mut()
+        {
+            map.insert("apiVersion".into(), json!(self.api_version));
+        }
         match self.representation {
             Representation::Table => {
                 let rv = meta::resource_version(&obj).to_string();
@@ -213,6 +220,7 @@ pub async fn start(
         representation,
         include,
         sent_headers: false,
+        rewrite_api_version: resource.is_custom(),
         kind: resource.kind.clone(),
         api_version: resource.api_version(),
         columns: resource.strategy.columns(),

@@ -166,6 +166,17 @@ fn cert_manager_definitions_install_and_serve_their_kinds() -> anyhow::Result<()
         "parentRefs[0].kind was not defaulted: {defaulted:?}"
     );
 
+    // cert-manager's own CEL rule on an Issuer.
+    let venafi = kubectl.run(
+        &["apply", "-f", "-"],
+        Some("apiVersion: cert-manager.io/v1\nkind: Issuer\nmetadata: {name: venafi, namespace: default}\nspec:\n  venafi: {zone: z}\n"),
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&venafi.stderr),
+        r#"spec.venafi: Invalid value: "object": exactly one of tpp, cloud, or ngts must be configured"#,
+    )?;
+
     // A JSON merge patch works; a strategic merge patch is refused as upstream refuses it
     // for custom resources.
     kubectl.ok(&[
@@ -400,5 +411,129 @@ spec:
         },
     )?;
     contains(&b.ok(&["get", "widgets"])?, "big")?;
+    Ok(())
+}
+
+/// Two versions (one deprecated), conversion `None`, and `x-kubernetes-validations` rules
+/// with a transition rule.
+const VERSIONED_WIDGETS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1beta1
+    served: true
+    storage: false
+    deprecated: true
+    schema: &schema
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: self.minReplicas <= self.replicas
+              message: minReplicas must not exceed replicas
+            - rule: self.name == oldSelf.name
+              message: name is immutable
+            properties:
+              name: {type: string}
+              replicas: {type: integer}
+              minReplicas: {type: integer, default: 1}
+  - name: v1
+    served: true
+    storage: true
+    schema: *schema
+"#;
+
+#[test]
+fn versions_convert_and_rules_decide() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok_stdin(&["apply", "-f", "-"], VERSIONED_WIDGETS)?;
+    established(&kubectl, "widgets.example.com")?;
+    let stored = jsonpath(
+        &kubectl,
+        &["get", "crd", "widgets.example.com"],
+        "{.status.storedVersions}",
+    )?;
+    ensure!(stored == r#"["v1"]"#, "{stored}");
+
+    // Written through the deprecated version (with upstream's warning), read through both.
+    let written = kubectl.run(
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1beta1\nkind: Widget\nmetadata: {name: w, namespace: default}\nspec: {name: first, replicas: 3}\n"),
+        &[],
+    )?;
+    ensure!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    contains(
+        &String::from_utf8_lossy(&written.stderr),
+        "Warning: example.com/v1beta1 Widget is deprecated; use example.com/v1 Widget",
+    )?;
+    let (_, v1) = kubectl.raw_get("/apis/example.com/v1/namespaces/default/widgets/w")?;
+    contains(&v1, r#""apiVersion":"example.com/v1""#)?;
+    contains(&v1, r#""minReplicas":1"#)?;
+    let (_, beta) = kubectl.raw_get("/apis/example.com/v1beta1/namespaces/default/widgets")?;
+    contains(&beta, r#""apiVersion":"example.com/v1beta1""#)?;
+
+    // The rules: one on the object, one on its change.
+    let refused = kubectl.run(
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x, namespace: default}\nspec: {name: x, replicas: 1, minReplicas: 4}\n"),
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&refused.stderr),
+        r#"spec: Invalid value: "object": minReplicas must not exceed replicas"#,
+    )?;
+    let renamed = kubectl.run(
+        &[
+            "patch",
+            "widget",
+            "w",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"name":"second"}}"#,
+        ],
+        None,
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&renamed.stderr),
+        "name is immutable",
+    )?;
+    kubectl.ok(&[
+        "patch",
+        "wd",
+        "w",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":5}}"#,
+    ])?;
+    ensure!(jsonpath(&kubectl, &["get", "widget", "w"], "{.spec.replicas}")? == "5");
+
+    // A rule that does not compile is refused with the definition.
+    let broken = VERSIONED_WIDGETS
+        .replace(
+            "self.minReplicas <= self.replicas",
+            "self.minReplicas <= self.nope",
+        )
+        .replace("widgets.example.com", "gadgets.example.com")
+        .replace(
+            "plural: widgets, kind: Widget, shortNames: [wd]",
+            "plural: gadgets, kind: Gadget",
+        );
+    let refused = kubectl.run(&["apply", "-f", "-"], Some(&broken), &[])?;
+    let text = String::from_utf8_lossy(&refused.stderr).into_owned();
+    contains(&text, "x-kubernetes-validations[0].rule")?;
+    contains(&text, "compilation failed")?;
     Ok(())
 }

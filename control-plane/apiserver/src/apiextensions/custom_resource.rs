@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::columns;
 use super::definition::simple_json_path;
 use super::schemas::VersionSchema;
-use crate::resources::{Name, ResourceInfo, ScaleSubresource, Shape, Strategy};
+use crate::resources::{Name, ResourceInfo, ScaleSubresource, Shape, Strategy, version_priority};
 use crate::store::UpdateTarget;
 use crate::table::Column;
 
@@ -76,6 +76,25 @@ impl crate::resources::ObjectSchema for VersionSchema {
 
     fn openapi_schema(&self) -> &Value {
         self.openapi()
+    }
+}
+
+/// Upstream's `defaultDeprecationWarning`: the version is deprecated, and the newest served
+/// version that is not (and is newer) is the one to use.
+fn default_deprecation_warning(spec: &Value, deprecated: &str, kind: &str) -> String {
+    let group = spec["group"].as_str().unwrap_or("");
+    let message = format!("{group}/{deprecated} {kind} is deprecated");
+    let newest = spec["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["served"] == json!(true) && v["deprecated"] != json!(true))
+        .filter_map(|v| v["name"].as_str())
+        .filter(|name| version_priority(name) > version_priority(deprecated))
+        .max_by_key(|name| version_priority(name));
+    match newest {
+        Some(newest) => format!("{message}; use {group}/{newest} {kind}"),
+        None => message,
     }
 }
 
@@ -174,12 +193,7 @@ pub fn kinds_of(definition: &Value, schemas: &super::schemas::Interner) -> Vec<A
                 version["deprecationWarning"]
                     .as_str()
                     .map(str::to_string)
-                    .unwrap_or_else(|| {
-                        format!(
-                            "{}/{version_name} {kind} is deprecated",
-                            spec["group"].as_str().unwrap_or("")
-                        )
-                    })
+                    .unwrap_or_else(|| default_deprecation_warning(spec, &version_name, &kind))
             }),
             kind,
         }));

@@ -280,10 +280,16 @@ fn validate_definition(obj: &Value) -> Vec<FieldError> {
         } else {
             match serde_json::from_value::<JSONSchemaProps>(schema.clone()) {
                 Ok(props) => {
-                    errors.extend(flotilla_apiextensions::validate_structural(
-                        &props,
-                        &schema_path,
-                    ));
+                    let structural =
+                        flotilla_apiextensions::validate_structural(&props, &schema_path);
+                    // Rules are compiled against a structural schema only (upstream's order).
+                    if structural.is_empty()
+                        && let Err(rule_errors) =
+                            flotilla_cel::Validator::compile_at(&props, &schema_path)
+                    {
+                        errors.extend(rule_errors);
+                    }
+                    errors.extend(structural);
                 }
                 Err(err) => errors.push(FieldError::invalid(
                     &schema_path,

@@ -17,16 +17,25 @@ pub struct VersionSchema {
     /// The compiled schema, or why it could not be compiled (a definition stored before a
     /// check it fails existed): its objects are then refused rather than let through.
     compiled: Result<CompiledSchema, String>,
+    /// The schema's `x-kubernetes-validations` rules, compiled.
+    rules: Option<flotilla_cel::Validator>,
 }
 
 impl VersionSchema {
     fn compile(source: &Value) -> VersionSchema {
-        let compiled = serde_json::from_value::<JSONSchemaProps>(source.clone())
+        let props = serde_json::from_value::<JSONSchemaProps>(source.clone());
+        let rules = props
+            .as_ref()
+            .ok()
+            .map(flotilla_cel::Validator::new)
+            .filter(flotilla_cel::Validator::has_rules);
+        let compiled = props
             .map_err(|err| err.to_string())
             .and_then(|props| CompiledSchema::new(&props).map_err(|err| err.to_string()));
         VersionSchema {
             source: source.clone(),
             compiled,
+            rules,
         }
     }
 
@@ -52,9 +61,19 @@ impl VersionSchema {
 
     /// The schema's and its `x-kubernetes-validations` rules' findings on `obj` (with `old`,
     /// the object before an update, for transition rules).
-    pub fn validate(&self, obj: &Value, _old: Option<&Value>) -> Vec<FieldError> {
+    pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
         match &self.compiled {
-            Ok(schema) => schema.validate(obj),
+            Ok(schema) => {
+                let mut errors = schema.validate(obj);
+                // Rules run on values the schema accepts (upstream skips CEL when the
+                // OpenAPI validation already failed, so rules see the types they expect).
+                if errors.is_empty()
+                    && let Some(rules) = &self.rules
+                {
+                    errors.extend(rules.validate(obj, old));
+                }
+                errors
+            }
             Err(why) => vec![FieldError::invalid(
                 &flotilla_api_machinery::field::Path::none(),
                 Value::Null,
