@@ -574,7 +574,7 @@ async fn serve_kind(
 ) -> Result<Response, ApiError> {
     let tenant = &state.tenant;
     if resource.create_only {
-        return create_only_request(server, state, resource, &target, call).await;
+        return create_only_request(server, state, resource, target, call).await;
     }
     if resource.computed {
         if call.method != Method::GET || target.subresource.is_some() || target.watch_path {
