@@ -11,7 +11,7 @@ use flotilla_api_machinery::field::{ErrorType, FieldError, Path, go_quote};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
 use serde_json::json;
 
-use crate::check::{self, OldSelf};
+use crate::check::{self, OldSelf, Scope};
 use crate::cost::{DeclSizes, cost_error_message};
 use crate::escaping;
 use crate::fieldpath::valid_field_path;
@@ -505,7 +505,7 @@ fn invalid_rule(path: &Path, rule: &ValidationRule, detail: &str) -> FieldError 
 }
 
 /// cel-go's rendering of parse errors.
-fn parse_issues(source: &str, errors: &ParseErrors) -> String {
+pub(crate) fn parse_issues(source: &str, errors: &ParseErrors) -> String {
     errors
         .errors
         .iter()
@@ -541,8 +541,10 @@ fn compile_expression(
         program.expression(),
         source,
         program.source_info(),
-        decl,
-        old_self,
+        Scope::Rule {
+            self_type: decl,
+            old_self,
+        },
         &sizes,
     );
     if !analysis.issues.is_empty() {

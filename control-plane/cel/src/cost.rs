@@ -68,6 +68,8 @@ pub(crate) fn factor(x: u64, factor: f64) -> u64 {
 pub(crate) enum Seg {
     /// `self`, or `oldSelf` when true.
     Root(bool),
+    /// A named variable of an admission expression (`object`, `request`, ...).
+    Var(&'static str),
     Field(String),
     Items,
     Values,
@@ -128,7 +130,7 @@ impl<'a> DataSizes<'a> {
 }
 
 /// How many scalars and elements a value holds, a cheap stand-in for its serialized size.
-fn count(value: &Json) -> u64 {
+pub(crate) fn count(value: &Json) -> u64 {
     match value {
         Json::Array(items) => 1 + items.iter().map(count).sum::<u64>(),
         Json::Object(fields) => {
@@ -158,35 +160,7 @@ impl Sizes for DataSizes<'_> {
             Seg::Root(true) => self.old?,
             _ => return None,
         };
-        let mut values: Vec<&Json> = vec![root];
-        let mut keys: Option<Vec<&str>> = None;
-        for seg in path.iter().skip(1) {
-            let mut next = Vec::new();
-            for value in &values {
-                match (seg, value) {
-                    (Seg::Field(name), Json::Object(fields)) => {
-                        let name = escaping::unescape(name).unwrap_or_else(|| name.clone());
-                        next.extend(fields.get(&name));
-                    }
-                    (Seg::Items, Json::Array(items)) => next.extend(items.iter()),
-                    (Seg::Values, Json::Object(fields)) => next.extend(fields.values()),
-                    (Seg::Keys, Json::Object(fields)) => {
-                        keys.get_or_insert_with(Vec::new)
-                            .extend(fields.keys().map(String::as_str));
-                    }
-                    _ => {}
-                }
-            }
-            values = next;
-        }
-        let max = match keys {
-            Some(keys) => keys.iter().map(|k| k.chars().count() as u64).max(),
-            None => values.iter().map(|v| element_size(v)).max(),
-        };
-        Some(Size {
-            min: 0,
-            max: max.unwrap_or(0),
-        })
+        size_at(root, &path[1..], true)
     }
 
     fn unknown(&self) -> Size {
@@ -195,6 +169,44 @@ impl Sizes for DataSizes<'_> {
             max: self.whole,
         }
     }
+}
+
+/// The largest size found at `path` below `root` in the data. Field names are CEL names, which
+/// are escaped property names when the data is typed by a schema (`escaped`).
+pub(crate) fn size_at(root: &Json, path: &[Seg], escaped: bool) -> Option<Size> {
+    let mut values: Vec<&Json> = vec![root];
+    let mut keys: Option<Vec<&str>> = None;
+    for seg in path {
+        let mut next = Vec::new();
+        for value in &values {
+            match (seg, value) {
+                (Seg::Field(name), Json::Object(fields)) => {
+                    let field = if escaped {
+                        fields.get(&escaping::unescape(name).unwrap_or_else(|| name.clone()))
+                    } else {
+                        fields.get(name)
+                    };
+                    next.extend(field);
+                }
+                (Seg::Items, Json::Array(items)) => next.extend(items.iter()),
+                (Seg::Values, Json::Object(fields)) => next.extend(fields.values()),
+                (Seg::Keys, Json::Object(fields)) => {
+                    keys.get_or_insert_with(Vec::new)
+                        .extend(fields.keys().map(String::as_str));
+                }
+                _ => {}
+            }
+        }
+        values = next;
+    }
+    let max = match keys {
+        Some(keys) => keys.iter().map(|k| k.chars().count() as u64).max(),
+        None => values.iter().map(|v| element_size(v)).max(),
+    };
+    Some(Size {
+        min: 0,
+        max: max.unwrap_or(0),
+    })
 }
 
 /// Upstream's message for a cost over a limit (`getCostErrorMessage`).

@@ -5,7 +5,10 @@
 //! [`Validator::compile`] is what a CRD write runs: every rule is compiled, type-checked against
 //! the schema and its cost estimated, and problems come back as the field errors upstream
 //! reports. [`Validator::validate`] is what a custom resource write runs.
+//!
+//! [`admission`] is CEL in admission: webhook `matchConditions` and ValidatingAdmissionPolicy.
 
+pub mod admission;
 mod check;
 mod compilation;
 mod comprehensions;

@@ -22,3 +22,7 @@ pub const MAX_REQUEST_SIZE_BYTES: i64 = 3 * 1024 * 1024;
 /// The longest message a `messageExpression` may produce
 /// (`MaxEvaluatedMessageExpressionSizeBytes`).
 pub const MAX_EVALUATED_MESSAGE_EXPRESSION_SIZE_BYTES: usize = 5 * 1024;
+
+/// The runtime cost the `matchConditions` of one webhook or policy binding may spend together
+/// (`RuntimeCELCostBudgetMatchConditions`, about 0.25s).
+pub const RUNTIME_CEL_COST_BUDGET_MATCH_CONDITIONS: i64 = 2_500_000;

@@ -170,6 +170,8 @@ pub(crate) enum DeclKind {
     Dyn,
     Bool,
     Int,
+    /// Only declared for admission variables whose expression yields a `uint`.
+    Uint,
     Double,
     String,
     Bytes,
@@ -200,7 +202,7 @@ const MAX_DATETIME_SIZE_JSON: i64 = 32;
 const MIN_DATETIME_SIZE_JSON: i64 = 21;
 
 impl DeclType {
-    fn simple(kind: DeclKind, min_size: i64, max_elements: i64) -> Arc<DeclType> {
+    pub(crate) fn simple(kind: DeclKind, min_size: i64, max_elements: i64) -> Arc<DeclType> {
         Arc::new(DeclType {
             kind,
             max_elements,
@@ -214,6 +216,7 @@ impl DeclType {
             DeclKind::Dyn => "dyn".to_string(),
             DeclKind::Bool => "bool".to_string(),
             DeclKind::Int => "int".to_string(),
+            DeclKind::Uint => "uint".to_string(),
             DeclKind::Double => "double".to_string(),
             DeclKind::String => "string".to_string(),
             DeclKind::Bytes => "bytes".to_string(),

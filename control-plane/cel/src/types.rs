@@ -42,6 +42,7 @@ impl Ty {
             DeclKind::Dyn => Ty::Dyn,
             DeclKind::Bool => Ty::Bool,
             DeclKind::Int => Ty::Int,
+            DeclKind::Uint => Ty::Uint,
             DeclKind::Double => Ty::Double,
             DeclKind::String => Ty::String,
             DeclKind::Bytes => Ty::Bytes,
@@ -325,16 +326,25 @@ pub(crate) fn result_type(name: &str, target: Option<&Ty>, args: Vec<&Ty>) -> Ty
             Ty::Map(_, value) => Ty::Optional(value),
             _ => Ty::Dyn,
         },
+        // a `dyn` operand takes the other's type where a single overload fits it, as cel-go
+        // resolves `object.name + '-suffix'` to a string; durations fit several
         "_+_" => match (arg(0), arg(1)) {
             (Ty::Timestamp, _) | (_, Ty::Timestamp) => Ty::Timestamp,
             (Ty::List(a), Ty::List(b)) => Ty::List(if a.is_dyn() { b } else { a }),
+            (Ty::Dyn, Ty::Duration) => Ty::Dyn,
+            (Ty::Dyn, b) => b,
             (a, _) => a,
         },
         "_-_" => match (arg(0), arg(1)) {
             (Ty::Timestamp, Ty::Timestamp) => Ty::Duration,
+            (Ty::Dyn, b @ (Ty::Int | Ty::Uint | Ty::Double)) => b,
             (a, _) => a,
         },
-        "_*_" | "_/_" | "_%_" | "-_" => arg(0),
+        "_*_" | "_/_" | "_%_" => match (arg(0), arg(1)) {
+            (Ty::Dyn, b) => b,
+            (a, _) => a,
+        },
+        "-_" => arg(0),
         "@entries" => Ty::List(Box::new(Ty::List(Box::new(Ty::Dyn)))),
         "@mapInsert" => Ty::Map(Box::new(arg(1)), Box::new(arg(2))),
         "@mapMerge" => arg(1),

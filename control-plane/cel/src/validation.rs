@@ -9,7 +9,7 @@ use cel::{Context, ExecutionError, Program, Value};
 use flotilla_api_machinery::field::{ErrorType, FieldError, Path, go_quote};
 use serde_json::Value as Json;
 
-use crate::check::{self, OldSelf};
+use crate::check::{self, OldSelf, Scope};
 use crate::compilation::{Node, Rule};
 use crate::cost::DataSizes;
 use crate::limits::{MAX_EVALUATED_MESSAGE_EXPRESSION_SIZE_BYTES, PER_CALL_LIMIT};
@@ -440,15 +440,17 @@ fn runtime_cost(
         program.expression(),
         source,
         program.source_info(),
-        decl,
-        old_self,
+        Scope::Rule {
+            self_type: decl,
+            old_self,
+        },
         sizes,
     );
     i64::try_from(analysis.cost).unwrap_or(i64::MAX)
 }
 
 /// cel-go's text for a runtime error.
-fn runtime_message(error: &ExecutionError) -> String {
+pub(crate) fn runtime_message(error: &ExecutionError) -> String {
     match error {
         ExecutionError::NoSuchKey(key) => format!("no such key: {key}"),
         ExecutionError::DivisionByZero(_) => "division by zero".to_string(),

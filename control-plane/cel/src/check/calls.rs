@@ -2,11 +2,24 @@
 //! literal arguments, and cel-go's per-function cost (`functionCost` and the Kubernetes
 //! `CostEstimator`).
 
+use cel::IdedExpr;
 use cel::common::ast::{CallExpr, Expr, LiteralValue};
 
 use super::{Checker, Info, path_with, qualified_name};
 use crate::cost::{REGEX_STRING_LENGTH, STRING_TRAVERSAL, Seg, Size, factor};
 use crate::types::{self, Ty};
+
+/// The identifier a chain of selections and method calls starts from.
+fn chain_root(mut expr: &IdedExpr) -> Option<&IdedExpr> {
+    loop {
+        match &expr.expr {
+            Expr::Ident(_) => return Some(expr),
+            Expr::Select(select) => expr = &select.operand,
+            Expr::Call(call) => expr = call.target.as_deref()?,
+            _ => return None,
+        }
+    }
+}
 
 impl Checker<'_> {
     pub(super) fn call(&mut self, id: u64, call: &CallExpr) -> Info {
@@ -34,14 +47,22 @@ impl Checker<'_> {
         if let Some(target) = &call.target
             && let Some(namespace) = qualified_name(&target.expr)
             && !self.is_local(namespace.split('.').next().unwrap_or_default())
-            && namespace != "self"
-            && namespace != "oldSelf"
+            && !self.is_variable(namespace.split('.').next().unwrap_or_default())
         {
             let name = format!("{namespace}.{}", call.func_name);
             if types::is_global_function(&name) {
                 let args: Vec<Info> = call.args.iter().map(|a| self.walk(a)).collect();
                 return self.function(id, &name, None, &args, call);
             }
+        }
+        // `authorizer.group('apps')...`: one error for the variable
+        if let Some(target) = &call.target
+            && let Some(root) = chain_root(target)
+            && let Expr::Ident(name) = &root.expr
+            && self.is_authorizer(name)
+        {
+            let root = self.walk(root);
+            return Info::new(Ty::Dyn, root.cost.saturating_add(1));
         }
         let target = call.target.as_ref().map(|t| self.walk(t));
         // `format`'s argument list may mix types (cel-go exempts it from homogeneity)

@@ -37,6 +37,27 @@ pub(crate) enum OldSelf {
     Optional,
 }
 
+/// The variables an expression is checked against.
+#[derive(Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    /// An `x-kubernetes-validations` rule: `self` of the schema's type, and `oldSelf`.
+    Rule {
+        self_type: &'a Arc<DeclType>,
+        old_self: OldSelf,
+    },
+    /// An admission expression: the declared variables by name.
+    Named(&'a [Declared]),
+}
+
+/// One variable of a [`Scope::Named`].
+#[derive(Clone)]
+pub(crate) struct Declared {
+    pub name: &'static str,
+    /// `None` for a variable upstream declares that this crate cannot provide (`authorizer`):
+    /// referring to it is a compile error rather than an undeclared reference.
+    pub ty: Option<Ty>,
+}
+
 #[derive(Clone)]
 struct Info {
     ty: Ty,
@@ -66,8 +87,7 @@ struct Local {
 }
 
 struct Checker<'a> {
-    self_type: &'a Arc<DeclType>,
-    old_self: OldSelf,
+    scope: Scope<'a>,
     sizes: &'a dyn Sizes,
     source: &'a str,
     source_info: &'a SourceInfo,
@@ -78,18 +98,16 @@ struct Checker<'a> {
     heterogeneous_ok: bool,
 }
 
-/// Checks `expr` with `self` (and `oldSelf`) of type `self_type`, estimating sizes with `sizes`.
+/// Checks `expr` against the variables of `scope`, estimating sizes with `sizes`.
 pub(crate) fn analyze(
     expr: &IdedExpr,
     source: &str,
     source_info: &SourceInfo,
-    self_type: &Arc<DeclType>,
-    old_self: OldSelf,
+    scope: Scope<'_>,
     sizes: &dyn Sizes,
 ) -> Analysis {
     let mut checker = Checker {
-        self_type,
-        old_self,
+        scope,
         sizes,
         source,
         source_info,
@@ -276,6 +294,21 @@ impl Checker<'_> {
         self.locals.iter().any(|l| l.name == name)
     }
 
+    /// Whether `name` is `authorizer`, which this crate cannot provide: upstream's base
+    /// environment always declares the authorizer library's functions, so a chain of calls on
+    /// it only reports the variable, declared or not.
+    fn is_authorizer(&self, name: &str) -> bool {
+        name == "authorizer" && !self.is_local(name)
+    }
+
+    /// Whether `name` is one of the scope's variables, which shadow function namespaces.
+    fn is_variable(&self, name: &str) -> bool {
+        match self.scope {
+            Scope::Rule { .. } => name == "self" || name == "oldSelf",
+            Scope::Named(declared) => declared.iter().any(|d| d.name == name),
+        }
+    }
+
     fn ident(&mut self, id: u64, name: &str) -> Info {
         if let Some(local) = self.locals.iter().rev().find(|l| l.name == name) {
             let info = Info {
@@ -286,27 +319,56 @@ impl Checker<'_> {
             };
             return self.sized(info);
         }
-        match name {
-            "self" => self.sized(Info {
-                ty: Ty::from_decl(self.self_type),
-                cost: 1,
-                size: None,
-                path: Some(vec![Seg::Root(false)]),
-            }),
-            "oldSelf" => {
-                self.uses_old_self = true;
-                let ty = Ty::from_decl(self.self_type);
-                let (ty, path) = match self.old_self {
-                    OldSelf::Plain => (ty, Some(vec![Seg::Root(true)])),
-                    OldSelf::Optional => (Ty::Optional(Box::new(ty)), None),
-                };
-                self.sized(Info {
-                    ty,
-                    cost: 1,
-                    size: None,
-                    path,
-                })
+        match self.scope {
+            Scope::Rule {
+                self_type,
+                old_self,
+            } => match name {
+                "self" => {
+                    return self.sized(Info {
+                        ty: Ty::from_decl(self_type),
+                        cost: 1,
+                        size: None,
+                        path: Some(vec![Seg::Root(false)]),
+                    });
+                }
+                "oldSelf" => {
+                    self.uses_old_self = true;
+                    let ty = Ty::from_decl(self_type);
+                    let (ty, path) = match old_self {
+                        OldSelf::Plain => (ty, Some(vec![Seg::Root(true)])),
+                        OldSelf::Optional => (Ty::Optional(Box::new(ty)), None),
+                    };
+                    return self.sized(Info {
+                        ty,
+                        cost: 1,
+                        size: None,
+                        path,
+                    });
+                }
+                _ => {}
+            },
+            Scope::Named(declared) => {
+                if let Some(var) = declared.iter().find(|d| d.name == name) {
+                    let Some(ty) = var.ty.clone() else {
+                        self.error_at(
+                            id,
+                            format!(
+                                "unsupported variable '{name}': authorization checks are not available on this server"
+                            ),
+                        );
+                        return Info::new(Ty::Dyn, 1);
+                    };
+                    return self.sized(Info {
+                        ty,
+                        cost: 1,
+                        size: None,
+                        path: Some(vec![Seg::Var(var.name)]),
+                    });
+                }
             }
+        }
+        match name {
             // upstream's size estimator reads any one-segment path as `self`, so a type name
             // takes `self`'s size in the estimate
             name if types::is_type_name(name) => Info {
