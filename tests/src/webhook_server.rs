@@ -75,6 +75,7 @@ impl WebhookServer {
                         let Ok((tcp, _)) = listener.accept().await else {
                             continue;
                         };
+                        let _ = tcp.set_nodelay(true);
                         let acceptor = acceptor.clone();
                         let handler = handler.clone();
                         tokio::spawn(async move {

@@ -405,6 +405,7 @@ async fn delete(
             &options,
             dry_run,
             &server.allocator,
+            None,
         )
         .await?;
     Ok(())

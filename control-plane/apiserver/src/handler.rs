@@ -856,6 +856,9 @@ async fn serve_kind(
                 ));
             }
             let (options, dry_run) = delete_options(call)?;
+            let authorizer = TenantAuthorizer { server, state };
+            let context = admission_context(server, state, &authorizer);
+            let admission = delete_admission(server, &context, resource, namespace, call, dry_run);
             match store
                 .delete(
                     tenant,
@@ -865,6 +868,7 @@ async fn serve_kind(
                     &options,
                     dry_run,
                     &server.allocator,
+                    Some(&admission),
                 )
                 .await?
             {
@@ -899,7 +903,17 @@ async fn serve_kind(
                 )
                 .await?;
             let mut items = Vec::new();
+            let authorizer = TenantAuthorizer { server, state };
+            let context = admission_context(server, state, &authorizer);
             for obj in page.items {
+                let admission = delete_admission(
+                    server,
+                    &context,
+                    resource,
+                    meta::namespace(&obj),
+                    call,
+                    dry_run,
+                );
                 match store
                     .delete(
                         tenant,
@@ -909,6 +923,7 @@ async fn serve_kind(
                         &options,
                         dry_run,
                         &server.allocator,
+                        Some(&admission),
                     )
                     .await
                 {
@@ -925,6 +940,30 @@ async fn serve_kind(
             call.method.as_str(),
         )),
     }
+}
+
+/// The validating half of the chain for a delete of an object of `resource` in `namespace`.
+fn delete_admission<'a>(
+    server: &'a ApiServer,
+    context: &'a admission::Context<'a>,
+    resource: &'a ResourceInfo,
+    namespace: &'a str,
+    call: &'a Call,
+    dry_run: bool,
+) -> admission::UpdateValidator<'a> {
+    admission::UpdateValidator::new(
+        &server.admission,
+        context,
+        admission::Attributes {
+            operation: admission::Operation::Delete,
+            resource,
+            subresource: "",
+            namespace,
+            user: Some(&call.user),
+            dry_run,
+            old: None,
+        },
+    )
 }
 
 /// What admission plugins may read for a request of `tenant`.

@@ -4,6 +4,7 @@
 //! kubectl reads (group-version-kind, patch strategy and merge keys).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -18,6 +19,51 @@ pub struct OpenApi {
     v2_protobuf: Bytes,
     v3_index: Bytes,
     v3: BTreeMap<String, Bytes>,
+    /// Tenants' custom group-version documents, one copy per content.
+    custom: DocumentInterner,
+}
+
+/// Documents shared by content: tenants that installed the same definitions serve the same
+/// bytes, held once while any tenant holds them.
+#[derive(Default)]
+struct DocumentInterner {
+    documents: std::sync::Mutex<std::collections::HashMap<u64, Vec<Weak<Vec<u8>>>>>,
+}
+
+/// A shared document as `Bytes` (its owner keeps the shared copy alive).
+struct SharedDocument(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for SharedDocument {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl DocumentInterner {
+    fn intern(&self, bytes: Vec<u8>) -> Bytes {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        bytes.hash(&mut hasher);
+        let key = hasher.finish();
+        let Ok(mut documents) = self.documents.lock() else {
+            return Bytes::from(bytes);
+        };
+        let bucket = documents.entry(key).or_default();
+        bucket.retain(|weak| weak.strong_count() > 0);
+        let shared = match bucket
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|d| **d == bytes)
+        {
+            Some(found) => found,
+            None => {
+                let shared = Arc::new(bytes);
+                bucket.push(Arc::downgrade(&shared));
+                shared
+            }
+        };
+        Bytes::from_owner(SharedDocument(shared))
+    }
 }
 
 /// Documents are served as they are, so they are serialized once, not per request.
@@ -739,6 +785,7 @@ impl OpenApi {
             v2: serialized(&v2),
             v3_index: serialized(&v3_index(&v3)),
             v3,
+            custom: DocumentInterner::default(),
         }
     }
 
@@ -754,7 +801,8 @@ impl OpenApi {
         }
         let mut v3 = self.v3.clone();
         for (gv, members) in by_gv {
-            v3.insert(gv, serialized(&v3_document(&members, table)));
+            let document = serde_json::to_vec(&v3_document(&members, table)).unwrap_or_default();
+            v3.insert(gv, self.custom.intern(document));
         }
         CustomDocuments {
             v3_index: serialized(&v3_index(&v3)),

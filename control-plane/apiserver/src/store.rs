@@ -1039,6 +1039,7 @@ impl Store {
         options: &DeleteOptions,
         dry_run: bool,
         hooks: &dyn CreateHooks,
+        admission: Option<&dyn UpdateValidation>,
     ) -> Result<Deleted, ApiError> {
         let key = tenant.object_key(resource, namespace, name);
         if resource.kind == "Namespace" {
@@ -1072,6 +1073,11 @@ impl Store {
                         meta::resource_version(&current)
                     ),
                 ));
+            }
+            // Validating admission decides on the object as stored (upstream's
+            // `deleteValidation`), on each attempt.
+            if let Some(admission) = admission {
+                admission.validate(&current, &current).await?;
             }
             let mut finalizers = meta::finalizers(&current);
             match options.propagation {

@@ -537,3 +537,130 @@ fn versions_convert_and_rules_decide() -> anyhow::Result<()> {
     contains(&text, "compilation failed")?;
     Ok(())
 }
+
+/// A kind defined in Rust with kube-rs, as operators written in Rust define theirs.
+#[derive(
+    kube::CustomResource, serde::Serialize, serde::Deserialize, Clone, Debug, schemars::JsonSchema,
+)]
+#[kube(
+    group = "kuberust.example.com",
+    version = "v1",
+    kind = "Gizmo",
+    namespaced,
+    status = "GizmoStatus",
+    printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size"}"#
+)]
+pub struct GizmoSpec {
+    size: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    color: Option<String>,
+}
+
+/// The Gizmo's status.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, Default, schemars::JsonSchema)]
+pub struct GizmoStatus {
+    ready: bool,
+}
+
+#[test]
+fn a_kube_rs_derived_kind_is_applied_written_and_watched() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubeconfig = f.data_dir().join("kubeconfig");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig)?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        let client = kube::Client::try_from(config)?;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let name = "gizmos.kuberust.example.com";
+        crds.patch(
+            name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(Gizmo::crd()),
+        )
+        .await?;
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(
+                crds.clone(),
+                name,
+                kube::runtime::wait::conditions::is_crd_established(),
+            ),
+        )
+        .await??;
+
+        let gizmos: Api<Gizmo> = Api::namespaced(client.clone(), "default");
+        let mut events = watcher(gizmos.clone(), watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        gizmos
+            .create(
+                &PostParams::default(),
+                &Gizmo::new(
+                    "g1",
+                    GizmoSpec {
+                        size: 3,
+                        color: None,
+                    },
+                ),
+            )
+            .await?;
+        // Server-side apply by another manager, then the status through its subresource.
+        let applied = gizmos
+            .patch(
+                "g1",
+                &PatchParams::apply("sizer"),
+                &Patch::Apply(serde_json::json!({
+                    "apiVersion": "kuberust.example.com/v1", "kind": "Gizmo",
+                    "spec": {"size": 5},
+                })),
+            )
+            .await?;
+        ensure!(applied.spec.size == 5, "{:?}", applied.spec);
+        gizmos
+            .patch_status(
+                "g1",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {"ready": true}})),
+            )
+            .await?;
+        let seen = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(event) = events.next().await {
+                let gizmo = event?;
+                if gizmo.spec.size == 5 && gizmo.status.as_ref().is_some_and(|s| s.ready) {
+                    return anyhow::Ok(true);
+                }
+            }
+            anyhow::Ok(false)
+        })
+        .await??;
+        ensure!(
+            seen,
+            "the watcher never saw the applied size and the ready status"
+        );
+        let managers: Vec<String> = gizmos
+            .get("g1")
+            .await?
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| m.manager)
+            .collect();
+        ensure!(managers.contains(&"sizer".to_string()), "{managers:?}");
+        anyhow::Ok(())
+    })?;
+    contains(&f.kubectl().ok(&["get", "gizmos"])?, "SIZE")?;
+    Ok(())
+}

@@ -45,7 +45,16 @@ fn answer(path: &str, review: Value) -> (u16, Vec<u8>) {
             }))
         }
         "/validate" => {
-            if object["metadata"]["labels"]["deny"] == json!("true") {
+            let old = &request["oldObject"];
+            if request["operation"] == json!("DELETE") {
+                if old["metadata"]["labels"]["protected"] == json!("true") && object.is_null() {
+                    return respond(json!({
+                        "allowed": false,
+                        "status": {"code": 403, "message": "protected configmaps may not be deleted"},
+                    }));
+                }
+                respond(json!({"allowed": true}))
+            } else if object["metadata"]["labels"]["deny"] == json!("true") {
                 respond(json!({
                     "allowed": false,
                     "status": {"code": 403, "message": "configmaps labelled deny are refused"},
@@ -71,7 +80,7 @@ metadata: {{name: {name}}}
 webhooks:
 - name: {name}.test.flotilla.dev
   clientConfig: {{url: "{url}", caBundle: "{ca_bundle}"}}
-  rules: [{{operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
+  rules: [{{operations: [CREATE, UPDATE, DELETE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
   sideEffects: None
   admissionReviewVersions: [v1]
   namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
@@ -166,6 +175,14 @@ fn webhooks_mutate_refuse_and_fail_as_upstreams_do() -> anyhow::Result<()> {
             .code()
             != Some(0)
     );
+    // Deletes are validated too, with the stored object as `oldObject`.
+    configmap(&kubectl, "kept", "protected: \"true\"")?;
+    let kept = kubectl.run(&["-n", "hooked", "delete", "configmap", "kept"], None, &[])?;
+    contains(
+        &String::from_utf8_lossy(&kept.stderr),
+        r#"admission webhook "guard.test.flotilla.dev" denied the request: protected configmaps may not be deleted"#,
+    )?;
+    kubectl.ok(&["-n", "hooked", "delete", "configmap", "one"])?;
     // A dry run reaches webhooks without side effects.
     let dry = kubectl.run(
         &[

@@ -38,6 +38,7 @@ impl Plugin for LimitRanger {
         let operation = match attributes.operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
+            Operation::Delete => return false,
         };
         attributes.resource.group.is_empty()
             && !attributes.namespace.is_empty()

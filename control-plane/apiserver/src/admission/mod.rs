@@ -39,6 +39,8 @@ pub enum Operation {
     Create,
     /// A change to a stored object (PUT or PATCH, of the object or a subresource).
     Update,
+    /// A delete (only the validating half runs; the object is the stored one, as `old`).
+    Delete,
 }
 
 /// The request a plugin decides on (upstream's `admission.Attributes`).

@@ -44,7 +44,7 @@ impl Plugin for PodSecurity {
         let pods = kind.group.is_empty() && kind.plural == "pods";
         let namespaces = kind.group.is_empty() && kind.plural == "namespaces";
         match (attributes.operation, attributes.subresource) {
-            (_, "") if namespaces => true,
+            (Operation::Create | Operation::Update, "") if namespaces => true,
             (Operation::Create, "") => pods || template_path(&kind.group, &kind.plural).is_some(),
             // A pod's spec changes only where upstream allows (images, and debuggers through
             // ephemeralcontainers); both are checked as upstream checks them.

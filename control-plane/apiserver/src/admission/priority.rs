@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Attributes, Context, Plugin};
+use super::{Attributes, Context, Operation, Plugin};
 use crate::error::ApiError;
 use crate::meta;
 
@@ -25,7 +25,7 @@ impl Plugin for Priority {
     }
 
     fn handles(&self, attributes: &Attributes<'_>) -> bool {
-        attributes.is_core("pods")
+        attributes.operation != Operation::Delete && attributes.is_core("pods")
     }
 
     async fn admit(

@@ -71,7 +71,8 @@ impl Plugin for ResourceQuota {
         // with load balancers or node ports), as upstream's evaluators see it.
         let counted_on_update =
             kind.group.is_empty() && matches!(&*kind.plural, "persistentvolumeclaims" | "services");
-        (attributes.operation == Operation::Create || counted_on_update)
+        (attributes.operation == Operation::Create
+            || (attributes.operation == Operation::Update && counted_on_update))
             && attributes.subresource.is_empty()
             && !attributes.namespace.is_empty()
     }

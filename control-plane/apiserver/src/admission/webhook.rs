@@ -173,13 +173,18 @@ async fn matching(
     Ok(hooks)
 }
 
+fn operation_name(operation: Operation) -> &'static str {
+    match operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+    }
+}
+
 /// Upstream's `rules.Matcher`: an operation, group, version, resource (with subresource) and
 /// scope all named by one rule.
 fn rules_match(definition: &Value, attributes: &Attributes<'_>) -> bool {
-    let operation = match attributes.operation {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-    };
+    let operation = operation_name(attributes.operation);
     let named = |list: &Value, value: &str| {
         list.as_array()
             .into_iter()
@@ -431,10 +436,7 @@ async fn call(
 /// The AdmissionReview of a request (upstream's `CreateV1AdmissionReview`).
 fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &Value) -> Value {
     let resource = &attributes.resource;
-    let operation = match attributes.operation {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-    };
+    let operation = operation_name(attributes.operation);
     let kind = json!({"group": resource.group, "version": resource.version, "kind": resource.kind});
     let gvr =
         json!({"group": resource.group, "version": resource.version, "resource": resource.plural});
@@ -447,17 +449,23 @@ fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &Value) -> V
     let options_kind = match attributes.operation {
         Operation::Create => "CreateOptions",
         Operation::Update => "UpdateOptions",
+        Operation::Delete => "DeleteOptions",
+    };
+    // A delete's review carries the stored object as `oldObject` and no `object`.
+    let (object, old) = match attributes.operation {
+        Operation::Delete => (&Value::Null, attributes.old.or(Some(object))),
+        _ => (object, attributes.old),
     };
     let mut request = json!({
         "uid": uid,
         "kind": kind, "resource": gvr,
         "requestKind": kind, "requestResource": gvr,
-        "name": meta::name(object),
+        "name": meta::name(old.unwrap_or(object)),
         "namespace": attributes.namespace,
         "operation": operation,
         "userInfo": user,
         "object": object,
-        "oldObject": attributes.old.cloned().unwrap_or(Value::Null),
+        "oldObject": old.cloned().unwrap_or(Value::Null),
         "dryRun": attributes.dry_run,
         "options": {"kind": options_kind, "apiVersion": "meta.k8s.io/v1"},
     });
@@ -616,9 +624,84 @@ async fn service_endpoint(
     Err(format!("service \"{name}\" has no ready endpoints"))
 }
 
-/// POSTs `body` over TLS verified against the webhook's CA bundle; the answer's body when
-/// the status is 200.
+/// Kept-alive connections to webhooks, by address, certificate name and CA bundle (upstream
+/// keeps its webhook clients' connections alive the same way; a handshake per call would
+/// cost more than most webhooks' answers).
+type Connection = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+type ConnectionKey = (std::net::SocketAddr, String, Vec<u8>);
+static IDLE: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<ConnectionKey, Vec<Connection>>>,
+> = std::sync::LazyLock::new(Default::default);
+/// Idle connections kept per webhook endpoint.
+const IDLE_PER_ENDPOINT: usize = 16;
+
+/// POSTs `body` over TLS verified against the webhook's CA bundle, on a kept-alive
+/// connection when one is idle; the answer's body when the status is 200.
 async fn post(endpoint: &Endpoint, url: &str, body: Vec<u8>) -> Result<Bytes, String> {
+    let key: ConnectionKey = (
+        endpoint.address,
+        endpoint.server_name.clone(),
+        endpoint.ca_bundle.clone(),
+    );
+    let path = url
+        .strip_prefix("https://")
+        .and_then(|rest| rest.find('/').map(|at| &rest[at..]))
+        .unwrap_or("/");
+    let request = || {
+        http::Request::post(path)
+            .header(http::header::HOST, &endpoint.authority)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json")
+            .body(Full::new(Bytes::from(body.clone())))
+            .map_err(|err| err.to_string())
+    };
+    let idle = IDLE
+        .lock()
+        .ok()
+        .and_then(|mut idle| idle.get_mut(&key).and_then(Vec::pop));
+    // A kept connection the webhook closed meanwhile is replaced by a new one, once.
+    let mut kept = None;
+    if let Some(mut sender) = idle
+        && sender.ready().await.is_ok()
+        && let Ok(response) = sender.send_request(request()?).await
+    {
+        kept = Some((sender, response));
+    }
+    let (sender, response) = match kept {
+        Some(answered) => answered,
+        None => {
+            let mut sender = connect(endpoint).await?;
+            let response = sender
+                .send_request(request()?)
+                .await
+                .map_err(|err| err.to_string())?;
+            (sender, response)
+        }
+    };
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|err| err.to_string())?
+        .to_bytes();
+    if let Ok(mut idle) = IDLE.lock() {
+        let kept = idle.entry(key).or_default();
+        if kept.len() < IDLE_PER_ENDPOINT {
+            kept.push(sender);
+        }
+    }
+    if status != http::StatusCode::OK {
+        return Err(format!(
+            "an error on the server ({:?}) has prevented the request from succeeding",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A new TLS connection to the webhook, its certificate checked against the CA bundle.
+async fn connect(endpoint: &Endpoint) -> Result<Connection, String> {
     let mut roots = rustls::RootCertStore::empty();
     for certificate in CertificateDer::pem_slice_iter(&endpoint.ca_bundle) {
         let certificate = certificate.map_err(|err| format!("invalid caBundle: {err}"))?;
@@ -643,38 +726,11 @@ async fn post(endpoint: &Endpoint, url: &str, body: Vec<u8>) -> Result<Bytes, St
         .connect(server_name, tcp)
         .await
         .map_err(|err| format!("tls: failed to verify certificate: {err}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
         .map_err(|err| err.to_string())?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
-    let path = url
-        .strip_prefix("https://")
-        .and_then(|rest| rest.find('/').map(|at| &rest[at..]))
-        .unwrap_or("/");
-    let request = http::Request::post(path)
-        .header(http::header::HOST, &endpoint.authority)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::ACCEPT, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|err| err.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|err| err.to_string())?;
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|err| err.to_string())?
-        .to_bytes();
-    if status != http::StatusCode::OK {
-        return Err(format!(
-            "an error on the server ({:?}) has prevented the request from succeeding",
-            String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
-        ));
-    }
-    Ok(bytes)
+    Ok(sender)
 }

@@ -265,6 +265,7 @@ async fn clean_up(
                     &DeleteOptions::default(),
                     false,
                     &server.allocator,
+                    None,
                 )
                 .await;
             match deleted {
