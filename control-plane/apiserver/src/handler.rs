@@ -974,7 +974,10 @@ fn admission_context<'a>(
 ) -> admission::Context<'a> {
     admission::Context {
         store: &server.store,
-        resources: &server.resources,
+        resources: state
+            .kinds
+            .loaded()
+            .unwrap_or_else(|| server.resources.clone()),
         tenant: &state.tenant,
         lookups: server.admission.lookups(),
         pod_security: &state.record.pod_security,

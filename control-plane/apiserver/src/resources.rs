@@ -591,6 +591,14 @@ impl Resources {
                 PLAIN,
                 Box::new(s::WebhookConfigurationStrategy { mutating: false }),
             ),
+            define::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>(
+                status_only(&[], true),
+                Box::new(s::ValidatingAdmissionPolicyStrategy),
+            ),
+            define::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>(
+                PLAIN,
+                Box::new(s::ValidatingAdmissionPolicyBindingStrategy),
+            ),
             define::<rbac::Role>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::ClusterRole>(PLAIN, Box::new(s::DefaultStrategy)),

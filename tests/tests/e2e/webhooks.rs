@@ -161,6 +161,29 @@ fn webhooks_mutate_refuse_and_fail_as_upstreams_do() -> anyhow::Result<()> {
         .is_empty()
     );
 
+    // A webhook's matchConditions skip it for what they exclude.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "conditional",
+            &format!("{}/garbage", server.url),
+            &ca,
+            "  matchConditions:\n  - {name: not-exempt, expression: \"!has(object.metadata.labels) || !('exempt' in object.metadata.labels)\"}\n",
+        ),
+    )?;
+    let exempt = configmap(&kubectl, "exempt", "exempt: \"yes\"")?;
+    ensure!(
+        exempt.status.success(),
+        "{}",
+        String::from_utf8_lossy(&exempt.stderr)
+    );
+    contains(
+        &String::from_utf8_lossy(&configmap(&kubectl, "counted", "")?.stderr),
+        "received invalid webhook response",
+    )?;
+    kubectl.ok(&["delete", "validatingwebhookconfiguration", "conditional"])?;
+
     // Refused in the webhook's words, nothing stored.
     let refused = configmap(&kubectl, "two", "deny: \"true\"")?;
     ensure!(!refused.status.success());
@@ -286,6 +309,169 @@ fn webhooks_mutate_refuse_and_fail_as_upstreams_do() -> anyhow::Result<()> {
     contains(
         &String::from_utf8_lossy(&bad.stderr),
         "'https' is the only allowed URL scheme",
+    )?;
+    Ok(())
+}
+
+const REPLICA_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: max-replicas}
+spec:
+  failurePolicy: Fail
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
+  variables:
+  - {name: limit, expression: "int(params.data.maxReplicas)"}
+  validations:
+  - expression: object.spec.replicas <= variables.limit
+    messageExpression: "'replicas ' + string(object.spec.replicas) + ' exceed ' + string(variables.limit)"
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: max-replicas-strict}
+spec:
+  policyName: max-replicas
+  validationActions: [Deny]
+  paramRef: {name: replica-limit, namespace: default}
+  matchResources:
+    namespaceSelector: {matchLabels: {policy: strict}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: max-replicas-warn}
+spec:
+  policyName: max-replicas
+  validationActions: [Warn]
+  paramRef: {name: replica-limit, namespace: default}
+  matchResources:
+    namespaceSelector: {matchLabels: {policy: lenient}}
+"#;
+
+#[test]
+fn a_validating_admission_policy_denies_and_warns_by_binding() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok(&[
+        "create",
+        "configmap",
+        "replica-limit",
+        "--from-literal=maxReplicas=3",
+    ])?;
+    for (namespace, level) in [("strict", "strict"), ("lenient", "lenient")] {
+        kubectl.ok(&["create", "namespace", namespace])?;
+        kubectl.ok(&["label", "namespace", namespace, &format!("policy={level}")])?;
+    }
+    kubectl.ok_stdin(&["apply", "-f", "-"], REPLICA_POLICY)?;
+    // The policy is read through the admission lookups (at most 1 s old).
+    std::thread::sleep(Duration::from_millis(1100));
+
+    let denied = kubectl.run(
+        &[
+            "-n",
+            "strict",
+            "create",
+            "deployment",
+            "big",
+            "--image=nginx",
+            "--replicas=5",
+        ],
+        None,
+        &[],
+    )?;
+    ensure!(
+        !denied.status.success(),
+        "a Deployment over the limit was admitted"
+    );
+    contains(
+        &String::from_utf8_lossy(&denied.stderr),
+        r#"deployments.apps "big" is forbidden: ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-strict' denied request: replicas 5 exceed 3"#,
+    )?;
+    kubectl.ok(&[
+        "-n",
+        "strict",
+        "create",
+        "deployment",
+        "small",
+        "--image=nginx",
+        "--replicas=2",
+    ])?;
+    let warned = kubectl.run(
+        &[
+            "-n",
+            "lenient",
+            "create",
+            "deployment",
+            "big",
+            "--image=nginx",
+            "--replicas=5",
+        ],
+        None,
+        &[],
+    )?;
+    ensure!(
+        warned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&warned.stderr)
+    );
+    contains(
+        &String::from_utf8_lossy(&warned.stderr),
+        "Validation failed for ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-warn': replicas 5 exceed 3",
+    )?;
+    // Changing the replicas past the limit is an update the policy sees too.
+    let patched = kubectl.run(
+        &[
+            "-n",
+            "strict",
+            "patch",
+            "deployment",
+            "small",
+            "-p",
+            r#"{"spec":{"replicas":4}}"#,
+        ],
+        None,
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&patched.stderr),
+        "replicas 4 exceed 3",
+    )?;
+
+    // A policy whose expression does not compile is refused with it.
+    let broken = kubectl.run(
+        &["apply", "-f", "-"],
+        Some("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: broken}\nspec:\n  matchConstraints:\n    resourceRules: [{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]\n  validations: [{expression: 'object.metadata.name ==='}]\n"),
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&broken.stderr),
+        "spec.validations[0].expression",
+    )?;
+    contains(
+        &String::from_utf8_lossy(&broken.stderr),
+        "compilation failed",
+    )?;
+    // A binding whose parameter object is missing denies (parameterNotFoundAction: Deny).
+    kubectl.ok(&["delete", "configmap", "replica-limit"])?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let missing = kubectl.run(
+        &[
+            "-n",
+            "strict",
+            "create",
+            "deployment",
+            "other",
+            "--image=nginx",
+        ],
+        None,
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&missing.stderr),
+        "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
     )?;
     Ok(())
 }

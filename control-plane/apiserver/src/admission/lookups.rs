@@ -15,7 +15,7 @@ pub const LOOKUP_TTL: Duration = Duration::from_secs(1);
 const MAX_ENTRIES: usize = 10_000;
 
 /// The kinds plugins read, whose writes forget copies.
-pub const LOOKED_UP: [&str; 7] = [
+pub const LOOKED_UP: [&str; 9] = [
     "limitranges",
     "resourcequotas",
     "namespaces",
@@ -23,6 +23,8 @@ pub const LOOKED_UP: [&str; 7] = [
     "storageclasses",
     "mutatingwebhookconfigurations",
     "validatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
 ];
 
 /// (tenant, plural, namespace or `=name`).

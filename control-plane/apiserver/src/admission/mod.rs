@@ -12,6 +12,7 @@ mod limit_ranger;
 mod lookups;
 mod pod_security;
 mod pod_security_config;
+mod policy;
 mod priority;
 mod resource_quota;
 mod runtime_class;
@@ -75,8 +76,8 @@ impl Attributes<'_> {
 pub struct Context<'a> {
     /// The registry.
     pub store: &'a Store,
-    /// The tenant's kinds.
-    pub resources: &'a Resources,
+    /// The tenant's kinds (its definitions' included).
+    pub resources: Arc<Resources>,
     /// Whose cluster the request is for.
     pub tenant: &'a Tenant,
     /// Recent copies of what plugins read.
@@ -251,6 +252,7 @@ impl Chain {
                 Box::new(default_class::DEFAULT_STORAGE_CLASS),
                 Box::new(storage_protection::StorageObjectInUseProtection),
                 Box::new(webhook::MutatingWebhooks),
+                Box::new(policy::ValidatingAdmissionPolicies),
                 Box::new(webhook::ValidatingWebhooks),
                 Box::new(resource_quota::ResourceQuota::default()),
             ],

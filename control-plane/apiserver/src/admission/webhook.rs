@@ -47,7 +47,7 @@ impl Phase {
 
 /// Writes to the webhook configurations themselves are never sent to webhooks (upstream's
 /// `IsExemptAdmissionConfigurationResource`): a broken webhook must not lock itself in.
-fn exempt(attributes: &Attributes<'_>) -> bool {
+pub(super) fn exempt(attributes: &Attributes<'_>) -> bool {
     attributes.resource.group == "admissionregistration.k8s.io"
 }
 
@@ -164,6 +164,9 @@ async fn matching(
             if !namespace_selector_matches(context, definition, attributes, object).await? {
                 continue;
             }
+            if !conditions_match(definition, attributes, object)? {
+                continue;
+            }
             hooks.push(Hook {
                 name: definition["name"].as_str().unwrap_or("").to_string(),
                 definition: definition.clone(),
@@ -184,6 +187,16 @@ fn operation_name(operation: Operation) -> &'static str {
 /// Upstream's `rules.Matcher`: an operation, group, version, resource (with subresource) and
 /// scope all named by one rule.
 fn rules_match(definition: &Value, attributes: &Attributes<'_>) -> bool {
+    rule_list_matches(&definition["rules"], attributes, None)
+}
+
+/// Whether one of `rules` names the request (with the object's name checked against a
+/// rule's `resourceNames`, as policies' rules have them).
+pub(super) fn rule_list_matches(
+    rules: &Value,
+    attributes: &Attributes<'_>,
+    name: Option<&str>,
+) -> bool {
     let operation = operation_name(attributes.operation);
     let named = |list: &Value, value: &str| {
         list.as_array()
@@ -193,17 +206,17 @@ fn rules_match(definition: &Value, attributes: &Attributes<'_>) -> bool {
             .any(|item| item == "*" || item == value)
     };
     let resource = &attributes.resource;
-    definition["rules"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|rule| {
-            named(&rule["operations"], operation)
-                && named(&rule["apiGroups"], &resource.group)
-                && named(&rule["apiVersions"], &resource.version)
-                && resource_named(&rule["resources"], &resource.plural, attributes.subresource)
-                && scope_matches(rule["scope"].as_str().unwrap_or("*"), attributes)
-        })
+    rules.as_array().into_iter().flatten().any(|rule| {
+        named(&rule["operations"], operation)
+            && named(&rule["apiGroups"], &resource.group)
+            && named(&rule["apiVersions"], &resource.version)
+            && resource_named(&rule["resources"], &resource.plural, attributes.subresource)
+            && scope_matches(rule["scope"].as_str().unwrap_or("*"), attributes)
+            && rule["resourceNames"]
+                .as_array()
+                .filter(|names| !names.is_empty())
+                .is_none_or(|names| names.iter().any(|n| Some(n.as_str().unwrap_or("")) == name))
+    })
 }
 
 fn resource_named(list: &Value, plural: &str, subresource: &str) -> bool {
@@ -238,7 +251,7 @@ fn selector(definition: &Value, field: &str) -> Result<LabelSelector, ApiError> 
 }
 
 /// `objectSelector`: the object's labels, or the old object's (either matching is enough).
-fn object_selector_matches(
+pub(super) fn object_selector_matches(
     definition: &Value,
     attributes: &Attributes<'_>,
     object: &Value,
@@ -252,7 +265,7 @@ fn object_selector_matches(
 
 /// `namespaceSelector`: the labels of the request's namespace (of the object itself for a
 /// Namespace); cluster-scoped objects always match.
-async fn namespace_selector_matches(
+pub(super) async fn namespace_selector_matches(
     context: &Context<'_>,
     definition: &Value,
     attributes: &Attributes<'_>,
@@ -271,6 +284,63 @@ async fn namespace_selector_matches(
         .await?
         .unwrap_or_else(|| json!({}));
     Ok(selector.matches(&meta::labels(&namespace)))
+}
+
+/// Compiled `matchConditions` by their text: compiling type-checks, which costs more than a
+/// call's evaluation, so each set is compiled once.
+type CompiledConditions = Arc<flotilla_cel::admission::MatchConditions>;
+type ConditionsCache =
+    std::sync::Mutex<std::collections::HashMap<Vec<(String, String)>, CompiledConditions>>;
+static CONDITIONS: std::sync::LazyLock<ConditionsCache> =
+    std::sync::LazyLock::new(Default::default);
+
+/// `matchConditions`: every condition true (none: a match). A condition that cannot be
+/// evaluated fails the request under `failurePolicy: Fail` and skips the webhook under
+/// `Ignore`, as upstream's matcher decides.
+fn conditions_match(
+    definition: &Value,
+    attributes: &Attributes<'_>,
+    object: &Value,
+) -> Result<bool, ApiError> {
+    let conditions = crate::strategies::match_conditions(definition);
+    if conditions.is_empty() {
+        return Ok(true);
+    }
+    let compiled = {
+        let mut cache = CONDITIONS
+            .lock()
+            .map_err(|_| ApiError::internal("the match conditions' cache was poisoned"))?;
+        if cache.len() > 1024 {
+            cache.clear();
+        }
+        cache
+            .entry(conditions.clone())
+            .or_insert_with(|| {
+                let borrowed: Vec<(&str, &str)> = conditions
+                    .iter()
+                    .map(|(n, e)| (n.as_str(), e.as_str()))
+                    .collect();
+                Arc::new(flotilla_cel::admission::MatchConditions::new(&borrowed))
+            })
+            .clone()
+    };
+    let review = admission_review("", attributes, object);
+    let request = &review["request"];
+    let inputs = flotilla_cel::admission::AdmissionInputs {
+        object: Some(&request["object"]).filter(|o| !o.is_null()),
+        old_object: Some(&request["oldObject"]).filter(|o| !o.is_null()),
+        request,
+        params: None,
+        namespace_object: None,
+    };
+    match compiled.evaluate(&inputs) {
+        Ok(matched) => Ok(matched),
+        Err(_) if definition["failurePolicy"] == json!("Ignore") => Ok(false),
+        Err(why) => Err(ApiError::internal(format!(
+            "failed calling webhook {:?}: failed to evaluate match conditions: {why}",
+            definition["name"].as_str().unwrap_or("")
+        ))),
+    }
 }
 
 /// What a webhook answered.
@@ -434,7 +504,7 @@ async fn call(
 }
 
 /// The AdmissionReview of a request (upstream's `CreateV1AdmissionReview`).
-fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &Value) -> Value {
+pub(super) fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &Value) -> Value {
     let resource = &attributes.resource;
     let operation = operation_name(attributes.operation);
     let kind = json!({"group": resource.group, "version": resource.version, "kind": resource.kind});

@@ -82,6 +82,11 @@ impl TenantKinds {
         Ok(Some(built))
     }
 
+    /// The table as last loaded, without reading anything (a request has loaded it already).
+    pub fn loaded(&self) -> Option<Arc<Resources>> {
+        self.current().map(|(_, table)| table)
+    }
+
     fn current(&self) -> Option<(Instant, Arc<Resources>)> {
         self.loaded.read().ok().and_then(|loaded| loaded.clone())
     }

@@ -89,6 +89,145 @@ impl Strategy for WebhookConfigurationStrategy {
     }
 }
 
+/// A webhook's or policy's `matchConditions` as (name, expression) pairs.
+pub fn match_conditions(holder: &Value) -> Vec<(String, String)> {
+    holder["matchConditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or("").to_string(),
+                c["expression"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The strategy of ValidatingAdmissionPolicies: their spec's expressions are compiled when
+/// written, and refused in upstream's words when they do not compile or mistype.
+pub struct ValidatingAdmissionPolicyStrategy;
+
+impl Strategy for ValidatingAdmissionPolicyStrategy {
+    fn default(&self, obj: &mut Value) {
+        if let Some(spec) = obj["spec"].as_object_mut() {
+            set_default(spec, "failurePolicy", json!("Fail"));
+            if let Some(constraints) = spec
+                .get_mut("matchConstraints")
+                .and_then(Value::as_object_mut)
+            {
+                set_default(constraints, "matchPolicy", json!("Equivalent"));
+                set_default(constraints, "namespaceSelector", json!({}));
+                set_default(constraints, "objectSelector", json!({}));
+                for rule in constraints
+                    .get_mut("resourceRules")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(rule) = rule.as_object_mut() {
+                        set_default(rule, "scope", json!("*"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors = match flotilla_cel::admission::Policy::compile_named(
+            crate::meta::name(obj),
+            &obj["spec"],
+            &Path::new("spec"),
+        ) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors,
+        };
+        if obj["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+        {
+            errors.push(FieldError::required(
+                &Path::new("spec")
+                    .child("matchConstraints")
+                    .child("resourceRules"),
+                "",
+            ));
+        }
+        errors
+    }
+}
+
+/// The strategy of ValidatingAdmissionPolicyBindings.
+pub struct ValidatingAdmissionPolicyBindingStrategy;
+
+impl Strategy for ValidatingAdmissionPolicyBindingStrategy {
+    fn default(&self, obj: &mut Value) {
+        if let Some(reference) = obj["spec"]["paramRef"].as_object_mut() {
+            set_default(reference, "parameterNotFoundAction", json!("Deny"));
+        }
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let spec = Path::new("spec");
+        if obj["spec"]["policyName"].as_str().is_none_or(str::is_empty) {
+            errors.push(FieldError::required(&spec.child("policyName"), ""));
+        }
+        let actions: Vec<&str> = obj["spec"]["validationActions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let actions_path = spec.child("validationActions");
+        if actions.is_empty() {
+            errors.push(FieldError::required(
+                &actions_path,
+                "at least one validation action is required",
+            ));
+        }
+        for (i, action) in actions.iter().enumerate() {
+            if !matches!(*action, "Deny" | "Warn" | "Audit") {
+                errors.push(FieldError::not_supported(
+                    &actions_path.index(i),
+                    json!(action),
+                    &["Audit", "Deny", "Warn"],
+                ));
+            }
+            if actions[..i].contains(action) {
+                errors.push(FieldError::duplicate(&actions_path.index(i), json!(action)));
+            }
+        }
+        if actions.contains(&"Deny") && actions.contains(&"Warn") {
+            errors.push(FieldError::invalid(
+                &actions_path,
+                json!(actions),
+                "must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)",
+            ));
+        }
+        let reference = &obj["spec"]["paramRef"];
+        if reference.is_object() {
+            let has_name = reference["name"].as_str().is_some_and(|n| !n.is_empty());
+            if has_name == reference["selector"].is_object() {
+                errors.push(FieldError::forbidden(
+                    &spec.child("paramRef"),
+                    "one of name or selector must be specified",
+                ));
+            }
+            if let Some(action) = reference["parameterNotFoundAction"].as_str()
+                && !matches!(action, "Allow" | "Deny")
+            {
+                errors.push(FieldError::not_supported(
+                    &spec.child("paramRef").child("parameterNotFoundAction"),
+                    json!(action),
+                    &["Allow", "Deny"],
+                ));
+            }
+        }
+        errors
+    }
+}
+
 fn validate_webhook(webhook: &Value, here: &Path, mutating: bool) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let one_of =
@@ -202,15 +341,16 @@ fn validate_webhook(webhook: &Value, here: &Path, mutating: bool) -> Vec<FieldEr
             }
         }
     }
-    if webhook["matchConditions"]
-        .as_array()
-        .is_some_and(|c| !c.is_empty())
-    {
-        errors.push(FieldError::forbidden(
-            &here.child("matchConditions"),
-            "match conditions are not supported by this server yet",
-        ));
-    }
+    let conditions = match_conditions(webhook);
+    let borrowed: Vec<(&str, &str)> = conditions
+        .iter()
+        .map(|(n, e)| (n.as_str(), e.as_str()))
+        .collect();
+    errors.extend(flotilla_cel::admission::validate_match_conditions(
+        &borrowed,
+        false,
+        &here.child("matchConditions"),
+    ));
     const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
     for (i, rule) in webhook["rules"]
         .as_array()

@@ -1,0 +1,337 @@
+//! ValidatingAdmissionPolicy (upstream `k8s.io/apiserver/pkg/admission/plugin/policy/validating`):
+//! each ValidatingAdmissionPolicyBinding names a policy; when the policy's `matchConstraints`
+//! and the binding's `matchResources` select the request, the policy's CEL validations
+//! (`flotilla_cel::admission::Policy`) run against the object, with the binding's parameter
+//! object (a ConfigMap, a custom resource…) as `params`, and the binding's
+//! `validationActions` decide what a failure does: `Deny` refuses with upstream's message and
+//! the validation's reason, `Warn` adds a warning, `Audit` is recorded nowhere yet (there is
+//! no audit log).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use flotilla_cel::admission::{
+    AdmissionInputs, FailurePolicy, Policy, PolicyDecisionAction, reason_to_code,
+};
+use serde_json::{Value, json};
+
+use super::webhook::{
+    admission_review, exempt, namespace_selector_matches, object_selector_matches,
+    rule_list_matches,
+};
+use super::{Attributes, Context, Plugin};
+use crate::error::ApiError;
+use crate::meta;
+
+/// The ValidatingAdmissionPolicy plugin.
+pub struct ValidatingAdmissionPolicies;
+
+/// Compiled policies by (uid, resourceVersion): compiling type-checks every expression, far
+/// more than evaluating them, so a policy is compiled once per version.
+type CompiledPolicies = Mutex<HashMap<(String, String), Arc<Policy>>>;
+static COMPILED: LazyLock<CompiledPolicies> = LazyLock::new(Default::default);
+/// Compiled policies kept before the cache starts over.
+const COMPILED_KEPT: usize = 1024;
+
+fn compiled(policy: &Value) -> Arc<Policy> {
+    let key = (
+        meta::uid(policy).to_string(),
+        meta::resource_version(policy).to_string(),
+    );
+    if let Ok(cache) = COMPILED.lock()
+        && let Some(found) = cache.get(&key)
+    {
+        return found.clone();
+    }
+    let compiled = Arc::new(Policy::new(&policy["spec"]));
+    if let Ok(mut cache) = COMPILED.lock() {
+        if cache.len() >= COMPILED_KEPT {
+            cache.clear();
+        }
+        cache.insert(key, compiled.clone());
+    }
+    compiled
+}
+
+#[async_trait::async_trait]
+impl Plugin for ValidatingAdmissionPolicies {
+    fn name(&self) -> &'static str {
+        "ValidatingAdmissionPolicy"
+    }
+
+    fn handles(&self, attributes: &Attributes<'_>) -> bool {
+        !exempt(attributes)
+    }
+
+    async fn validate(
+        &self,
+        context: &Context<'_>,
+        attributes: &Attributes<'_>,
+        object: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let group = "admissionregistration.k8s.io";
+        let bindings_resource =
+            context.resource(group, "v1", "validatingadmissionpolicybindings")?;
+        let bindings = context.list_cached(bindings_resource, None).await?;
+        if bindings.is_empty() {
+            return Ok(());
+        }
+        let policies_resource = context.resource(group, "v1", "validatingadmissionpolicies")?;
+        let policies = context.list_cached(policies_resource, None).await?;
+        let name = match attributes.old {
+            Some(old) if attributes.operation == super::Operation::Delete => meta::name(old),
+            _ => meta::name(object),
+        };
+        let request = admission_review("", attributes, object)["request"].clone();
+        for binding in bindings.iter() {
+            let policy_name = binding["spec"]["policyName"].as_str().unwrap_or("");
+            let Some(policy) = policies.iter().find(|p| meta::name(p) == policy_name) else {
+                continue;
+            };
+            if !selects(
+                context,
+                &policy["spec"]["matchConstraints"],
+                attributes,
+                object,
+                name,
+                true,
+            )
+            .await?
+            {
+                continue;
+            }
+            let binding_match = &binding["spec"]["matchResources"];
+            if binding_match.is_object()
+                && !selects(context, binding_match, attributes, object, name, false).await?
+            {
+                continue;
+            }
+            let compiled = compiled(policy);
+            let refuse = |message: String, reason: &str| {
+                denial(
+                    attributes,
+                    name,
+                    policy_name,
+                    meta::name(binding),
+                    &message,
+                    reason,
+                )
+            };
+            let params = match parameters(context, policy, binding, attributes).await {
+                Ok(params) => params,
+                Err(why) => {
+                    if compiled.failure_policy() == FailurePolicy::Fail {
+                        return Err(refuse(
+                            format!("failed to configure binding: {why}"),
+                            "Invalid",
+                        ));
+                    }
+                    continue;
+                }
+            };
+            let namespace_object = if attributes.namespace.is_empty()
+                || (attributes.resource.group.is_empty()
+                    && attributes.resource.plural == "namespaces")
+            {
+                None
+            } else {
+                let namespaces = context.resource("", "v1", "namespaces")?;
+                context.get_cached(namespaces, attributes.namespace).await?
+            };
+            let (new_object, old_object) = match attributes.operation {
+                super::Operation::Delete => (None, attributes.old.or(Some(object))),
+                _ => (Some(object), attributes.old),
+            };
+            let actions: Vec<&str> = binding["spec"]["validationActions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            for param in params {
+                let inputs = AdmissionInputs {
+                    object: new_object,
+                    old_object,
+                    request: &request,
+                    params: param.as_ref(),
+                    namespace_object: namespace_object.as_ref(),
+                };
+                let decision = compiled.evaluate(&inputs);
+                if !decision.matched {
+                    continue;
+                }
+                for failed in decision
+                    .decisions
+                    .iter()
+                    .filter(|d| d.action == PolicyDecisionAction::Deny)
+                {
+                    if actions.contains(&"Warn") {
+                        warnings.push(format!(
+                            "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{}': {}",
+                            meta::name(binding),
+                            failed.message
+                        ));
+                    }
+                    if actions.contains(&"Deny") {
+                        return Err(refuse(
+                            failed.message.clone(),
+                            failed.reason.as_deref().unwrap_or(""),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Upstream's refusal: `admission.NewForbidden` with the policy's words, its reason and the
+/// code that reason maps to.
+fn denial(
+    attributes: &Attributes<'_>,
+    name: &str,
+    policy: &str,
+    binding: &str,
+    message: &str,
+    reason: &str,
+) -> ApiError {
+    let message = format!(
+        "ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {message}"
+    );
+    let reason = if reason.is_empty() { "Invalid" } else { reason };
+    let mut err = ApiError::forbidden(&attributes.resource.group_resource(), name, &message);
+    let refused = ApiError::from_status(reason_to_code(reason), reason, String::new());
+    err.code = refused.code;
+    err.reason = refused.reason;
+    if let Some(details) = err.details.as_mut() {
+        details.causes.get_or_insert_with(Vec::new).push(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
+                message: Some(message),
+                ..Default::default()
+            },
+        );
+    }
+    err
+}
+
+/// Whether a `matchConstraints` / `matchResources` selects the request: its resource rules,
+/// minus its exclusions, and its namespace and object selectors.
+async fn selects(
+    context: &Context<'_>,
+    constraints: &Value,
+    attributes: &Attributes<'_>,
+    object: &Value,
+    name: &str,
+    for_policy: bool,
+) -> Result<bool, ApiError> {
+    if !constraints.is_object() {
+        return Ok(false);
+    }
+    // A binding's `matchResources` without resource rules narrows nothing by resource (the
+    // policy's constraints have chosen them); a policy's must name some.
+    let rules = &constraints["resourceRules"];
+    let unrestricted = !for_policy && rules.as_array().is_none_or(Vec::is_empty);
+    if !unrestricted && !rule_list_matches(rules, attributes, Some(name)) {
+        return Ok(false);
+    }
+    if rule_list_matches(&constraints["excludeResourceRules"], attributes, Some(name)) {
+        return Ok(false);
+    }
+    Ok(object_selector_matches(constraints, attributes, object)?
+        && namespace_selector_matches(context, constraints, attributes, object).await?)
+}
+
+/// The parameter objects a binding gives its policy (`[None]` when the policy takes none):
+/// by name, or every object its selector matches; none found is an error under
+/// `parameterNotFoundAction: Deny` (the default) and no evaluation under `Allow`.
+async fn parameters(
+    context: &Context<'_>,
+    policy: &Value,
+    binding: &Value,
+    attributes: &Attributes<'_>,
+) -> Result<Vec<Option<Value>>, String> {
+    let kind = &policy["spec"]["paramKind"];
+    if !kind.is_object() {
+        return Ok(vec![None]);
+    }
+    let reference = &binding["spec"]["paramRef"];
+    if !reference.is_object() {
+        return Err("paramRef is required when the policy has a paramKind".to_string());
+    }
+    let api_version = kind["apiVersion"].as_str().unwrap_or("");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind_name = kind["kind"].as_str().unwrap_or("");
+    let resource = context
+        .resources
+        .find_kind(group, version, kind_name)
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "failed to find resource referenced by paramKind: '{api_version}, Kind={kind_name}'"
+            )
+        })?;
+    let namespace = match reference["namespace"].as_str().filter(|n| !n.is_empty()) {
+        Some(namespace) => namespace.to_string(),
+        None if resource.namespaced => {
+            if attributes.namespace.is_empty() {
+                return Err("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources".to_string());
+            }
+            attributes.namespace.to_string()
+        }
+        None => String::new(),
+    };
+    let found: Vec<Value> =
+        if let Some(param_name) = reference["name"].as_str().filter(|n| !n.is_empty()) {
+            match context
+                .store
+                .get(
+                    context.tenant,
+                    &resource,
+                    &namespace,
+                    param_name,
+                    crate::store::ReadAt::Latest,
+                )
+                .await
+            {
+                Ok(object) => vec![object],
+                Err(err) if err.code == 404 => Vec::new(),
+                Err(err) => return Err(err.message),
+            }
+        } else {
+            let selector = flotilla_api_machinery::selector::LabelSelector::from_optional_json(
+                reference.get("selector"),
+            )
+            .map_err(|err| err.to_string())?;
+            let scope = (!namespace.is_empty()).then_some(namespace.as_str());
+            context
+                .list(&resource, scope)
+                .await
+                .map_err(|err| err.message)?
+                .into_iter()
+                .filter(|object| selector.matches(&meta::labels(object)))
+                .collect()
+        };
+    if found.is_empty() {
+        return match reference["parameterNotFoundAction"]
+            .as_str()
+            .unwrap_or("Deny")
+        {
+            "Allow" => Ok(Vec::new()),
+            _ => Err(
+                "no params found for policy binding with `Deny` parameterNotFoundAction"
+                    .to_string(),
+            ),
+        };
+    }
+    Ok(found
+        .into_iter()
+        .map(|mut object| {
+            if object.get("apiVersion").is_none() {
+                object["apiVersion"] = json!(api_version);
+                object["kind"] = json!(kind_name);
+            }
+            Some(object)
+        })
+        .collect())
+}
