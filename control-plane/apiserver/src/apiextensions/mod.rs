@@ -38,6 +38,8 @@ const RELOAD_ON_MISS_AFTER: Duration = Duration::from_secs(1);
 pub struct TenantKinds {
     loaded: RwLock<Option<(Instant, Arc<Resources>)>>,
     loading: tokio::sync::Mutex<()>,
+    /// The keys and revisions of the definitions the table was built from.
+    fingerprint: Mutex<Option<Vec<(String, flotilla_storage::Revision)>>>,
     /// The OpenAPI documents of the table they were built for.
     documents: Mutex<Option<(Arc<Resources>, Arc<CustomDocuments>)>>,
 }
@@ -130,7 +132,41 @@ impl TenantKinds {
         {
             return Ok(table);
         }
-        let definitions = list_definitions(server, tenant).await?;
+        // Unchanged definitions (the same keys at the same revisions) keep the table: a
+        // refresh then costs one range read and no parsing.
+        let prefix = tenant.list_prefix(definitions_resource(server), None);
+        let stored = server
+            .store
+            .storage()
+            .range(flotilla_storage::RangeRequest {
+                prefix,
+                ..Default::default()
+            })
+            .await?;
+        let fingerprint: Vec<(String, flotilla_storage::Revision)> = stored
+            .kvs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.mod_revision))
+            .collect();
+        let unchanged = match self.fingerprint.lock() {
+            Ok(known) if *known == Some(fingerprint.clone()) => true,
+            Ok(mut known) => {
+                *known = Some(fingerprint);
+                false
+            }
+            Err(_) => false,
+        };
+        if unchanged && let Some((_, table)) = self.current() {
+            if let Ok(mut loaded) = self.loaded.write() {
+                *loaded = Some((Instant::now(), table.clone()));
+            }
+            return Ok(table);
+        }
+        let definitions: Vec<Value> = stored
+            .kvs
+            .iter()
+            .map(crate::store::decode)
+            .collect::<Result<_, _>>()?;
         let custom: Vec<Arc<ResourceInfo>> = definitions
             .iter()
             .filter(|d| definition::condition_status(d, "Established") == Some("True"))
