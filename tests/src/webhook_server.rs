@@ -31,6 +31,15 @@ impl WebhookServer {
     where
         F: Fn(&str, Value) -> Answer + Send + Sync + 'static,
     {
+        Self::start_named(ip, &[], handler)
+    }
+
+    /// [`WebhookServer::start`] with a certificate also valid for `names` (a Service's
+    /// `name.namespace.svc`).
+    pub fn start_named<F>(ip: &str, names: &[&str], handler: F) -> anyhow::Result<Self>
+    where
+        F: Fn(&str, Value) -> Answer + Send + Sync + 'static,
+    {
         let ca_key = rcgen::KeyPair::generate()?;
         let mut ca_params = rcgen::CertificateParams::new(Vec::new())?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -40,7 +49,9 @@ impl WebhookServer {
         let ca = ca_params.self_signed(&ca_key)?;
         let issuer = rcgen::Issuer::new(ca_params, ca_key);
         let key = rcgen::KeyPair::generate()?;
-        let params = rcgen::CertificateParams::new(vec![ip.to_string()])?;
+        let mut subjects = vec![ip.to_string()];
+        subjects.extend(names.iter().map(|n| n.to_string()));
+        let params = rcgen::CertificateParams::new(subjects)?;
         let cert = params.signed_by(&key, &issuer)?;
         let chain = vec![cert.der().clone()];
         let private = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
@@ -129,6 +140,15 @@ impl WebhookServer {
             stop: Some(stop),
             thread: Some(thread),
         })
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
     }
 
     /// The CA bundle as a webhook configuration carries it (base64 of the PEM).

@@ -1387,9 +1387,11 @@ fn scale_of(obj: &Value, spec: &ScaleSubresource) -> Value {
         "spec": {"replicas": meta::at(obj, &spec.spec_replicas).and_then(Value::as_i64).unwrap_or(0)},
         "status": {
             "replicas": meta::at(obj, &spec.status_replicas).and_then(Value::as_i64).unwrap_or(0),
-            "selector": crate::strategies::selector_string(
-                spec.label_selector.as_ref().and_then(|path| meta::at(obj, path)),
-            ),
+            // A custom resource's labelSelectorPath names the serialized selector itself.
+            "selector": match spec.label_selector.as_ref().and_then(|path| meta::at(obj, path)) {
+                Some(Value::String(serialized)) => serialized.clone(),
+                other => crate::strategies::selector_string(other),
+            },
         },
     })
 }

@@ -429,6 +429,9 @@ spec:
     served: true
     storage: false
     deprecated: true
+    subresources: &subresources
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas, labelSelectorPath: .status.selector}
     schema: &schema
       openAPIV3Schema:
         type: object
@@ -444,9 +447,15 @@ spec:
               name: {type: string}
               replicas: {type: integer}
               minReplicas: {type: integer, default: 1}
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+              selector: {type: string}
   - name: v1
     served: true
     storage: true
+    subresources: *subresources
     schema: *schema
 "#;
 
@@ -519,6 +528,22 @@ fn versions_convert_and_rules_decide() -> anyhow::Result<()> {
         r#"{"spec":{"replicas":5}}"#,
     ])?;
     ensure!(jsonpath(&kubectl, &["get", "widget", "w"], "{.spec.replicas}")? == "5");
+
+    // The scale subresource maps onto the definition's paths; status goes through /status.
+    kubectl.ok(&[
+        "patch",
+        "widget",
+        "w",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":5,"selector":"app=w"}}"#,
+    ])?;
+    let (_, scale) = kubectl.raw_get("/apis/example.com/v1/namespaces/default/widgets/w/scale")?;
+    contains(&scale, r#""kind":"Scale""#)?;
+    contains(&scale, r#""selector":"app=w""#)?;
+    kubectl.ok(&["scale", "widget", "w", "--replicas=6"])?;
+    ensure!(jsonpath(&kubectl, &["get", "widget", "w"], "{.spec.replicas}")? == "6");
 
     // A rule that does not compile is refused with the definition.
     let broken = VERSIONED_WIDGETS

@@ -294,6 +294,58 @@ fn webhooks_mutate_refuse_and_fail_as_upstreams_do() -> anyhow::Result<()> {
         String::from_utf8_lossy(&ignored.stderr)
     );
 
+    // A webhook reached through a Service: resolved through its EndpointSlice (here the
+    // host's fabric address) and verified as `name.namespace.svc`.
+    let service = WebhookServer::start_named(&fabric.host_ip, &["guard.hooks.svc"], answer)?;
+    kubectl.ok(&["create", "namespace", "hooks"])?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: guard, namespace: hooks}}
+spec:
+  ports: [{{name: https, port: 443, targetPort: {port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: guard-1, namespace: hooks, labels: {{kubernetes.io/service-name: guard}}}}
+addressType: IPv4
+ports: [{{name: https, port: {port}, protocol: TCP}}]
+endpoints: [{{addresses: ["{ip}"], conditions: {{ready: true}}}}]
+"#,
+            port = service.port(),
+            ip = fabric.host_ip,
+        ),
+    )?;
+    kubectl.ok(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        "guard",
+        "untrusted",
+    ])?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "guard",
+            "unused",
+            &service.ca_bundle(),
+            "",
+        )
+        .replace(
+            "clientConfig: {url: \"unused\",",
+            "clientConfig: {service: {namespace: hooks, name: guard, path: /validate},",
+        ),
+    )?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let through_service = configmap(&kubectl, "seven", "deny: \"true\"")?;
+    contains(
+        &String::from_utf8_lossy(&through_service.stderr),
+        r#"admission webhook "guard.test.flotilla.dev" denied the request: configmaps labelled deny are refused"#,
+    )?;
+
     // A configuration that cannot be called is refused when written.
     let bad = kubectl.run(
         &["apply", "-f", "-"],
