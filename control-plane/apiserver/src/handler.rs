@@ -325,21 +325,25 @@ async fn route(
             );
             Ok(response)
         }
-        ["api"] => Ok(discovery_root(server, state, accept, true).await?),
-        ["apis"] => Ok(discovery_root(server, state, accept, false).await?),
+        ["api"] => discovery_root(server, state, accept, true).await,
+        ["apis"] => discovery_root(server, state, accept, false).await,
         ["api", "v1"] => discovery::api_resource_list(&server.resources, "", "v1")
             .map(|v| plain_json(&v))
             .ok_or_else(ApiError::no_such_path),
         ["apis", group] => {
-            let table: Arc<crate::resources::Resources> =
-                state.kinds.table(server, &state.tenant).await?;
+            let table = state
+                .kinds
+                .table_for_group(server, &state.tenant, group)
+                .await?;
             discovery::api_group(&table, group)
                 .map(|v| plain_json(&v))
                 .ok_or_else(ApiError::no_such_path)
         }
         ["apis", group, version] => {
-            let table: Arc<crate::resources::Resources> =
-                state.kinds.table(server, &state.tenant).await?;
+            let table = state
+                .kinds
+                .table_for_group(server, &state.tenant, group)
+                .await?;
             discovery::api_resource_list(&table, group, version)
                 .map(|v| plain_json(&v))
                 .ok_or_else(ApiError::no_such_path)
@@ -583,9 +587,24 @@ async fn serve_kind(
                 call.method.as_str(),
             ));
         }
-        let answer =
-            crate::componentstatus::answer(&server.store, &state.components, resource, target.name)
-                .await?;
+        let (answer, warnings) = if resource.kind == "APIService" {
+            let table = state.kinds.table(server, tenant).await?;
+            (
+                crate::aggregator::answer(&table, resource, target.name)?,
+                Vec::new(),
+            )
+        } else {
+            (
+                crate::componentstatus::answer(
+                    &server.store,
+                    &state.components,
+                    resource,
+                    target.name,
+                )
+                .await?,
+                vec![crate::componentstatus::DEPRECATION_WARNING.to_string()],
+            )
+        };
         let (content_type, body) = negotiate::render(
             Some(resource),
             answer,
@@ -596,7 +615,7 @@ async fn serve_kind(
             StatusCode::OK,
             content_type,
             &body,
-            &[crate::componentstatus::DEPRECATION_WARNING.to_string()],
+            &warnings,
         ));
     }
     if resource.namespaced != target.namespace.is_some() && target.name.is_some() {
@@ -664,10 +683,17 @@ async fn serve_kind(
             let obj = store
                 .get(tenant, resource, namespace, name, ReadAt::Latest)
                 .await?;
-            plain(scale_of(&obj, scale_spec))
+            plain(crate::scale::scale_of(&obj, scale_spec))
         }
         (&Method::POST, None, None) => {
             let body = call.body_json()?;
+            if resource.terminating {
+                return Err(ApiError::forbidden(
+                    &resource.group_resource(),
+                    meta::name(&body),
+                    "create not allowed while custom resource definition is terminating",
+                ));
+            }
             let options = call.write_options()?;
             if !options.dry_run {
                 state
@@ -791,7 +817,7 @@ async fn serve_kind(
         (&Method::PUT, Some(name), Some("scale")) => {
             let scale_spec = resource.scale.as_ref().ok_or_else(ApiError::no_such_path)?;
             let body = call.body_json()?;
-            update_scale(
+            update_scale_request(
                 server,
                 tenant,
                 resource,
@@ -834,7 +860,7 @@ async fn serve_kind(
         (&Method::PATCH, Some(name), Some("scale")) => {
             let scale_spec = resource.scale.as_ref().ok_or_else(ApiError::no_such_path)?;
             let patch = crate::patching::PatchRequest::parse(call)?;
-            update_scale(
+            update_scale_request(
                 server,
                 tenant,
                 resource,
@@ -1374,30 +1400,9 @@ async fn patch_request(
     ))
 }
 
-fn scale_of(obj: &Value, spec: &ScaleSubresource) -> Value {
-    let metadata = json!({
-        "name": meta::name(obj),
-        "namespace": meta::namespace(obj),
-        "uid": meta::uid(obj),
-        "resourceVersion": meta::resource_version(obj),
-        "creationTimestamp": meta::str_at(obj, &["metadata", "creationTimestamp"]),
-    });
-    json!({
-        "kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": metadata,
-        "spec": {"replicas": meta::at(obj, &spec.spec_replicas).and_then(Value::as_i64).unwrap_or(0)},
-        "status": {
-            "replicas": meta::at(obj, &spec.status_replicas).and_then(Value::as_i64).unwrap_or(0),
-            // A custom resource's labelSelectorPath names the serialized selector itself.
-            "selector": match spec.label_selector.as_ref().and_then(|path| meta::at(obj, path)) {
-                Some(Value::String(serialized)) => serialized.clone(),
-                other => crate::strategies::selector_string(other),
-            },
-        },
-    })
-}
-
+/// A PUT or PATCH of `/scale`, answered with the Scale written.
 #[allow(clippy::too_many_arguments)]
-async fn update_scale<F>(
+async fn update_scale_request<F>(
     server: &ApiServer,
     tenant: &Tenant,
     resource: &ResourceInfo,
@@ -1411,58 +1416,19 @@ where
     F: Fn(&Value) -> Result<Value, ApiError>,
 {
     let options = call.write_options()?;
-    let updated = server
-        .store
-        .guaranteed_update(
+    plain(
+        crate::scale::update(
+            &server.store,
             tenant,
             resource,
+            spec,
             namespace,
             name,
-            options.dry_run,
-            |current| {
-                let scale = next_scale(&scale_of(current, spec))?;
-                let rv = meta::resource_version(&scale);
-                if !rv.is_empty() && rv != meta::resource_version(current) {
-                    return Err(ApiError::stale_update(
-                        &resource.group_subresource("scale"),
-                        name,
-                    ));
-                }
-                let replicas = match meta::at(&scale, &["spec", "replicas"]) {
-                    Some(Value::Number(n)) if n.as_i64().is_some_and(|r| r >= 0) => {
-                        n.as_i64().unwrap_or(0)
-                    }
-                    other => {
-                        return Err(ApiError::invalid(
-                            "autoscaling",
-                            "Scale",
-                            name,
-                            vec![crate::error::FieldError::invalid(
-                                &Path::new("spec.replicas"),
-                                other.unwrap_or(&Value::Null).clone(),
-                                "must be greater than or equal to 0",
-                            )],
-                        ));
-                    }
-                };
-                let mut next = current.clone();
-                meta::set_at(&mut next, &spec.spec_replicas, json!(replicas));
-                let mut warnings = Vec::new();
-                server
-                    .store
-                    .prepare_update(
-                        resource,
-                        current,
-                        next,
-                        UpdateTarget::Main,
-                        &options,
-                        &mut warnings,
-                    )
-                    .map(Some)
-            },
+            &options,
+            next_scale,
         )
-        .await?;
-    plain(scale_of(&updated, spec))
+        .await?,
+    )
 }
 
 async fn bind_pod(

@@ -6,6 +6,7 @@
 //! links axum.
 
 pub mod admission;
+pub mod aggregator;
 pub mod allocator;
 pub mod apiextensions;
 pub mod authn;
@@ -32,6 +33,7 @@ pub mod patching;
 pub mod pki;
 pub mod resources;
 pub mod reviews;
+pub mod scale;
 pub mod selection;
 pub mod serve;
 pub mod serviceaccount;

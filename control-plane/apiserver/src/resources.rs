@@ -253,6 +253,9 @@ pub struct ResourceInfo {
     pub storage_version: Option<Name>,
     /// A served version marked deprecated, with the warning every request to it gets.
     pub deprecation_warning: Option<String>,
+    /// A custom resource whose definition is being deleted: its objects are read and
+    /// deleted, no new one is created.
+    pub terminating: bool,
 }
 
 impl ResourceInfo {
@@ -421,6 +424,7 @@ where
         },
         storage_version: None,
         deprecation_warning: None,
+        terminating: false,
     }
 }
 
@@ -599,6 +603,13 @@ impl Resources {
                 PLAIN,
                 Box::new(s::ValidatingAdmissionPolicyBindingStrategy),
             ),
+            ResourceInfo {
+                computed: true,
+                ..define::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
+                    PLAIN,
+                    Box::new(crate::aggregator::ApiServiceStrategy),
+                )
+            },
             define::<rbac::Role>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::ClusterRole>(PLAIN, Box::new(s::DefaultStrategy)),

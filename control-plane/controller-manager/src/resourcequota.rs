@@ -206,6 +206,7 @@ fn usage(
     quota: &ResourceQuota,
     namespace_pods: &[&Pod],
     now: Timestamp,
+    listed: &BTreeMap<String, usize>,
 ) -> Option<BTreeMap<String, Quantity>> {
     let namespace = quota.metadata.namespace.as_deref().unwrap_or("");
     let spec = quota.spec.clone().unwrap_or_default();
@@ -217,6 +218,10 @@ fn usage(
     let mut used = BTreeMap::new();
     for resource in spec.hard.iter().flatten().map(|(k, _)| k) {
         let Some(tracked) = classify(resource) else {
+            // Any other kind's objects (custom resources), counted by listing them.
+            if let Some(count) = listed.get(resource) {
+                used.insert(resource.clone(), Quantity::from_count(*count as i64));
+            }
             continue;
         };
         let amount = match &tracked {
@@ -262,6 +267,51 @@ fn usage(
     Some(used)
 }
 
+/// `count/<plural>.<group>` of kinds without a cache here (custom resources, and built-in
+/// kinds the evaluators do not name): the objects in `namespace`, counted by listing their
+/// metadata through discovery (upstream counts any such resource with its generic
+/// evaluator). A kind the server does not serve is left out, so its quota shows no usage.
+async fn count_by_listing(
+    client: &kube::Client,
+    quota: &ResourceQuota,
+    namespace: &str,
+) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for resource in quota
+        .spec
+        .iter()
+        .flat_map(|s| s.hard.iter().flatten())
+        .map(|(k, _)| k)
+        .filter(|k| classify(k).is_none())
+    {
+        let Some((plural, group)) = resource
+            .strip_prefix("count/")
+            .map(|r| r.split_once('.').unwrap_or((r, "")))
+        else {
+            continue;
+        };
+        let Ok(discovered) = kube::discovery::group(client, group).await else {
+            continue;
+        };
+        let Some((api_resource, _)) = discovered
+            .recommended_resources()
+            .into_iter()
+            .find(|(r, _)| r.plural == plural)
+        else {
+            continue;
+        };
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &api_resource);
+        match api.list_metadata(&Default::default()).await {
+            Ok(list) => {
+                counts.insert(resource.clone(), list.items.len());
+            }
+            Err(err) => tracing::info!(%resource, %err, "counting for a quota failed"),
+        }
+    }
+    counts
+}
+
 /// Canonical wire form of a quantity map (`1000m` → `1`); unparsable values as given.
 fn canonical(values: &BTreeMap<String, WireQuantity>) -> BTreeMap<String, String> {
     values
@@ -292,7 +342,8 @@ async fn sync_all(
             .map(|p| &**p)
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
             .collect();
-        let Some(used) = usage(informers, &quota, &namespace_pods, now) else {
+        let listed = count_by_listing(client, &quota, namespace).await;
+        let Some(used) = usage(informers, &quota, &namespace_pods, now, &listed) else {
             continue;
         };
         let hard = canonical(

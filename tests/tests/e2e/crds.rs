@@ -93,6 +93,22 @@ fn cert_manager_definitions_install_and_serve_their_kinds() -> anyhow::Result<()
     contains(&explained, "GROUP:      cert-manager.io")?;
     contains(&explained, "FIELD: dnsNames <[]string>")?;
 
+    // Each served group version is a local, available APIService.
+    let services = kubectl.ok(&["get", "apiservices"])?;
+    for row in ["v1.cert-manager.io", "v1.acme.cert-manager.io", "v1.apps"] {
+        contains(&services, row)?;
+    }
+    contains(&services, "Local")?;
+    let refused = kubectl.run(
+        &["apply", "-f", "-"],
+        Some("apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.metrics.k8s.io}\nspec: {group: metrics.k8s.io, version: v1beta1, groupPriorityMinimum: 100, versionPriority: 100, service: {namespace: kube-system, name: metrics-server}}\n"),
+        &[],
+    )?;
+    ensure!(
+        !refused.status.success(),
+        "a remote APIService was accepted though it is not served"
+    );
+
     let resources = kubectl.ok(&["api-resources", "--api-group=cert-manager.io"])?;
     contains(&resources, "certificates")?;
     contains(&resources, "cert,certs")?;
@@ -687,5 +703,54 @@ fn a_kube_rs_derived_kind_is_applied_written_and_watched() -> anyhow::Result<()>
         anyhow::Ok(())
     })?;
     contains(&f.kubectl().ok(&["get", "gizmos"])?, "SIZE")?;
+    Ok(())
+}
+
+#[test]
+fn a_quota_counts_custom_resources() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok_stdin(&["apply", "-f", "-"], VERSIONED_WIDGETS)?;
+    established(&kubectl, "widgets.example.com")?;
+    kubectl.ok(&["create", "namespace", "limited"])?;
+    kubectl.ok(&[
+        "-n",
+        "limited",
+        "create",
+        "quota",
+        "widgets",
+        "--hard=count/widgets.example.com=1",
+    ])?;
+    until("the quota counts widgets", Duration::from_secs(30), || {
+        Ok(jsonpath(
+            &kubectl,
+            &["-n", "limited", "get", "quota", "widgets"],
+            "{.status.used}",
+        )?
+        .contains("count/widgets.example.com"))
+    })?;
+    let widget = |name: &str| {
+        format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: limited}}\nspec: {{name: {name}, replicas: 1}}\n"
+        )
+    };
+    kubectl.ok_stdin(&["apply", "-f", "-"], &widget("first"))?;
+    let second = kubectl.run(&["apply", "-f", "-"], Some(&widget("second")), &[])?;
+    contains(
+        &String::from_utf8_lossy(&second.stderr),
+        "exceeded quota: widgets, requested: count/widgets.example.com=1, used: count/widgets.example.com=1, limited: count/widgets.example.com=1",
+    )?;
+    // Deleting one frees its unit once the controller has recounted.
+    kubectl.ok(&["-n", "limited", "delete", "widget", "first"])?;
+    until(
+        "the freed unit is used again",
+        Duration::from_secs(40),
+        || {
+            Ok(kubectl
+                .run(&["apply", "-f", "-"], Some(&widget("second")), &[])?
+                .status
+                .success())
+        },
+    )?;
     Ok(())
 }

@@ -195,6 +195,7 @@ pub fn kinds_of(definition: &Value, schemas: &super::schemas::Interner) -> Vec<A
                     .map(str::to_string)
                     .unwrap_or_else(|| default_deprecation_warning(spec, &version_name, &kind))
             }),
+            terminating: crate::meta::is_terminating(definition),
             kind,
         }));
     }

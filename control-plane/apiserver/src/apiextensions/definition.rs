@@ -625,6 +625,12 @@ fn validate_conversion(conversion: &Value, here: &Path) -> Vec<FieldError> {
             }
         }
         "Webhook" => {
+            // Refused rather than served with `None`'s apiVersion rewrite, which would store
+            // objects the definition's own converter never saw.
+            errors.push(FieldError::forbidden(
+                &here.child("strategy"),
+                "conversion strategy Webhook is not supported by this server yet; use None",
+            ));
             let webhook = &conversion["webhook"];
             if webhook.is_null() {
                 errors.push(FieldError::required(
@@ -764,6 +770,24 @@ mod tests {
                 .iter()
                 .any(|e| e.ends_with("must have exactly one version marked as storage version")),
             "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn conversion_webhooks_are_refused_not_served_as_none() {
+        let mut obj = widget();
+        obj["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": "https://convert.example.com"}, "conversionReviewVersions": ["v1"]}});
+        let errors: Vec<String> = DefinitionStrategy
+            .validate(&prepared(obj))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "spec.conversion.strategy: Forbidden: conversion strategy Webhook is not supported by this server yet; use None"
+            ]
         );
     }
 

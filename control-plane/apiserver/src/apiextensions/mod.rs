@@ -93,6 +93,28 @@ impl TenantKinds {
         self.loaded.read().ok().and_then(|loaded| loaded.clone())
     }
 
+    /// The tenant's table for a request about `group`: read again first when the group is
+    /// neither built in nor known yet (another replica may have just added it), at most once
+    /// a second.
+    pub async fn table_for_group(
+        &self,
+        server: &ApiServer,
+        tenant: &Tenant,
+        group: &str,
+    ) -> Result<Arc<Resources>, ApiError> {
+        let table = self.table(server, tenant).await?;
+        if table.iter().any(|r| r.group == group) || !self.may_reload_on_miss() {
+            return Ok(table);
+        }
+        self.reload(server, tenant).await
+    }
+
+    /// Whether a miss may read the definitions again: the table is over a second old.
+    fn may_reload_on_miss(&self) -> bool {
+        self.current()
+            .is_none_or(|(at, _)| at.elapsed() >= RELOAD_ON_MISS_AFTER)
+    }
+
     /// The resource at `group/version/plural` for this tenant; a miss on a group that is not
     /// built in reads the definitions again first (another replica may have just added it).
     pub async fn find(
@@ -108,10 +130,7 @@ impl TenantKinds {
             return Ok(Some(found.clone()));
         }
         let built_in = server.resources.iter().any(|r| r.group == group);
-        let fresh = self
-            .current()
-            .is_some_and(|(at, _)| at.elapsed() < RELOAD_ON_MISS_AFTER);
-        if built_in || fresh {
+        if built_in || !self.may_reload_on_miss() {
             return Ok(None);
         }
         let table = self.reload(server, tenant).await?;

@@ -21,6 +21,15 @@ fn set_default(map: &mut serde_json::Map<String, Value>, key: &str, value: Value
     }
 }
 
+/// Upstream's default `scope: "*"` on each of a list of rules.
+fn default_scopes(rules: Option<&mut Value>) {
+    for rule in rules.and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(rule) = rule.as_object_mut() {
+            set_default(rule, "scope", json!("*"));
+        }
+    }
+}
+
 impl Strategy for WebhookConfigurationStrategy {
     fn default(&self, obj: &mut Value) {
         for webhook in obj["webhooks"].as_array_mut().into_iter().flatten() {
@@ -42,16 +51,7 @@ impl Strategy for WebhookConfigurationStrategy {
             {
                 set_default(service, "port", json!(443));
             }
-            for rule in map
-                .get_mut("rules")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(rule) = rule.as_object_mut() {
-                    set_default(rule, "scope", json!("*"));
-                }
-            }
+            default_scopes(map.get_mut("rules"));
         }
     }
 
@@ -119,16 +119,7 @@ impl Strategy for ValidatingAdmissionPolicyStrategy {
                 set_default(constraints, "matchPolicy", json!("Equivalent"));
                 set_default(constraints, "namespaceSelector", json!({}));
                 set_default(constraints, "objectSelector", json!({}));
-                for rule in constraints
-                    .get_mut("resourceRules")
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(rule) = rule.as_object_mut() {
-                        set_default(rule, "scope", json!("*"));
-                    }
-                }
+                default_scopes(constraints.get_mut("resourceRules"));
             }
         }
     }
