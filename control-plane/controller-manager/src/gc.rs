@@ -23,6 +23,9 @@ use serde_json::json;
 
 use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
 use crate::pods;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, watcher};
 
 /// How often everything is looked at again without a change seen.
 const RESYNC: Duration = Duration::from_secs(30);
@@ -89,9 +92,138 @@ where
     })
 }
 
-/// The kinds the collector watches: those upstream's controllers own or are owned by.
-/// ConfigMaps, Secrets and custom resources are not watched (their caches would cost every
-/// cluster memory); references to and from them are left alone.
+/// A custom resource kind, watched by its objects' metadata only (upstream's collector
+/// watches every deletable kind the same way): a cluster pays for the kinds its
+/// definitions add, and for their metadata alone.
+struct Custom {
+    resource: ApiResource,
+    namespaced: bool,
+    store: Store<PartialObjectMeta<DynamicObject>>,
+    changes: tokio::sync::watch::Receiver<u64>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Custom {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
+impl Custom {
+    fn start(client: &kube::Client, resource: ApiResource, namespaced: bool) -> Self {
+        let writer =
+            reflector::store::Writer::<PartialObjectMeta<DynamicObject>>::new(resource.clone());
+        let store = writer.as_reader();
+        let (signal, changes) = tokio::sync::watch::channel(0u64);
+        // An `Api` of `PartialObjectMeta` lists and watches metadata only.
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &resource);
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()));
+        let watch = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if event.is_ok() {
+                    signal.send_modify(|n| *n = n.wrapping_add(1));
+                } else {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        });
+        Custom {
+            resource,
+            namespaced,
+            store,
+            changes,
+            watch,
+        }
+    }
+}
+
+impl Source for Custom {
+    fn resource(&self) -> &ApiResource {
+        &self.resource
+    }
+    fn namespaced(&self) -> bool {
+        self.namespaced
+    }
+    fn is_ready(&self) -> bool {
+        self.store
+            .wait_until_ready()
+            .now_or_never()
+            .is_some_and(|r| r.is_ok())
+    }
+    fn visit(&self, visit: &mut dyn FnMut(&ObjectMeta)) {
+        for object in self.store.state() {
+            visit(&object.metadata);
+        }
+    }
+    fn signal(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.clone()
+    }
+}
+
+/// The custom resource kinds the cluster serves (its established definitions', at each
+/// one's storage version): (kind, namespaced).
+async fn custom_kinds(client: &kube::Client) -> Option<Vec<(ApiResource, bool)>> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let list = definitions.list(&Default::default()).await.ok()?;
+    let mut kinds = Vec::new();
+    for definition in list.items {
+        let established = definition
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        let spec = &definition.spec;
+        let Some(version) = spec.versions.iter().find(|v| v.served) else {
+            continue;
+        };
+        if !established {
+            continue;
+        }
+        kinds.push((
+            ApiResource {
+                group: spec.group.clone(),
+                version: version.name.clone(),
+                api_version: format!("{}/{}", spec.group, version.name),
+                kind: spec.names.kind.clone(),
+                plural: spec.names.plural.clone(),
+            },
+            spec.scope == "Namespaced",
+        ));
+    }
+    kinds.sort_by(|a, b| (&a.0.group, &a.0.plural).cmp(&(&b.0.group, &b.0.plural)));
+    Some(kinds)
+}
+
+/// The definitions' names and resourceVersions (a metadata-only list: what changes them).
+async fn definition_versions(client: &kube::Client) -> Option<Vec<(String, String)>> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let list = definitions.list_metadata(&Default::default()).await.ok()?;
+    Some(
+        list.items
+            .into_iter()
+            .map(|d| {
+                (
+                    d.metadata.name.unwrap_or_default(),
+                    d.metadata.resource_version.unwrap_or_default(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// How often the collector asks which custom resource kinds exist.
+const DISCOVERY_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The kinds the collector watches: those upstream's controllers own or are owned by, plus
+/// every custom resource kind (see [`Custom`]). ConfigMaps and Secrets are not watched
+/// (their full caches would cost every cluster memory); references to and from them are
+/// left alone.
 fn sources(informers: &Informers) -> Vec<Box<dyn Source>> {
     vec![
         typed::<Pod>(informers, true),
@@ -110,15 +242,51 @@ fn sources(informers: &Informers) -> Vec<Box<dyn Source>> {
 
 /// Runs the collector until the task is aborted.
 pub async fn run(informers: Arc<Informers>) {
-    let sources = sources(&informers);
     let client = informers.client().clone();
+    let mut sources = sources(&informers);
+    let built_in = sources.len();
+    let mut custom: Vec<(ApiResource, bool)> = Vec::new();
+    let mut discovered: Option<Instant> = None;
+    let mut seen_definitions: Option<Vec<(String, String)>> = None;
     let mut triggers = Triggers::new(RESYNC).at_most_every(RELAXED_PASS_INTERVAL);
     for source in &sources {
         triggers = triggers.on_signal(source.signal());
     }
     let mut requested: HashMap<String, Instant> = HashMap::new();
     loop {
-        triggers.next().await;
+        // Definitions come and go: the custom kinds watched follow them. Their metadata is
+        // read each time, the definitions themselves (large schemas) only when it changed.
+        if discovered.is_none_or(|at| at.elapsed() >= DISCOVERY_INTERVAL) {
+            discovered = Some(Instant::now());
+            let versions = definition_versions(&client).await;
+            let changed = versions.is_some() && versions != seen_definitions;
+            let kinds = match changed {
+                true => custom_kinds(&client).await,
+                false => None,
+            };
+            if let Some(kinds) = kinds {
+                seen_definitions = versions;
+                if kinds != custom {
+                    sources.truncate(built_in);
+                    for (resource, namespaced) in &kinds {
+                        sources.push(Box::new(Custom::start(
+                            &client,
+                            resource.clone(),
+                            *namespaced,
+                        )));
+                    }
+                    custom = kinds;
+                    triggers = Triggers::new(RESYNC).at_most_every(RELAXED_PASS_INTERVAL);
+                    for source in &sources {
+                        triggers = triggers.on_signal(source.signal());
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = triggers.next() => {}
+            _ = tokio::time::sleep(DISCOVERY_INTERVAL) => continue,
+        }
         if !sources.iter().all(|s| s.is_ready()) {
             continue;
         }

@@ -754,3 +754,57 @@ fn a_quota_counts_custom_resources() -> anyhow::Result<()> {
     )?;
     Ok(())
 }
+
+#[test]
+fn the_garbage_collector_follows_owner_references_to_and_from_custom_resources()
+-> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok_stdin(&["apply", "-f", "-"], VERSIONED_WIDGETS)?;
+    established(&kubectl, "widgets.example.com")?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: owner, namespace: default}\nspec: {name: owner, replicas: 1}\n",
+    )?;
+    let uid = jsonpath(&kubectl, &["get", "widget", "owner"], "{.metadata.uid}")?;
+    // A Service owned by the widget, and a widget owned by a Service.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: owned\n  namespace: default\n  ownerReferences: [{{apiVersion: example.com/v1, kind: Widget, name: owner, uid: {uid}}}]\nspec: {{ports: [{{port: 80}}]}}\n"
+        ),
+    )?;
+    kubectl.ok(&["create", "service", "clusterip", "parent", "--tcp=80"])?;
+    let parent = jsonpath(&kubectl, &["get", "service", "parent"], "{.metadata.uid}")?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: child\n  namespace: default\n  ownerReferences: [{{apiVersion: v1, kind: Service, name: parent, uid: {parent}}}]\nspec: {{name: child, replicas: 1}}\n"
+        ),
+    )?;
+    kubectl.ok(&["delete", "widget", "owner"])?;
+    kubectl.ok(&["delete", "service", "parent"])?;
+    until(
+        "the widget's Service is collected",
+        Duration::from_secs(60),
+        || {
+            Ok(kubectl
+                .run(&["get", "service", "owned"], None, &[])?
+                .status
+                .code()
+                != Some(0))
+        },
+    )?;
+    until(
+        "the Service's widget is collected",
+        Duration::from_secs(60),
+        || {
+            Ok(kubectl
+                .run(&["get", "widget", "child"], None, &[])?
+                .status
+                .code()
+                != Some(0))
+        },
+    )?;
+    Ok(())
+}
