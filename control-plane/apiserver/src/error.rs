@@ -508,13 +508,19 @@ impl IntoResponse for ApiError {
 }
 
 impl ApiError {
-    /// 415 for a PATCH whose `Content-Type` names no patch type we apply.
-    pub fn unsupported_media_type_for_patch(content_type: &str) -> Self {
+    /// 415 for a PATCH whose `Content-Type` names no patch type the kind takes (a custom
+    /// resource takes no strategic merge patch, and upstream's message then omits it).
+    pub fn unsupported_media_type_for_patch(content_type: &str, strategic: bool) -> Self {
+        let strategic = if strategic {
+            ", application/strategic-merge-patch+json"
+        } else {
+            ""
+        };
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml{strategic} (got {content_type})"
             ),
         )
     }

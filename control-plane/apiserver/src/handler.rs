@@ -1323,6 +1323,7 @@ async fn patch_request(
     include: IncludeObject,
 ) -> Result<Response, ApiError> {
     let patch = crate::patching::PatchRequest::parse(call)?;
+    patch.check_kind(resource)?;
     let options = WriteOptions {
         apply: patch.is_apply(),
         ..call.write_options()?

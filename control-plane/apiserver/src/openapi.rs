@@ -459,12 +459,22 @@ fn operations(
         ));
         Value::Array(list)
     };
-    let patch_types: [&str; 4] = [
-        "application/json-patch+json",
-        "application/merge-patch+json",
-        "application/strategic-merge-patch+json",
-        "application/apply-patch+yaml",
-    ];
+    // A custom resource takes no strategic merge patch: its absence here is how kubectl
+    // apply knows to send a JSON merge patch (upstream's documents say so the same way).
+    let patch_types: &[&str] = if resource.is_custom() {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    } else {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    };
     let mut patch_params = write_parameters(v3);
     patch_params.push(typed_parameter(
         "force",
@@ -540,7 +550,7 @@ fn operations(
     let item_ops = json!({
         "get": read_op,
         "put": op("put", format!("replace{gv}{scope}{kind}"), &own, write_parameters(v3), Some((&reference, &any)), "200", Answer::Schema(reference.clone())),
-        "patch": op("patch", format!("patch{gv}{scope}{kind}"), &own, patch_params.clone(), Some((&reference, &patch_types)), "200", Answer::Schema(reference.clone())),
+        "patch": op("patch", format!("patch{gv}{scope}{kind}"), &own, patch_params.clone(), Some((&reference, patch_types)), "200", Answer::Schema(reference.clone())),
         "delete": op("delete", format!("delete{gv}{scope}{kind}"), &own, delete_parameters(v3), None, "200", Answer::Schema(status.clone())),
         "parameters": path_params(true, resource.namespaced),
     });
@@ -653,7 +663,7 @@ fn operations(
                         format!("patch{gv}{scope}{kind}{title}"),
                         &sub_gvk,
                         patch_params.clone(),
-                        Some((&body, &patch_types)),
+                        Some((&body, patch_types)),
                         "200",
                         answer(),
                     );

@@ -52,7 +52,7 @@ impl PatchRequest {
             "application/strategic-merge-patch+json" => PatchType::Strategic,
             "application/apply-patch+yaml" => PatchType::Apply,
             other => {
-                return Err(ApiError::unsupported_media_type_for_patch(other));
+                return Err(ApiError::unsupported_media_type_for_patch(other, true));
             }
         };
         let format = if patch_type == PatchType::Apply {
@@ -93,6 +93,18 @@ impl PatchRequest {
         self.patch_type == PatchType::Apply
     }
 
+    /// Refuses a strategic merge patch of a custom resource (upstream's 415: its schema has
+    /// no patch strategies to merge by), whatever its kind is called.
+    pub fn check_kind(&self, resource: &crate::resources::ResourceInfo) -> Result<(), ApiError> {
+        if self.patch_type == PatchType::Strategic && resource.is_custom() {
+            return Err(ApiError::unsupported_media_type_for_patch(
+                "application/strategic-merge-patch+json",
+                false,
+            ));
+        }
+        Ok(())
+    }
+
     /// Applies a JSON, merge or strategic patch to `current`. (An apply configuration is
     /// merged by [`server_side_apply`] instead; here it is returned as it is.)
     pub fn apply_to(&self, current: &Value, kind: &str) -> Result<Value, ApiError> {
@@ -109,6 +121,7 @@ impl PatchRequest {
                 let schema = PatchMeta::for_kind(kind).ok_or_else(|| {
                     ApiError::unsupported_media_type_for_patch(
                         "application/strategic-merge-patch+json",
+                        false,
                     )
                 })?;
                 patch::apply_strategic_merge_patch(current, &self.body, &schema)

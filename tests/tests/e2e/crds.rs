@@ -117,6 +117,21 @@ fn cert_manager_definitions_install_and_serve_their_kinds() -> anyhow::Result<()
         &kubectl.ok_stdin(&["apply", "-f", "-"], ISSUER_AND_CERTIFICATE)?,
         "certificate.cert-manager.io/web created",
     )?;
+    // Applied again with a change, client-side: kubectl reads the OpenAPI document, finds no
+    // strategic merge patch for the kind, and sends a JSON merge patch.
+    let changed = ISSUER_AND_CERTIFICATE
+        .replace("dnsNames: [web.example.com]", "dnsNames: [www.example.com]");
+    contains(
+        &kubectl.ok_stdin(&["apply", "-f", "-"], &changed)?,
+        "certificate.cert-manager.io/web configured",
+    )?;
+    ensure!(
+        jsonpath(
+            &kubectl,
+            &["get", "certificate", "web"],
+            "{.spec.dnsNames[0]}"
+        )? == "www.example.com"
+    );
     let table = kubectl.ok(&["get", "certs"])?;
     for column in ["NAME", "READY", "SECRET", "AGE", "web-tls"] {
         contains(&table, column)?;
@@ -218,13 +233,16 @@ fn cert_manager_definitions_install_and_serve_their_kinds() -> anyhow::Result<()
         "-p",
         r#"{"spec":{"secretName":"x"}}"#,
     ])?;
-    contains(&refused, "the body of the request was in an unknown format")?;
+    contains(
+        &refused,
+        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got application/strategic-merge-patch+json)",
+    )?;
     ensure!(
         jsonpath(
             &kubectl,
             &["get", "certificate", "web"],
             "{.metadata.generation}"
-        )? == "2"
+        )? == "3"
     );
 
     // A watch sees the object and its deletion.
