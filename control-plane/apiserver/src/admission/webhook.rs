@@ -804,3 +804,58 @@ async fn connect(endpoint: &Endpoint) -> Result<Connection, String> {
     });
     Ok(sender)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_rules_name_subresources_as_upstream_matches_them() {
+        let rules = json!(["pods", "deployments/scale"]);
+        assert!(resource_named(&rules, "pods", ""));
+        assert!(!resource_named(&rules, "pods", "status"));
+        assert!(resource_named(&rules, "deployments", "scale"));
+        assert!(!resource_named(&rules, "deployments", ""));
+        // `*` is every resource but no subresource; `*/*` everything; `pods/*` pods and every
+        // subresource of it (upstream's matcher compares the `*` with the empty subresource
+        // too).
+        assert!(resource_named(&json!(["*"]), "widgets", ""));
+        assert!(!resource_named(&json!(["*"]), "pods", "status"));
+        assert!(resource_named(&json!(["*/*"]), "pods", "status"));
+        assert!(resource_named(&json!(["pods/*"]), "pods", "log"));
+        assert!(resource_named(&json!(["pods/*"]), "pods", ""));
+        assert!(resource_named(&json!(["*/status"]), "widgets", "status"));
+    }
+
+    #[test]
+    fn refusals_read_as_upstreams_to_status_err() {
+        let with_message = denied("deny.example.com", &json!({"code": 403, "message": "no"}));
+        assert_eq!(with_message.code, 403);
+        assert_eq!(
+            with_message.message,
+            "admission webhook \"deny.example.com\" denied the request: no"
+        );
+        let bare = denied("deny.example.com", &json!({}));
+        assert_eq!(bare.code, 400);
+        assert_eq!(
+            bare.message,
+            "admission webhook \"deny.example.com\" denied the request without explanation"
+        );
+    }
+
+    #[test]
+    fn authorities_split_into_host_and_port() {
+        assert_eq!(
+            split_host_port("10.0.0.1:8443"),
+            Ok(("10.0.0.1".into(), 8443))
+        );
+        assert_eq!(
+            split_host_port("hooks.example.com"),
+            Ok(("hooks.example.com".into(), 443))
+        );
+        assert_eq!(
+            split_host_port("[fd00::1]:9443"),
+            Ok(("fd00::1".into(), 9443))
+        );
+    }
+}
