@@ -346,6 +346,56 @@ endpoints: [{{addresses: ["{ip}"], conditions: {{ready: true}}}}]
         r#"admission webhook "guard.test.flotilla.dev" denied the request: configmaps labelled deny are refused"#,
     )?;
 
+    // matchPolicy Equivalent: a rule for a custom resource's v1 also catches requests made
+    // through its v1beta1; Exact does not.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, kind: Gadget}
+  versions:
+  - {name: v1beta1, served: true, storage: false, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+"#,
+    )?;
+    kubectl.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/gadgets.example.com",
+    ])?;
+    let gadget_hook = |policy: &str| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: gadgets}}\nwebhooks:\n- name: gadgets.test.flotilla.dev\n  clientConfig: {{url: \"{}/validate\", caBundle: \"{ca}\"}}\n  rules: [{{operations: [CREATE], apiGroups: [example.com], apiVersions: [v1], resources: [gadgets]}}]\n  matchPolicy: {policy}\n  sideEffects: None\n  admissionReviewVersions: [v1]\n",
+            server.url
+        )
+    };
+    let gadget = |name: &str| {
+        format!(
+            "apiVersion: example.com/v1beta1\nkind: Gadget\nmetadata: {{name: {name}, namespace: hooked, labels: {{deny: \"true\"}}}}\n"
+        )
+    };
+    kubectl.ok_stdin(&["apply", "-f", "-"], &gadget_hook("Equivalent"))?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let equivalent = kubectl.run(&["apply", "-f", "-"], Some(&gadget("g1")), &[])?;
+    contains(
+        &String::from_utf8_lossy(&equivalent.stderr),
+        r#"admission webhook "gadgets.test.flotilla.dev" denied the request"#,
+    )?;
+    kubectl.ok_stdin(&["apply", "-f", "-"], &gadget_hook("Exact"))?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let exact = kubectl.run(&["apply", "-f", "-"], Some(&gadget("g2")), &[])?;
+    ensure!(
+        exact.status.success(),
+        "{}",
+        String::from_utf8_lossy(&exact.stderr)
+    );
+
     // A configuration that cannot be called is refused when written.
     let bad = kubectl.run(
         &["apply", "-f", "-"],

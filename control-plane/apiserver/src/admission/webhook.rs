@@ -134,6 +134,9 @@ struct Hook {
     name: String,
     /// The webhook as configured.
     definition: Value,
+    /// Set when the webhook's rules name another version of the requested kind
+    /// (`matchPolicy: Equivalent`): the version it is sent the object in.
+    as_version: Option<String>,
 }
 
 /// The configured webhooks of `phase` whose rules and selectors match the request, in
@@ -155,9 +158,14 @@ async fn matching(
     let mut hooks = Vec::new();
     for configuration in sorted {
         for definition in configuration["webhooks"].as_array().into_iter().flatten() {
-            if !rules_match(definition, attributes) {
-                continue;
-            }
+            let as_version = if rules_match(definition, attributes) {
+                None
+            } else {
+                match equivalent_version(context, definition, attributes) {
+                    Some(version) => Some(version),
+                    None => continue,
+                }
+            };
             if !object_selector_matches(definition, attributes, object)? {
                 continue;
             }
@@ -170,6 +178,7 @@ async fn matching(
             hooks.push(Hook {
                 name: definition["name"].as_str().unwrap_or("").to_string(),
                 definition: definition.clone(),
+                as_version,
             });
         }
     }
@@ -182,6 +191,46 @@ fn operation_name(operation: Operation) -> &'static str {
         Operation::Update => "UPDATE",
         Operation::Delete => "DELETE",
     }
+}
+
+/// `matchPolicy: Equivalent` (the default): a rule naming another served version of the
+/// requested kind matches too, and the webhook gets the object in that version. The versions
+/// of a custom resource are equivalent (one storage, conversion `None` rewrites
+/// `apiVersion`); built-in kinds are served in one version each.
+fn equivalent_version(
+    context: &Context<'_>,
+    definition: &Value,
+    attributes: &Attributes<'_>,
+) -> Option<String> {
+    if definition["matchPolicy"] == json!("Exact") || !attributes.resource.is_custom() {
+        return None;
+    }
+    let resource = &attributes.resource;
+    context
+        .resources
+        .iter()
+        .filter(|r| r.group == resource.group && r.plural == resource.plural)
+        .filter(|r| r.version != resource.version)
+        .find(|other| {
+            let as_other = Attributes {
+                resource: other,
+                ..*attributes
+            };
+            rules_match(definition, &as_other)
+        })
+        .map(|other| other.version.to_string())
+}
+
+/// An object as the webhook's version has it (only `apiVersion` differs between a custom
+/// resource's versions).
+fn in_version(object: &Value, group: &str, version: &str) -> Value {
+    let mut converted = object.clone();
+    if let Some(map) = converted.as_object_mut()
+        && map.contains_key("apiVersion")
+    {
+        map.insert("apiVersion".into(), json!(format!("{group}/{version}")));
+    }
+    converted
 }
 
 /// Upstream's `rules.Matcher`: an operation, group, version, resource (with subresource) and
@@ -366,7 +415,14 @@ async fn call_and_apply(
                 return Err(denied(&hook.name, &review.status));
             }
             if let Some(patch) = review.patch {
-                *object = flotilla_api_machinery::patch::apply_json_patch(object, &patch).map_err(
+                // A patch is of the object as the webhook saw it; it comes back in the
+                // request's version.
+                let seen = match &hook.as_version {
+                    Some(version) => in_version(object, &attributes.resource.group, version),
+                    None => object.clone(),
+                };
+                let requested_version = object.get("apiVersion").cloned();
+                *object = flotilla_api_machinery::patch::apply_json_patch(&seen, &patch).map_err(
                     |err| {
                         ApiError::internal(format!(
                             "JSON Patch from admission webhook {:?} could not be applied: {err}",
@@ -374,6 +430,9 @@ async fn call_and_apply(
                         ))
                     },
                 )?;
+                if let (Some(version), Some(map)) = (requested_version, object.as_object_mut()) {
+                    map.insert("apiVersion".into(), version);
+                }
             }
             Ok(())
         }
@@ -433,7 +492,24 @@ async fn call(
         ));
     }
     let uid = uuid::Uuid::new_v4().to_string();
-    let review = admission_review(&uid, attributes, object);
+    let review = match &hook.as_version {
+        None => admission_review(&uid, attributes, object),
+        Some(version) => {
+            // The equivalent version's kind and resource; the request's stay as requestKind
+            // and requestResource.
+            let group = &attributes.resource.group;
+            let old = attributes.old.map(|old| in_version(old, group, version));
+            let converted = Attributes {
+                old: old.as_ref(),
+                ..*attributes
+            };
+            let mut review =
+                admission_review(&uid, &converted, &in_version(object, group, version));
+            review["request"]["kind"]["version"] = json!(version);
+            review["request"]["resource"]["version"] = json!(version);
+            review
+        }
+    };
     let timeout = Duration::from_secs(
         definition["timeoutSeconds"]
             .as_u64()
