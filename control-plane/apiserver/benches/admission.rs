@@ -12,6 +12,9 @@
 //!   them (every create is a compare-and-swap on the same quota), against the same writers in
 //!   a namespace without a quota: creates/s and the ratio.
 
+mod support;
+use support::percentile;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,14 +58,6 @@ fn pod(name: &str) -> anyhow::Result<Pod> {
                 "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}],
         },
     }))?)
-}
-
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn micros(d: Duration) -> f64 {
@@ -131,12 +126,7 @@ async fn run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let storage = Arc::new(EmbeddedStorage::open(dir.path().join("store.redb"))?);
     let local = LocalServer::start(storage, "demo").await?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::from_yaml(&local.kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    let client = kube::Client::try_from(config)?;
+    let client = support::client(&local).await?;
     for line in serde_json::Deserializer::from_str(NAMESPACES).into_iter::<serde_json::Value>() {
         let object: DynamicObject = serde_json::from_value(line?)?;
         let kind = object

@@ -27,6 +27,9 @@
 //! on the machine; read from Linux `/proc`), so a CPU-bound figure on a small machine can be
 //! told from a latency-bound one, and a run disturbed by a busy neighbour is visible as such.
 
+mod support;
+use support::percentile;
+
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 mod etcd_server;
 
@@ -223,15 +226,6 @@ impl Stats {
             cpu,
         }
     }
-}
-
-/// Nearest-rank percentile `q` (0..=1) of sorted samples; zero when there are none.
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn millis(d: Duration) -> String {

@@ -15,6 +15,9 @@
 //! - a validating webhook's cost per request (p50 / p99) on a loopback-free private address of
 //!   this host, against the same ConfigMap creates without it.
 
+mod support;
+use support::percentile;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,14 +75,6 @@ fn configmap(name: &str) -> Value {
                     "issuer": "selfsigned", "algorithm": "ECDSA", "duration": "2160h"}})
 }
 
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -132,12 +127,7 @@ async fn run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let storage = Arc::new(EmbeddedStorage::open(dir.path().join("store.redb"))?);
     let local = LocalServer::start(storage, "demo").await?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::from_yaml(&local.kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    let client = kube::Client::try_from(config)?;
+    let client = support::client(&local).await?;
     let crds = resource(
         "apiextensions.k8s.io",
         "v1",

@@ -868,7 +868,12 @@ async fn serve_kind(
                 namespace,
                 name,
                 call,
-                |scale| patch.apply_to(scale, "Scale"),
+                |scale| {
+                    patch.apply_to(
+                        scale,
+                        flotilla_api_machinery::schema::PatchMeta::for_kind("Scale"),
+                    )
+                },
             )
             .await
         }
@@ -1323,7 +1328,6 @@ async fn patch_request(
     include: IncludeObject,
 ) -> Result<Response, ApiError> {
     let patch = crate::patching::PatchRequest::parse(call)?;
-    patch.check_kind(resource)?;
     let options = WriteOptions {
         apply: patch.is_apply(),
         ..call.write_options()?
@@ -1356,7 +1360,7 @@ async fn patch_request(
                         target,
                     )?
                 } else {
-                    patch.apply_to(current, &resource.kind)?
+                    patch.apply_to(current, resource.patch_meta())?
                 };
                 let mut local = Vec::new();
                 let next = store

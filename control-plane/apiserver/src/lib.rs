@@ -20,6 +20,7 @@ pub mod eviction;
 pub mod handler;
 pub mod health;
 pub mod heavy;
+pub mod interning;
 pub mod kubelet;
 pub mod limits;
 pub mod local;

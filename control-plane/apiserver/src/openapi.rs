@@ -4,7 +4,7 @@
 //! kubectl reads (group-version-kind, patch strategy and merge keys).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -27,7 +27,7 @@ pub struct OpenApi {
 /// bytes, held once while any tenant holds them.
 #[derive(Default)]
 struct DocumentInterner {
-    documents: std::sync::Mutex<std::collections::HashMap<u64, Vec<Weak<Vec<u8>>>>>,
+    documents: crate::interning::Shared<Vec<u8>>,
 }
 
 /// A shared document as `Bytes` (its owner keeps the shared copy alive).
@@ -44,24 +44,9 @@ impl DocumentInterner {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         bytes.hash(&mut hasher);
-        let key = hasher.finish();
-        let Ok(mut documents) = self.documents.lock() else {
-            return Bytes::from(bytes);
-        };
-        let bucket = documents.entry(key).or_default();
-        bucket.retain(|weak| weak.strong_count() > 0);
-        let shared = match bucket
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|d| **d == bytes)
-        {
-            Some(found) => found,
-            None => {
-                let shared = Arc::new(bytes);
-                bucket.push(Arc::downgrade(&shared));
-                shared
-            }
-        };
+        let shared =
+            self.documents
+                .get_or_make(hasher.finish(), |known| *known == bytes, || bytes.clone());
         Bytes::from_owner(SharedDocument(shared))
     }
 }
@@ -101,7 +86,7 @@ fn annotate(definitions: &mut Map<String, Value>, resources: &Resources) {
                 json!([gvk(resource)]),
             );
         }
-        if let Some(schema) = PatchMeta::for_kind(&resource.kind) {
+        if let Some(schema) = resource.patch_meta() {
             annotate_definition(definitions, &definition_name, schema, &mut annotated);
         }
     }

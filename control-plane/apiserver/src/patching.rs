@@ -93,21 +93,10 @@ impl PatchRequest {
         self.patch_type == PatchType::Apply
     }
 
-    /// Refuses a strategic merge patch of a custom resource (upstream's 415: its schema has
-    /// no patch strategies to merge by), whatever its kind is called.
-    pub fn check_kind(&self, resource: &crate::resources::ResourceInfo) -> Result<(), ApiError> {
-        if self.patch_type == PatchType::Strategic && resource.is_custom() {
-            return Err(ApiError::unsupported_media_type_for_patch(
-                "application/strategic-merge-patch+json",
-                false,
-            ));
-        }
-        Ok(())
-    }
-
-    /// Applies a JSON, merge or strategic patch to `current`. (An apply configuration is
-    /// merged by [`server_side_apply`] instead; here it is returned as it is.)
-    pub fn apply_to(&self, current: &Value, kind: &str) -> Result<Value, ApiError> {
+    /// Applies a JSON, merge or strategic patch to `current`, whose kind has `meta` (a
+    /// strategic patch of a kind without any is upstream's 415). An apply configuration is
+    /// merged by [`server_side_apply`] instead; here it is returned as it is.
+    pub fn apply_to(&self, current: &Value, meta: Option<PatchMeta>) -> Result<Value, ApiError> {
         let bad = |e: &dyn std::fmt::Display| ApiError::bad_request(e.to_string());
         match self.patch_type {
             PatchType::Json => patch::apply_json_patch(current, &self.body).map_err(|e| match e {
@@ -117,8 +106,7 @@ impl PatchRequest {
             }),
             PatchType::Merge => Ok(patch::apply_merge_patch(current, &self.body)),
             PatchType::Strategic => {
-                // Upstream answers 415 for kinds without strategic-merge metadata (custom resources).
-                let schema = PatchMeta::for_kind(kind).ok_or_else(|| {
+                let schema = meta.ok_or_else(|| {
                     ApiError::unsupported_media_type_for_patch(
                         "application/strategic-merge-patch+json",
                         false,
@@ -162,7 +150,7 @@ fn apply_options(
         api_version: resource.api_version(),
         force,
         now: meta::now_rfc3339(),
-        schema: PatchMeta::for_kind(&resource.kind).unwrap_or_default(),
+        schema: resource.patch_meta().unwrap_or_default(),
         ignored,
         subresource: target.subresource().unwrap_or("").into(),
     }

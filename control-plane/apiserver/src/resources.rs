@@ -324,6 +324,17 @@ impl ResourceInfo {
         }
     }
 
+    /// The kind's strategic-merge and server-side-apply field metadata: a built-in kind's
+    /// table entry; none for a custom resource, whatever its kind is called (upstream's
+    /// custom resources take no strategic merge patch, and apply merges them by their
+    /// schema's defaults).
+    pub fn patch_meta(&self) -> Option<flotilla_api_machinery::schema::PatchMeta> {
+        match self.shape {
+            Shape::Typed { .. } => flotilla_api_machinery::schema::PatchMeta::for_kind(&self.kind),
+            Shape::Custom(_) => None,
+        }
+    }
+
     /// Whether this kind is defined by a CustomResourceDefinition.
     pub fn is_custom(&self) -> bool {
         matches!(self.shape, Shape::Custom(_))

@@ -2,8 +2,9 @@
 //! `k8s.io/apiserver/pkg/cel/escaping.go`): `foo-bar` is `self.foo__dash__bar` in a rule.
 
 /// The CEL lexer's reserved words: a property with one of these names is only reachable as
-/// `__name__` (`namespace` is the one Kubernetes objects hit most).
-const RESERVED: &[&str] = &[
+/// `__name__` (`namespace` is the one Kubernetes objects hit most), and no variable may be
+/// named one (upstream's `celReserved`).
+pub(crate) const RESERVED: &[&str] = &[
     "true",
     "false",
     "null",

@@ -201,3 +201,37 @@ pub fn kinds_of(definition: &Value, schemas: &super::schemas::Interner) -> Vec<A
     }
     kinds
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiextensions::schemas::Interner;
+
+    #[test]
+    fn a_custom_kind_named_like_a_built_in_has_none_of_its_merge_metadata() {
+        let definition = json!({
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "deployments", "kind": "Deployment"},
+                "versions": [
+                    {"name": "v1beta1", "served": true, "storage": false,
+                     "schema": {"openAPIV3Schema": {"type": "object"}}},
+                    {"name": "v1", "served": true, "storage": true,
+                     "schema": {"openAPIV3Schema": {"type": "object"}}},
+                ]},
+            "status": {"acceptedNames": {"plural": "deployments", "singular": "deployment",
+                "kind": "Deployment", "listKind": "DeploymentList"}},
+        });
+        let interner = Interner::default();
+        let kinds = kinds_of(&definition, &interner);
+        assert_eq!(kinds.len(), 2);
+        assert!(kinds.iter().all(|k| k.patch_meta().is_none()));
+        // Both versions share one compiled schema; only the non-storage one converts.
+        assert_eq!(interner.live(), 1);
+        assert_eq!(kinds[0].storage_version.as_deref(), Some("v1"));
+        assert_eq!(kinds[1].storage_version, None);
+        let mut stored = json!({"apiVersion": "example.com/v1"});
+        kinds[0].from_stored(&mut stored);
+        assert_eq!(stored["apiVersion"], "example.com/v1beta1");
+        assert_eq!(kinds[0].to_stored(&stored)["apiVersion"], "example.com/v1");
+    }
+}

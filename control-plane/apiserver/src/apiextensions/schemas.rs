@@ -2,9 +2,8 @@
 //! that install the same operator's definitions hold one copy of each schema (kcp shares
 //! APIExport schemas for the same reason; upstream keeps one per apiserver and definition).
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use flotilla_api_machinery::field::FieldError;
 use flotilla_apiextensions::CompiledSchema;
@@ -86,7 +85,7 @@ impl VersionSchema {
 /// The compiled schemas in use, by content.
 #[derive(Default)]
 pub struct Interner {
-    schemas: Mutex<HashMap<u64, Vec<Weak<VersionSchema>>>>,
+    schemas: crate::interning::Shared<VersionSchema>,
 }
 
 impl Interner {
@@ -95,33 +94,16 @@ impl Interner {
     pub fn intern(&self, source: &Value) -> Arc<VersionSchema> {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         hash_value(source, &mut hasher);
-        let key = hasher.finish();
-        let Ok(mut schemas) = self.schemas.lock() else {
-            return Arc::new(VersionSchema::compile(source));
-        };
-        let bucket = schemas.entry(key).or_default();
-        bucket.retain(|weak| weak.strong_count() > 0);
-        if let Some(found) = bucket
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|schema| schema.source == *source)
-        {
-            return found;
-        }
-        let compiled = Arc::new(VersionSchema::compile(source));
-        bucket.push(Arc::downgrade(&compiled));
-        compiled
+        self.schemas.get_or_make(
+            hasher.finish(),
+            |schema| schema.source == *source,
+            || VersionSchema::compile(source),
+        )
     }
 
     /// How many distinct schemas are alive.
     pub fn live(&self) -> usize {
-        self.schemas.lock().map_or(0, |schemas| {
-            schemas
-                .values()
-                .flatten()
-                .filter(|weak| weak.strong_count() > 0)
-                .count()
-        })
+        self.schemas.live()
     }
 }
 

@@ -25,30 +25,6 @@ const MAX_AUDIT_ANNOTATIONS: usize = 20;
 /// concatenating expressions produce longer values than themselves.
 const MAX_AUDIT_ANNOTATION_VALUE_EXPRESSION_LENGTH: usize =
     MAX_EVALUATED_MESSAGE_EXPRESSION_SIZE_BYTES;
-/// CEL's reserved words, which a variable may not be named (`celReserved`).
-const CEL_RESERVED: &[&str] = &[
-    "true",
-    "false",
-    "null",
-    "in",
-    "as",
-    "break",
-    "const",
-    "continue",
-    "else",
-    "for",
-    "function",
-    "if",
-    "import",
-    "let",
-    "loop",
-    "package",
-    "namespace",
-    "return",
-    "var",
-    "void",
-    "while",
-];
 
 fn text<'a>(value: &'a Value, field: &str) -> &'a str {
     value.get(field).and_then(Value::as_str).unwrap_or("")
@@ -69,7 +45,7 @@ fn is_cel_identifier(name: &str) -> bool {
         .is_some_and(|c| c == '_' || c.is_ascii_alphabetic());
     starts_well
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-        && !CEL_RESERVED.contains(&name)
+        && !crate::escaping::RESERVED.contains(&name)
 }
 
 fn has_newlines(s: &str) -> bool {
