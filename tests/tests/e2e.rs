@@ -18,6 +18,8 @@ mod cluster;
 mod console;
 #[path = "e2e/controllers.rs"]
 mod controllers;
+#[path = "e2e/conversion.rs"]
+mod conversion;
 #[path = "e2e/crds.rs"]
 mod crds;
 #[path = "e2e/deployment.rs"]

@@ -303,7 +303,7 @@ fn memory(definitions: &[Value]) -> anyhow::Result<()> {
             };
             let kinds: Vec<_> = established
                 .iter()
-                .flat_map(|d| kinds_of(d, interner))
+                .flat_map(|d| kinds_of(d, interner, &Default::default()))
                 .collect();
             tables.push(builtin.with_custom(kinds));
         }

@@ -256,6 +256,8 @@ pub struct ResourceInfo {
     /// A custom resource whose definition is being deleted: its objects are read and
     /// deleted, no new one is created.
     pub terminating: bool,
+    /// How its objects change version.
+    pub conversion: crate::conversion::Conversion,
 }
 
 impl ResourceInfo {
@@ -293,34 +295,6 @@ impl ResourceInfo {
                 let reversed: Vec<&str> = self.group.rsplit('.').collect();
                 format!("{}.{}.{}", reversed.join("."), self.version, self.kind)
             }
-        }
-    }
-
-    /// A stored object as this version serves it. A custom resource's versions share one
-    /// storage, each object at the version it was written in (the storage version then):
-    /// with conversion `None` only `apiVersion` differs. Built-in kinds have one version.
-    pub fn from_stored(&self, obj: &mut Value) {
-        if self.is_custom()
-            && let Some(map) = obj.as_object_mut()
-        {
-            map.insert("apiVersion".into(), Value::String(self.api_version()));
-        }
-    }
-
-    /// `obj` as it is stored: at the definition's storage version.
-    pub fn to_stored<'a>(&self, obj: &'a Value) -> Cow<'a, Value> {
-        match &self.storage_version {
-            Some(storage) => {
-                let mut stored = obj.clone();
-                if let Some(map) = stored.as_object_mut() {
-                    map.insert(
-                        "apiVersion".into(),
-                        Value::String(format!("{}/{storage}", self.group)),
-                    );
-                }
-                Cow::Owned(stored)
-            }
-            None => Cow::Borrowed(obj),
         }
     }
 
@@ -436,6 +410,7 @@ where
         storage_version: None,
         deprecation_warning: None,
         terminating: false,
+        conversion: Default::default(),
     }
 }
 

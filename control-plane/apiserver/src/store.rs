@@ -248,10 +248,8 @@ pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
 }
 
 /// [`decode`] in the version `resource` serves (a custom resource may be stored at another).
-fn decode_as(kv: &KeyValue, resource: &ResourceInfo) -> Result<Value, ApiError> {
-    let mut obj = decode(kv)?;
-    resource.from_stored(&mut obj);
-    Ok(obj)
+async fn decode_as(kv: &KeyValue, resource: &ResourceInfo) -> Result<Value, ApiError> {
+    resource.served(decode(kv)?).await
 }
 
 /// etcd's default `--max-request-bytes` (1.5 MiB): no stored object may be larger, on
@@ -554,7 +552,7 @@ impl Store {
             let key = tenant.object_key(resource, namespace, &name);
             match self
                 .storage
-                .create(&key, encode(&resource.to_stored(&candidate))?)
+                .create(&key, encode(&*resource.to_stored(&candidate).await?)?)
                 .await?
             {
                 Outcome::Done(kv) => {
@@ -611,7 +609,7 @@ impl Store {
             ReadAt::Latest => self.storage.get(&key).await?,
         };
         match kv {
-            Some(kv) => decode_as(&kv, resource),
+            Some(kv) => decode_as(&kv, resource).await,
             None => Err(ApiError::not_found(&resource.group_resource(), name)),
         }
     }
@@ -704,11 +702,24 @@ impl Store {
             revision = page.revision;
             let returned = page.kvs.len();
             let last_key = page.kvs.last().map(|kv| kv.key.clone());
+            // In-place conversion (every built-in kind, and `None`) decodes each object as
+            // served before judging it; a webhook converts the page's kept objects in one
+            // call, judged as stored.
+            let page_start = items.len();
             for kv in &page.kvs {
-                let obj = decode_as(kv, resource)?;
+                let obj = if resource.converts_in_place() {
+                    decode_as(kv, resource).await?
+                } else {
+                    decode(kv)?
+                };
                 if !filtering || options.selection.matches(&obj, resource) {
                     items.push(obj);
                 }
+            }
+            if !resource.converts_in_place() {
+                resource
+                    .convert_all(&mut items[page_start..], &resource.api_version())
+                    .await?;
             }
             if !page.more {
                 break;
@@ -748,7 +759,7 @@ impl Store {
     ) -> Result<Outcome<Value>, ApiError> {
         match self
             .storage
-            .update(key, encode(&resource.to_stored(&obj))?, expected)
+            .update(key, encode(&*resource.to_stored(&obj).await?)?, expected)
             .await?
         {
             Outcome::Done(kv) => {
@@ -808,7 +819,7 @@ impl Store {
             let Some(kv) = self.storage.get(&key).await? else {
                 return Err(ApiError::not_found(&resource.group_resource(), name));
             };
-            let current = decode_as(&kv, resource)?;
+            let current = decode_as(&kv, resource).await?;
             let Some(mut updated) = try_update(&current)? else {
                 return Ok(current);
             };
@@ -1049,7 +1060,7 @@ impl Store {
             let Some(kv) = self.storage.get(&key).await? else {
                 return Err(ApiError::not_found(&resource.group_resource(), name));
             };
-            let current = decode_as(&kv, resource)?;
+            let current = decode_as(&kv, resource).await?;
             if let Some(uid) = &options.uid
                 && uid != meta::uid(&current)
             {

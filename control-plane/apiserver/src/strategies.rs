@@ -13,7 +13,7 @@ mod config;
 mod ephemeral;
 mod runtimeclass;
 mod storage;
-mod webhooks;
+pub mod webhooks;
 mod workloads;
 
 pub use config::*;

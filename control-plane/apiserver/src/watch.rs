@@ -127,20 +127,13 @@ struct Encoder {
     representation: Representation,
     include: IncludeObject,
     sent_headers: bool,
-    /// Set for a custom resource, whose objects may be stored at another version.
-    rewrite_api_version: bool,
     kind: crate::resources::Name,
     api_version: String,
     columns: Vec<crate::table::Column>,
 }
 
 impl Encoder {
-    fn object(&mut self, mut obj: Value) -> Value {
-        if self.rewrite_api_version
-            && let Some(map) = obj.as_object_mut()
-        {
-            map.insert("apiVersion".into(), json!(self.api_version));
-        }
+    fn object(&mut self, obj: Value) -> Value {
         match self.representation {
             Representation::Table => {
                 let rv = meta::resource_version(&obj).to_string();
@@ -220,7 +213,6 @@ pub async fn start(
         representation,
         include,
         sent_headers: false,
-        rewrite_api_version: resource.is_custom(),
         kind: resource.kind.clone(),
         api_version: resource.api_version(),
         columns: resource.strategy.columns(),
@@ -270,9 +262,17 @@ pub async fn start(
         };
         if let Some(snapshot) = initial.as_ref().and_then(|shared| shared.snapshot.get()) {
             for obj in &snapshot.objects {
-                if options.selection.matches(obj, &resource)
-                    && !send(encoder.event("ADDED", obj.clone())).await
-                {
+                if !options.selection.matches(obj, &resource) {
+                    continue;
+                }
+                let obj = match resource.served(obj.clone()).await {
+                    Ok(obj) => obj,
+                    Err(err) => {
+                        let _ = send(encoder.event("ERROR", err.status_value())).await;
+                        return;
+                    }
+                };
+                if !send(encoder.event("ADDED", obj)).await {
                     return;
                 }
             }
@@ -325,6 +325,13 @@ pub async fn start(
                             }
                         };
                         last_revision = revision;
+                        let object = match resource.served(object).await {
+                            Ok(object) => object,
+                            Err(err) => {
+                                let _ = send(encoder.event("ERROR", err.status_value())).await;
+                                return;
+                            }
+                        };
                         if !send(encoder.event(kind, object)).await {
                             return;
                         }

@@ -103,6 +103,16 @@ pub trait Authorizer: Send + Sync {
 }
 
 impl Context<'_> {
+    /// What calls to the tenant's webhooks resolve their client configs with.
+    pub fn dialer(&self) -> crate::outbound::Dialer<'_> {
+        crate::outbound::Dialer {
+            store: self.store,
+            tenant: self.tenant,
+            resources: &self.resources,
+            networks: self.networks,
+        }
+    }
+
     /// The kind `plural` of `group`/`version`, which the server always serves.
     pub fn resource(
         &self,

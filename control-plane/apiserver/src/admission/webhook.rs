@@ -9,16 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use flotilla_api_machinery::selector::LabelSelector;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
-use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
 use serde_json::{Value, json};
 
 use super::{Attributes, Context, Operation, Plugin};
 use crate::error::ApiError;
 use crate::meta;
+use crate::outbound;
 
 /// Upstream's default `timeoutSeconds`.
 const DEFAULT_TIMEOUT_SECONDS: u64 = 10;
@@ -195,8 +192,8 @@ fn operation_name(operation: Operation) -> &'static str {
 
 /// `matchPolicy: Equivalent` (the default): a rule naming another served version of the
 /// requested kind matches too, and the webhook gets the object in that version. The versions
-/// of a custom resource are equivalent (one storage, conversion `None` rewrites
-/// `apiVersion`); built-in kinds are served in one version each.
+/// of a custom resource are equivalent (one storage, converted as the definition says);
+/// built-in kinds are served in one version each.
 fn equivalent_version(
     context: &Context<'_>,
     definition: &Value,
@@ -221,20 +218,36 @@ fn equivalent_version(
         .map(|other| other.version.to_string())
 }
 
-/// An object as the webhook's version has it (only `apiVersion` differs between a custom
-/// resource's versions).
-fn in_version(object: &Value, group: &str, version: &str) -> Value {
-    let mut converted = object.clone();
-    if let Some(map) = converted.as_object_mut()
-        && map.contains_key("apiVersion")
-    {
-        map.insert("apiVersion".into(), json!(format!("{group}/{version}")));
-    }
-    converted
+/// The request's object (and old object) as the webhook's version has them: converted as
+/// the definition converts (a webhook's conversion being a call of its own).
+async fn in_version(
+    attributes: &Attributes<'_>,
+    object: &Value,
+    version: &str,
+) -> Result<(Value, Option<Value>), String> {
+    let api_version = format!("{}/{version}", attributes.resource.group);
+    let mut objects = vec![object.clone()];
+    objects.extend(attributes.old.cloned());
+    // A delete's review has no object: only real objects are converted.
+    let mut present: Vec<Value> = objects
+        .iter()
+        .filter(|o| o.get("apiVersion").is_some())
+        .cloned()
+        .collect();
+    attributes
+        .resource
+        .convert_all(&mut present, &api_version)
+        .await
+        .map_err(|err| err.message)?;
+    let mut present = present.into_iter();
+    let mut converted = objects.into_iter().map(|o| match o.get("apiVersion") {
+        Some(_) => present.next().unwrap_or(o),
+        None => o,
+    });
+    let object = converted.next().unwrap_or(Value::Null);
+    Ok((object, converted.next()))
 }
 
-/// Upstream's `rules.Matcher`: an operation, group, version, resource (with subresource) and
-/// scope all named by one rule.
 fn rules_match(definition: &Value, attributes: &Attributes<'_>) -> bool {
     rule_list_matches(&definition["rules"], attributes, None)
 }
@@ -418,21 +431,33 @@ async fn call_and_apply(
                 // A patch is of the object as the webhook saw it; it comes back in the
                 // request's version.
                 let seen = match &hook.as_version {
-                    Some(version) => in_version(object, &attributes.resource.group, version),
+                    Some(version) => {
+                        let no_old = Attributes {
+                            old: None,
+                            ..*attributes
+                        };
+                        match in_version(&no_old, object, version).await {
+                            Ok((seen, _)) => seen,
+                            Err(failure) => return failed(hook, failure),
+                        }
+                    }
                     None => object.clone(),
                 };
-                let requested_version = object.get("apiVersion").cloned();
-                *object = flotilla_api_machinery::patch::apply_json_patch(&seen, &patch).map_err(
-                    |err| {
+                let mut patched = [flotilla_api_machinery::patch::apply_json_patch(&seen, &patch)
+                    .map_err(|err| {
                         ApiError::internal(format!(
                             "JSON Patch from admission webhook {:?} could not be applied: {err}",
                             hook.name
                         ))
-                    },
-                )?;
-                if let (Some(version), Some(map)) = (requested_version, object.as_object_mut()) {
-                    map.insert("apiVersion".into(), version);
+                    })?];
+                if hook.as_version.is_some() {
+                    attributes
+                        .resource
+                        .convert_all(&mut patched, &attributes.resource.api_version())
+                        .await?;
                 }
+                let [patched] = patched;
+                *object = patched;
             }
             Ok(())
         }
@@ -497,14 +522,12 @@ async fn call(
         Some(version) => {
             // The equivalent version's kind and resource; the request's stay as requestKind
             // and requestResource.
-            let group = &attributes.resource.group;
-            let old = attributes.old.map(|old| in_version(old, group, version));
+            let (object, old) = in_version(attributes, object, version).await?;
             let converted = Attributes {
                 old: old.as_ref(),
                 ..*attributes
             };
-            let mut review =
-                admission_review(&uid, &converted, &in_version(object, group, version));
+            let mut review = admission_review(&uid, &converted, &object);
             review["request"]["kind"]["version"] = json!(version);
             review["request"]["resource"]["version"] = json!(version);
             review
@@ -516,7 +539,7 @@ async fn call(
             .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
             .clamp(1, 30),
     );
-    let endpoint = resolve(context, &definition["clientConfig"]).await?;
+    let endpoint = outbound::resolve(&context.dialer(), &definition["clientConfig"]).await?;
     let url = format!(
         "https://{}{}?timeout={}s",
         endpoint.authority,
@@ -524,7 +547,7 @@ async fn call(
         timeout.as_secs()
     );
     let body = serde_json::to_vec(&review).map_err(|err| err.to_string())?;
-    let answer = tokio::time::timeout(timeout, post(&endpoint, &url, body))
+    let answer = tokio::time::timeout(timeout, outbound::post(&endpoint, &url, body))
         .await
         .map_err(|_| format!("failed to call webhook: Post {url:?}: context deadline exceeded"))?
         .map_err(|err| format!("failed to call webhook: Post {url:?}: {err}"))?;
@@ -622,265 +645,6 @@ pub(super) fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &
     json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request})
 }
 
-/// Where a webhook is reached: the address dialled, the name its certificate must carry and
-/// the path.
-struct Endpoint {
-    address: std::net::SocketAddr,
-    server_name: String,
-    authority: String,
-    path: String,
-    ca_bundle: Vec<u8>,
-}
-
-/// A `clientConfig`'s URL, or its Service resolved through the Service's EndpointSlices to a
-/// ready endpoint (the control plane dials pods directly, as upstream's aggregator routing
-/// does); either way only to an address in the networks tenants' nodes and pods live in.
-async fn resolve(context: &Context<'_>, config: &Value) -> Result<Endpoint, String> {
-    use base64::Engine as _;
-    let ca_bundle = match config["caBundle"].as_str() {
-        Some(encoded) if !encoded.is_empty() => base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|err| format!("invalid caBundle: {err}"))?,
-        _ => return Err("the webhook's clientConfig has no caBundle to verify it by".to_string()),
-    };
-    let (host, port, path, server_name) = if let Some(url) = config["url"].as_str() {
-        let rest = url
-            .strip_prefix("https://")
-            .ok_or_else(|| format!("webhook URL {url:?} is not https"))?;
-        let (authority, path) = match rest.find('/') {
-            Some(at) => (&rest[..at], &rest[at..]),
-            None => (rest, "/"),
-        };
-        let (host, port) = split_host_port(authority)?;
-        (host.clone(), port, path.to_string(), host)
-    } else {
-        let service = &config["service"];
-        let namespace = service["namespace"].as_str().unwrap_or("");
-        let name = service["name"].as_str().unwrap_or("");
-        let port = service["port"].as_u64().unwrap_or(443);
-        let path = service["path"].as_str().unwrap_or("/").to_string();
-        let (ip, target_port) = service_endpoint(context, namespace, name, port).await?;
-        (ip, target_port, path, format!("{name}.{namespace}.svc"))
-    };
-    let ip: std::net::IpAddr = match host.parse() {
-        Ok(ip) => ip,
-        Err(_) => tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .map_err(|err| format!("dial tcp: lookup {host}: {err}"))?
-            .map(|address| address.ip())
-            .find(|ip| context.networks.permits(*ip))
-            .ok_or_else(|| {
-                format!("dial tcp: lookup {host}: no address in the cluster networks")
-            })?,
-    };
-    if !context.networks.permits(ip) {
-        return Err(format!(
-            "dial tcp {ip}:{port}: the address is outside the networks webhooks may be reached in"
-        ));
-    }
-    Ok(Endpoint {
-        address: std::net::SocketAddr::new(ip, port),
-        authority: if port == 443 {
-            host.clone()
-        } else {
-            format!("{host}:{port}")
-        },
-        server_name,
-        path,
-        ca_bundle,
-    })
-}
-
-fn split_host_port(authority: &str) -> Result<(String, u16), String> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or("malformed IPv6 address")?;
-        let port = after
-            .strip_prefix(':')
-            .map_or(Ok(443), str::parse)
-            .map_err(|_| "bad port")?;
-        return Ok((host.to_string(), port));
-    }
-    match authority.rsplit_once(':') {
-        Some((host, port)) => Ok((host.to_string(), port.parse().map_err(|_| "bad port")?)),
-        None => Ok((authority.to_string(), 443)),
-    }
-}
-
-/// A ready endpoint of Service `namespace/name` for its port `port`: (pod IP, target port).
-async fn service_endpoint(
-    context: &Context<'_>,
-    namespace: &str,
-    name: &str,
-    port: u64,
-) -> Result<(String, u16), String> {
-    let services = context
-        .resource("", "v1", "services")
-        .map_err(|e| e.message)?;
-    let service = context
-        .store
-        .get(
-            context.tenant,
-            services,
-            namespace,
-            name,
-            crate::store::ReadAt::Latest,
-        )
-        .await
-        .map_err(|_| format!("service \"{name}\" not found"))?;
-    let service_port = service["spec"]["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["port"].as_u64() == Some(port))
-        .cloned()
-        .ok_or_else(|| format!("service {namespace}/{name} has no port {port}"))?;
-    let slices_resource = context
-        .resource("discovery.k8s.io", "v1", "endpointslices")
-        .map_err(|e| e.message)?;
-    let slices = context
-        .list(slices_resource, Some(namespace))
-        .await
-        .map_err(|e| e.message)?;
-    let port_name = service_port["name"].as_str().unwrap_or("");
-    for slice in slices.iter().filter(|s| {
-        meta::labels(s)
-            .get("kubernetes.io/service-name")
-            .map(String::as_str)
-            == Some(name)
-    }) {
-        let Some(target) = slice["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or("") == port_name)
-            .and_then(|p| p["port"].as_u64())
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
-            if endpoint["conditions"]["ready"] == json!(false) {
-                continue;
-            }
-            if let Some(address) = endpoint["addresses"].get(0).and_then(Value::as_str) {
-                return Ok((address.to_string(), target));
-            }
-        }
-    }
-    Err(format!("service \"{name}\" has no ready endpoints"))
-}
-
-/// Kept-alive connections to webhooks, by address, certificate name and CA bundle (upstream
-/// keeps its webhook clients' connections alive the same way; a handshake per call would
-/// cost more than most webhooks' answers).
-type Connection = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-type ConnectionKey = (std::net::SocketAddr, String, Vec<u8>);
-static IDLE: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<ConnectionKey, Vec<Connection>>>,
-> = std::sync::LazyLock::new(Default::default);
-/// Idle connections kept per webhook endpoint.
-const IDLE_PER_ENDPOINT: usize = 16;
-
-/// POSTs `body` over TLS verified against the webhook's CA bundle, on a kept-alive
-/// connection when one is idle; the answer's body when the status is 200.
-async fn post(endpoint: &Endpoint, url: &str, body: Vec<u8>) -> Result<Bytes, String> {
-    let key: ConnectionKey = (
-        endpoint.address,
-        endpoint.server_name.clone(),
-        endpoint.ca_bundle.clone(),
-    );
-    let path = url
-        .strip_prefix("https://")
-        .and_then(|rest| rest.find('/').map(|at| &rest[at..]))
-        .unwrap_or("/");
-    let request = || {
-        http::Request::post(path)
-            .header(http::header::HOST, &endpoint.authority)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, "application/json")
-            .body(Full::new(Bytes::from(body.clone())))
-            .map_err(|err| err.to_string())
-    };
-    let idle = IDLE
-        .lock()
-        .ok()
-        .and_then(|mut idle| idle.get_mut(&key).and_then(Vec::pop));
-    // A kept connection the webhook closed meanwhile is replaced by a new one, once.
-    let mut kept = None;
-    if let Some(mut sender) = idle
-        && sender.ready().await.is_ok()
-        && let Ok(response) = sender.send_request(request()?).await
-    {
-        kept = Some((sender, response));
-    }
-    let (sender, response) = match kept {
-        Some(answered) => answered,
-        None => {
-            let mut sender = connect(endpoint).await?;
-            let response = sender
-                .send_request(request()?)
-                .await
-                .map_err(|err| err.to_string())?;
-            (sender, response)
-        }
-    };
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|err| err.to_string())?
-        .to_bytes();
-    if let Ok(mut idle) = IDLE.lock() {
-        let kept = idle.entry(key).or_default();
-        if kept.len() < IDLE_PER_ENDPOINT {
-            kept.push(sender);
-        }
-    }
-    if status != http::StatusCode::OK {
-        return Err(format!(
-            "an error on the server ({:?}) has prevented the request from succeeding",
-            String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
-        ));
-    }
-    Ok(bytes)
-}
-
-/// A new TLS connection to the webhook, its certificate checked against the CA bundle.
-async fn connect(endpoint: &Endpoint) -> Result<Connection, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in CertificateDer::pem_slice_iter(&endpoint.ca_bundle) {
-        let certificate = certificate.map_err(|err| format!("invalid caBundle: {err}"))?;
-        roots
-            .add(certificate)
-            .map_err(|err| format!("invalid caBundle: {err}"))?;
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(crate::serve::crypto_provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|err| err.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let server_name = ServerName::try_from(endpoint.server_name.clone())
-        .map_err(|err| err.to_string())?
-        .to_owned();
-    let tcp = tokio::net::TcpStream::connect(endpoint.address)
-        .await
-        .map_err(|err| format!("dial tcp {}: {err}", endpoint.address))?;
-    let _ = tcp.set_nodelay(true);
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(server_name, tcp)
-        .await
-        .map_err(|err| format!("tls: failed to verify certificate: {err}"))?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|err| err.to_string())?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -916,22 +680,6 @@ mod tests {
         assert_eq!(
             bare.message,
             "admission webhook \"deny.example.com\" denied the request without explanation"
-        );
-    }
-
-    #[test]
-    fn authorities_split_into_host_and_port() {
-        assert_eq!(
-            split_host_port("10.0.0.1:8443"),
-            Ok(("10.0.0.1".into(), 8443))
-        );
-        assert_eq!(
-            split_host_port("hooks.example.com"),
-            Ok(("hooks.example.com".into(), 443))
-        );
-        assert_eq!(
-            split_host_port("[fd00::1]:9443"),
-            Ok(("fd00::1".into(), 9443))
         );
     }
 }

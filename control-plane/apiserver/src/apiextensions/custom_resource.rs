@@ -100,7 +100,11 @@ fn default_deprecation_warning(spec: &Value, deprecated: &str, kind: &str) -> St
 
 /// The resource-table entries of one definition: one per served version. A definition that
 /// is not established yet, or is being deleted, serves nothing.
-pub fn kinds_of(definition: &Value, schemas: &super::schemas::Interner) -> Vec<Arc<ResourceInfo>> {
+pub fn kinds_of(
+    definition: &Value,
+    schemas: &super::schemas::Interner,
+    conversion: &crate::conversion::Conversion,
+) -> Vec<Arc<ResourceInfo>> {
     let spec = &definition["spec"];
     let text = |v: &Value| -> Name { Cow::Owned(v.as_str().unwrap_or("").to_string()) };
     let names = &definition["status"]["acceptedNames"];
@@ -196,6 +200,7 @@ pub fn kinds_of(definition: &Value, schemas: &super::schemas::Interner) -> Vec<A
                     .unwrap_or_else(|| default_deprecation_warning(spec, &version_name, &kind))
             }),
             terminating: crate::meta::is_terminating(definition),
+            conversion: conversion.clone(),
             kind,
         }));
     }
@@ -222,16 +227,24 @@ mod tests {
                 "kind": "Deployment", "listKind": "DeploymentList"}},
         });
         let interner = Interner::default();
-        let kinds = kinds_of(&definition, &interner);
+        let kinds = kinds_of(&definition, &interner, &Default::default());
         assert_eq!(kinds.len(), 2);
         assert!(kinds.iter().all(|k| k.patch_meta().is_none()));
         // Both versions share one compiled schema; only the non-storage one converts.
         assert_eq!(interner.live(), 1);
         assert_eq!(kinds[0].storage_version.as_deref(), Some("v1"));
         assert_eq!(kinds[1].storage_version, None);
-        let mut stored = json!({"apiVersion": "example.com/v1"});
-        kinds[0].from_stored(&mut stored);
-        assert_eq!(stored["apiVersion"], "example.com/v1beta1");
-        assert_eq!(kinds[0].to_stored(&stored)["apiVersion"], "example.com/v1");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let served = runtime
+            .block_on(kinds[0].served(json!({"apiVersion": "example.com/v1"})))
+            .expect("converted");
+        assert_eq!(served["apiVersion"], "example.com/v1beta1");
+        let stored = runtime
+            .block_on(kinds[0].to_stored(&served))
+            .expect("converted")
+            .into_owned();
+        assert_eq!(stored["apiVersion"], "example.com/v1");
     }
 }

@@ -625,12 +625,6 @@ fn validate_conversion(conversion: &Value, here: &Path) -> Vec<FieldError> {
             }
         }
         "Webhook" => {
-            // Refused rather than served with `None`'s apiVersion rewrite, which would store
-            // objects the definition's own converter never saw.
-            errors.push(FieldError::forbidden(
-                &here.child("strategy"),
-                "conversion strategy Webhook is not supported by this server yet; use None",
-            ));
             let webhook = &conversion["webhook"];
             if webhook.is_null() {
                 errors.push(FieldError::required(
@@ -639,15 +633,10 @@ fn validate_conversion(conversion: &Value, here: &Path) -> Vec<FieldError> {
                 ));
                 return errors;
             }
-            let config = &webhook["clientConfig"];
-            let has_url = config["url"].as_str().is_some_and(|u| !u.is_empty());
-            let has_service = config["service"].is_object();
-            if has_url == has_service {
-                errors.push(FieldError::required(
-                    &here.child("webhook").child("clientConfig"),
-                    "exactly one of url or service is required",
-                ));
-            }
+            errors.extend(crate::strategies::webhooks::validate_client_config(
+                &webhook["clientConfig"],
+                &here.child("webhook").child("clientConfig"),
+            ));
             let reviews: Vec<&str> = webhook["conversionReviewVersions"]
                 .as_array()
                 .into_iter()
@@ -774,10 +763,18 @@ mod tests {
     }
 
     #[test]
-    fn conversion_webhooks_are_refused_not_served_as_none() {
+    fn conversion_webhooks_need_an_https_url_or_a_service() {
         let mut obj = widget();
         obj["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {
-            "clientConfig": {"url": "https://convert.example.com"}, "conversionReviewVersions": ["v1"]}});
+            "clientConfig": {"url": "https://convert.example.com/convert"},
+            "conversionReviewVersions": ["v1"]}});
+        assert!(
+            DefinitionStrategy
+                .validate(&prepared(obj.clone()))
+                .is_empty()
+        );
+        obj["spec"]["conversion"]["webhook"]["clientConfig"] =
+            json!({"url": "http://convert.example.com"});
         let errors: Vec<String> = DefinitionStrategy
             .validate(&prepared(obj))
             .iter()
@@ -786,7 +783,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "spec.conversion.strategy: Forbidden: conversion strategy Webhook is not supported by this server yet; use None"
+                "spec.conversion.webhook.clientConfig.url: Invalid value: \"http://convert.example.com\": 'https' is the only allowed URL scheme"
             ]
         );
     }

@@ -5,6 +5,7 @@
 //! definitions when they change (or, for changes another replica made, when it is found stale).
 
 pub mod columns;
+pub mod conversion;
 pub mod custom_resource;
 pub mod definition;
 pub mod naming;
@@ -189,7 +190,10 @@ impl TenantKinds {
         let custom: Vec<Arc<ResourceInfo>> = definitions
             .iter()
             .filter(|d| definition::condition_status(d, "Established") == Some("True"))
-            .flat_map(|d| custom_resource::kinds_of(d, &server.schemas))
+            .flat_map(|d| {
+                let conversion = conversion::of_definition(d, server, tenant);
+                custom_resource::kinds_of(d, &server.schemas, &conversion)
+            })
             .collect();
         let table = if custom.is_empty() {
             server.resources.clone()
@@ -306,8 +310,9 @@ async fn clean_up(
     let name = meta::name(definition).to_string();
     let resource = definitions_resource(server);
     // Its kinds left the table when deletion began; their objects are found through the
-    // definition itself (every version is stored under one key prefix).
-    let storage_kinds = custom_resource::kinds_of(definition, &server.schemas);
+    // definition itself (every version is stored under one key prefix), read without
+    // conversion: deleting needs no webhook, which may be gone already.
+    let storage_kinds = custom_resource::kinds_of(definition, &server.schemas, &Default::default());
     let mut remaining = 0;
     if let Some(kind) = storage_kinds.first() {
         let page = server

@@ -286,52 +286,10 @@ fn validate_webhook(webhook: &Value, here: &Path, mutating: bool) -> Vec<FieldEr
             "the timeout value must be between 1 and 30 seconds",
         ));
     }
-    let config = &webhook["clientConfig"];
-    let config_path = here.child("clientConfig");
-    let url = config["url"].as_str();
-    let service = &config["service"];
-    match (url, service.is_object()) {
-        (Some(_), true) | (None, false) => errors.push(FieldError::required(
-            &config_path,
-            "exactly one of url or service is required",
-        )),
-        (Some(url), false) => {
-            if !url.starts_with("https://") {
-                errors.push(FieldError::invalid(
-                    &config_path.child("url"),
-                    json!(url),
-                    "'https' is the only allowed URL scheme",
-                ));
-            }
-            if url.contains('#') || url.contains('?') {
-                errors.push(FieldError::invalid(
-                    &config_path.child("url"),
-                    json!(url),
-                    "fragments and query parameters are not permitted",
-                ));
-            }
-        }
-        (None, true) => {
-            let service_path = config_path.child("service");
-            for field in ["name", "namespace"] {
-                if service[field].as_str().is_none_or(str::is_empty) {
-                    errors.push(FieldError::required(
-                        &service_path.child(field),
-                        "service name and namespace are required",
-                    ));
-                }
-            }
-            if let Some(port) = service["port"].as_i64()
-                && !(1..=65535).contains(&port)
-            {
-                errors.push(FieldError::invalid(
-                    &service_path.child("port"),
-                    json!(port),
-                    "port is not valid: must be between 1 and 65535, inclusive",
-                ));
-            }
-        }
-    }
+    errors.extend(validate_client_config(
+        &webhook["clientConfig"],
+        &here.child("clientConfig"),
+    ));
     let conditions = match_conditions(webhook);
     let borrowed: Vec<(&str, &str)> = conditions
         .iter()
@@ -378,6 +336,58 @@ fn validate_webhook(webhook: &Value, here: &Path, mutating: bool) -> Vec<FieldEr
                 json!(scope),
                 &["*", "Cluster", "Namespaced"],
             ));
+        }
+    }
+    errors
+}
+
+/// A webhook's `clientConfig` (upstream's `ValidateWebhookClientConfig`, shared by admission
+/// and conversion webhooks): exactly one of an https URL without query or fragment, or a
+/// Service with a name, namespace and valid port.
+pub fn validate_client_config(config: &Value, config_path: &Path) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let url = config["url"].as_str();
+    let service = &config["service"];
+    match (url, service.is_object()) {
+        (Some(_), true) | (None, false) => errors.push(FieldError::required(
+            config_path,
+            "exactly one of url or service is required",
+        )),
+        (Some(url), false) => {
+            if !url.starts_with("https://") {
+                errors.push(FieldError::invalid(
+                    &config_path.child("url"),
+                    json!(url),
+                    "'https' is the only allowed URL scheme",
+                ));
+            }
+            if url.contains('#') || url.contains('?') {
+                errors.push(FieldError::invalid(
+                    &config_path.child("url"),
+                    json!(url),
+                    "fragments and query parameters are not permitted",
+                ));
+            }
+        }
+        (None, true) => {
+            let service_path = config_path.child("service");
+            for field in ["name", "namespace"] {
+                if service[field].as_str().is_none_or(str::is_empty) {
+                    errors.push(FieldError::required(
+                        &service_path.child(field),
+                        "service name and namespace are required",
+                    ));
+                }
+            }
+            if let Some(port) = service["port"].as_i64()
+                && !(1..=65535).contains(&port)
+            {
+                errors.push(FieldError::invalid(
+                    &service_path.child("port"),
+                    json!(port),
+                    "port is not valid: must be between 1 and 65535, inclusive",
+                ));
+            }
         }
     }
     errors
