@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+pub mod aggregated_server;
 pub mod browser;
 pub mod hypervisor;
 pub mod imds;

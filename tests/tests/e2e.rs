@@ -10,6 +10,8 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 
 #[path = "e2e/admission.rs"]
 mod admission;
+#[path = "e2e/aggregation.rs"]
+mod aggregation;
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
 #[path = "e2e/cluster.rs"]

@@ -335,18 +335,43 @@ async fn route(
                 .kinds
                 .table_for_group(server, &state.tenant, group)
                 .await?;
-            discovery::api_group(&table, group)
-                .map(|v| plain_json(&v))
-                .ok_or_else(ApiError::no_such_path)
+            if let Some(found) = discovery::api_group(&table, group) {
+                return Ok(plain_json(&found));
+            }
+            let mut remote = crate::aggregator::remote_groups(server, state, &table).await?;
+            remote.retain(|(g, _)| g == group);
+            match remote.first() {
+                Some((group, versions)) => {
+                    let mut entry = crate::aggregator::remote_group_entry(group, versions);
+                    entry["kind"] = json!("APIGroup");
+                    entry["apiVersion"] = json!("v1");
+                    Ok(plain_json(&entry))
+                }
+                None => Err(ApiError::no_such_path()),
+            }
         }
-        ["apis", group, version] => {
+        ["apis", group, version, ..] if call.method == Method::GET || resource_path => {
             let table = state
                 .kinds
                 .table_for_group(server, &state.tenant, group)
                 .await?;
-            discovery::api_resource_list(&table, group, version)
-                .map(|v| plain_json(&v))
-                .ok_or_else(ApiError::no_such_path)
+            // A group version a remote APIService serves: everything under it is its server's.
+            if let Some(api) = state
+                .remote_apis
+                .serving(server, state, &table, group, version)
+                .await?
+            {
+                return crate::aggregator::proxy::proxy(server, state, &api, rest, call).await;
+            }
+            match rest {
+                ["apis", group, version] => discovery::api_resource_list(&table, group, version)
+                    .map(|v| plain_json(&v))
+                    .ok_or_else(ApiError::no_such_path),
+                ["apis", group, version, tail @ ..] => {
+                    resource_request(server, state, group, version, tail, call).await
+                }
+                _ => Err(ApiError::no_such_path()),
+            }
         }
         // kubectl and client-go ask for gnostic's protobuf form only; browsers and curl get JSON.
         ["openapi", "v2"]
@@ -374,9 +399,6 @@ async fn route(
             .ok_or_else(ApiError::no_such_path)
         }
         ["api", "v1", rest @ ..] => resource_request(server, state, "", "v1", rest, call).await,
-        ["apis", group, version, rest @ ..] => {
-            resource_request(server, state, group, version, rest, call).await
-        }
         _ => Err(ApiError::no_such_path()),
     }
 }
@@ -446,7 +468,14 @@ async fn discovery_root(
 ) -> Result<Response, ApiError> {
     if discovery::wants_aggregated(accept) {
         let table = state.kinds.table(server, &state.tenant).await?;
-        let mut response = plain_json(&discovery::aggregated(&table, core));
+        let mut document = discovery::aggregated(&table, core);
+        if !core && let Some(items) = document["items"].as_array_mut() {
+            for (group, versions) in crate::aggregator::remote_groups(server, state, &table).await?
+            {
+                items.extend(crate::aggregator::remote_group_discovery(&group, &versions));
+            }
+        }
+        let mut response = plain_json(&document);
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
@@ -459,7 +488,14 @@ async fn discovery_root(
         )))
     } else {
         let table = state.kinds.table(server, &state.tenant).await?;
-        Ok(plain_json(&discovery::api_group_list(&table)))
+        let mut document = discovery::api_group_list(&table);
+        if let Some(groups) = document["groups"].as_array_mut() {
+            for (group, versions) in crate::aggregator::remote_groups(server, state, &table).await?
+            {
+                groups.push(crate::aggregator::remote_group_entry(&group, &versions));
+            }
+        }
+        Ok(plain_json(&document))
     }
 }
 
@@ -537,6 +573,14 @@ async fn resource_request(
         {
             tracing::warn!(tenant = %state.tenant.id, error = %err, "reconciling custom resource definitions");
         }
+        // An APIService written is probed before the answer, so that the writer's next read
+        // (and discovery) has its availability.
+        if group == "apiregistration.k8s.io" && target.plural == "apiservices" {
+            match (answer.is_ok(), target.name) {
+                (true, Some(name)) => state.remote_apis.refresh(server, state, name).await,
+                _ => state.remote_apis.forget(),
+            }
+        }
     }
     answer
 }
@@ -587,24 +631,9 @@ async fn serve_kind(
                 call.method.as_str(),
             ));
         }
-        let (answer, warnings) = if resource.kind == "APIService" {
-            let table = state.kinds.table(server, tenant).await?;
-            (
-                crate::aggregator::answer(&table, resource, target.name)?,
-                Vec::new(),
-            )
-        } else {
-            (
-                crate::componentstatus::answer(
-                    &server.store,
-                    &state.components,
-                    resource,
-                    target.name,
-                )
-                .await?,
-                vec![crate::componentstatus::DEPRECATION_WARNING.to_string()],
-            )
-        };
+        let answer =
+            crate::componentstatus::answer(&server.store, &state.components, resource, target.name)
+                .await?;
         let (content_type, body) = negotiate::render(
             Some(resource),
             answer,
@@ -615,8 +644,27 @@ async fn serve_kind(
             StatusCode::OK,
             content_type,
             &body,
-            &warnings,
+            &[crate::componentstatus::DEPRECATION_WARNING.to_string()],
         ));
+    }
+    // APIServices read: this cluster's own group versions computed, the stored ones with
+    // their availability (upstream's controllers write both into storage).
+    if resource.kind == "APIService"
+        && call.method == Method::GET
+        && target.subresource.is_none()
+        && !target.watch_path
+        && !call.flag("watch")
+    {
+        let table = state.kinds.table(server, tenant).await?;
+        let answer =
+            crate::aggregator::answer(server, state, &table, resource, target.name).await?;
+        let (content_type, body) = negotiate::render(
+            Some(resource),
+            answer,
+            call.representation()?,
+            call.include_object()?,
+        );
+        return Ok(json_response(StatusCode::OK, content_type, &body, &[]));
     }
     if resource.namespaced != target.namespace.is_some() && target.name.is_some() {
         return Err(ApiError::no_such_path());

@@ -41,8 +41,17 @@ pub struct Endpoint {
     pub authority: String,
     /// The path the config names (`/` when none).
     pub path: String,
-    /// The PEM certificates the server's must chain to.
-    pub ca_bundle: Vec<u8>,
+    /// How the server's certificate is checked.
+    pub trust: Trust,
+}
+
+/// How a server's certificate is checked.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Trust {
+    /// It must chain to one of these PEM certificates and name the endpoint.
+    Bundle(Vec<u8>),
+    /// Not at all: an APIService's `insecureSkipTLSVerify` (metrics-server's manifest sets it).
+    Nothing,
 }
 
 /// A `clientConfig`'s URL, or its Service resolved through the Service's EndpointSlices to a
@@ -72,7 +81,9 @@ pub async fn resolve(dialer: &Dialer<'_>, config: &Value) -> Result<Endpoint, St
         let name = service["name"].as_str().unwrap_or("");
         let port = service["port"].as_u64().unwrap_or(443);
         let path = service["path"].as_str().unwrap_or("/").to_string();
-        let (ip, target_port) = service_endpoint(dialer, namespace, name, port).await?;
+        let (ip, target_port) = service_endpoint(dialer, namespace, name, port)
+            .await
+            .map_err(|unreachable| unreachable.message)?;
         (ip, target_port, path, format!("{name}.{namespace}.svc"))
     };
     let ip: std::net::IpAddr = match host.parse() {
@@ -100,7 +111,7 @@ pub async fn resolve(dialer: &Dialer<'_>, config: &Value) -> Result<Endpoint, St
         },
         server_name,
         path,
-        ca_bundle,
+        trust: Trust::Bundle(ca_bundle),
     })
 }
 
@@ -119,18 +130,67 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
     }
 }
 
+/// Why a Service could not be reached: upstream's APIService condition reasons.
+#[derive(Debug)]
+pub struct Unreachable {
+    /// `ServiceNotFound`, `ServicePortError`, `MissingEndpoints` or `ServiceAccessError`.
+    pub reason: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl Unreachable {
+    fn new(reason: &'static str, message: String) -> Self {
+        Unreachable { reason, message }
+    }
+}
+
+/// Service `namespace/name`'s ready endpoint for its port `port`, inside the networks the
+/// control plane may dial: the endpoint to reach it at, its certificate named
+/// `name.namespace.svc`.
+pub async fn service(
+    dialer: &Dialer<'_>,
+    namespace: &str,
+    name: &str,
+    port: u64,
+    trust: Trust,
+) -> Result<Endpoint, Unreachable> {
+    let (ip, target_port) = service_endpoint(dialer, namespace, name, port).await?;
+    let address: std::net::IpAddr = ip.parse().map_err(|_| {
+        Unreachable::new(
+            "MissingEndpoints",
+            format!("endpoint address {ip:?} is not an IP"),
+        )
+    })?;
+    if !dialer.networks.permits(address) {
+        return Err(Unreachable::new(
+            "ServiceAccessError",
+            format!(
+                "dial tcp {ip}:{target_port}: the address is outside the networks the cluster's services may be reached in"
+            ),
+        ));
+    }
+    let server_name = format!("{name}.{namespace}.svc");
+    Ok(Endpoint {
+        address: std::net::SocketAddr::new(address, target_port),
+        authority: server_name.clone(),
+        server_name,
+        path: "/".to_string(),
+        trust,
+    })
+}
+
 /// A ready endpoint of Service `namespace/name` for its port `port`: (pod IP, target port).
 async fn service_endpoint(
     dialer: &Dialer<'_>,
     namespace: &str,
     name: &str,
     port: u64,
-) -> Result<(String, u16), String> {
+) -> Result<(String, u16), Unreachable> {
     let served = |group: &str, plural: &str| {
-        dialer
-            .resources
-            .find(group, "v1", plural)
-            .ok_or_else(|| format!("{plural} are not served"))
+        dialer.resources.find(group, "v1", plural).ok_or_else(|| {
+            Unreachable::new("ServiceAccessError", format!("{plural} are not served"))
+        })
     };
     let service = dialer
         .store
@@ -142,14 +202,24 @@ async fn service_endpoint(
             ReadAt::Latest,
         )
         .await
-        .map_err(|_| format!("service \"{name}\" not found"))?;
+        .map_err(|_| {
+            Unreachable::new(
+                "ServiceNotFound",
+                format!("service/{name} in {namespace:?} is not present"),
+            )
+        })?;
     let service_port = service["spec"]["ports"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|p| p["port"].as_u64() == Some(port))
         .cloned()
-        .ok_or_else(|| format!("service {namespace}/{name} has no port {port}"))?;
+        .ok_or_else(|| {
+            Unreachable::new(
+                "ServicePortError",
+                format!("service/{name} in {namespace:?} is not listening on port {port}"),
+            )
+        })?;
     let slices = dialer
         .store
         .list(
@@ -159,7 +229,7 @@ async fn service_endpoint(
             &ListOptions::default(),
         )
         .await
-        .map_err(|e| e.message)?
+        .map_err(|e| Unreachable::new("ServiceAccessError", e.message))?
         .items;
     let port_name = service_port["name"].as_str().unwrap_or("");
     for slice in slices.iter().filter(|s| {
@@ -187,14 +257,19 @@ async fn service_endpoint(
             }
         }
     }
-    Err(format!("service \"{name}\" has no ready endpoints"))
+    Err(Unreachable::new(
+        "MissingEndpoints",
+        format!(
+            "endpoints for service/{name} in {namespace:?} have no addresses with port name {port_name:?}"
+        ),
+    ))
 }
 
 /// Kept-alive connections to webhooks, by address, certificate name and CA bundle (upstream
 /// keeps its webhook clients' connections alive the same way; a handshake per call would
 /// cost more than most webhooks' answers).
 type Connection = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-type ConnectionKey = (std::net::SocketAddr, String, Vec<u8>);
+type ConnectionKey = (std::net::SocketAddr, String, Trust);
 static IDLE: std::sync::LazyLock<
     std::sync::Mutex<std::collections::HashMap<ConnectionKey, Vec<Connection>>>,
 > = std::sync::LazyLock::new(Default::default);
@@ -207,7 +282,7 @@ pub async fn post(endpoint: &Endpoint, url: &str, body: Vec<u8>) -> Result<Bytes
     let key: ConnectionKey = (
         endpoint.address,
         endpoint.server_name.clone(),
-        endpoint.ca_bundle.clone(),
+        endpoint.trust.clone(),
     );
     let path = url
         .strip_prefix("https://")
@@ -268,19 +343,57 @@ pub async fn post(endpoint: &Endpoint, url: &str, body: Vec<u8>) -> Result<Bytes
 
 /// A new TLS connection to the webhook, its certificate checked against the CA bundle.
 async fn connect(endpoint: &Endpoint) -> Result<Connection, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for certificate in CertificateDer::pem_slice_iter(&endpoint.ca_bundle) {
-        let certificate = certificate.map_err(|err| format!("invalid caBundle: {err}"))?;
-        roots
-            .add(certificate)
-            .map_err(|err| format!("invalid caBundle: {err}"))?;
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(crate::serve::crypto_provider())
+    let config = tls_config(&endpoint.trust, None)?;
+    dial(endpoint, config).await
+}
+
+/// The TLS settings of a connection to a tenant's server: its certificate checked as `trust`
+/// says, and the control plane's client certificate when it presents one (the front proxy's,
+/// to an aggregated API server).
+pub fn tls_config(
+    trust: &Trust,
+    identity: Option<&crate::pki::IssuedCertificate>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let builder = rustls::ClientConfig::builder_with_provider(crate::serve::crypto_provider())
         .with_safe_default_protocol_versions()
-        .map_err(|err| err.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .map_err(|err| err.to_string())?;
+    let verified = match trust {
+        Trust::Bundle(bundle) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for certificate in CertificateDer::pem_slice_iter(bundle) {
+                let certificate = certificate.map_err(|err| format!("invalid caBundle: {err}"))?;
+                roots
+                    .add(certificate)
+                    .map_err(|err| format!("invalid caBundle: {err}"))?;
+            }
+            builder.with_root_certificates(roots)
+        }
+        Trust::Nothing => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification)),
+    };
+    let mut config = match identity {
+        None => verified.with_no_client_auth(),
+        Some(issued) => {
+            let chain = CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|err| format!("client certificate: {err}"))?;
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes())
+                .map_err(|err| format!("client key: {err}"))?;
+            verified
+                .with_client_auth_cert(chain, key)
+                .map_err(|err| format!("client certificate: {err}"))?
+        }
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A new HTTP/1.1 connection over TLS to `endpoint`.
+async fn dial(
+    endpoint: &Endpoint,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<Connection, String> {
     let server_name = ServerName::try_from(endpoint.server_name.clone())
         .map_err(|err| err.to_string())?
         .to_owned();
@@ -288,7 +401,7 @@ async fn connect(endpoint: &Endpoint) -> Result<Connection, String> {
         .await
         .map_err(|err| format!("dial tcp {}: {err}", endpoint.address))?;
     let _ = tcp.set_nodelay(true);
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let tls = tokio_rustls::TlsConnector::from(config)
         .connect(server_name, tcp)
         .await
         .map_err(|err| format!("tls: failed to verify certificate: {err}"))?;
@@ -299,6 +412,72 @@ async fn connect(endpoint: &Endpoint) -> Result<Connection, String> {
         let _ = connection.await;
     });
     Ok(sender)
+}
+
+/// Sends `request` on a connection of its own (its answer may stream for as long as a watch
+/// lasts) and hands back the answer as it arrives.
+pub async fn forward(
+    endpoint: &Endpoint,
+    config: Arc<rustls::ClientConfig>,
+    request: http::Request<Full<Bytes>>,
+) -> Result<http::Response<hyper::body::Incoming>, String> {
+    let mut sender = dial(endpoint, config).await?;
+    sender
+        .send_request(request)
+        .await
+        .map_err(|err| err.to_string())
+}
+
+/// `insecureSkipTLSVerify`: any certificate is accepted, signatures still checked so the
+/// handshake is a real one.
+#[derive(Debug)]
+struct NoVerification;
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &crate::serve::crypto_provider().signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &crate::serve::crypto_provider().signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        crate::serve::crypto_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 #[cfg(test)]

@@ -179,6 +179,12 @@ pub fn tenant_ca_name(id: &str) -> String {
     format!("flotilla-{id}-ca")
 }
 
+/// The name of tenant `id`'s front-proxy CA. It is not a client CA name: no certificate it
+/// signs authenticates to the API server itself.
+pub fn front_proxy_ca_name(id: &str) -> String {
+    format!("front-proxy-ca-{id}")
+}
+
 /// The identity an x509 client certificate asserts: CN → user, O → groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertificateIdentity {

@@ -589,13 +589,13 @@ impl Resources {
                 PLAIN,
                 Box::new(s::ValidatingAdmissionPolicyBindingStrategy),
             ),
-            ResourceInfo {
-                computed: true,
-                ..define::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
-                    PLAIN,
-                    Box::new(crate::aggregator::ApiServiceStrategy),
-                )
-            },
+            define::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
+                Names {
+                    status: true,
+                    ..PLAIN
+                },
+                Box::new(crate::aggregator::ApiServiceStrategy),
+            ),
             define::<rbac::Role>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::RoleBinding>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<rbac::ClusterRole>(PLAIN, Box::new(s::DefaultStrategy)),

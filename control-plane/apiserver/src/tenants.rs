@@ -59,15 +59,26 @@ pub struct TenantRecord {
     /// Its PodSecurity admission defaults and exemptions (the management API's `podSecurity`).
     #[serde(default)]
     pub pod_security: crate::admission::PodSecurityConfiguration,
+    /// The CA of the front-proxy client certificate the cluster's aggregated API servers
+    /// trust (upstream's `--requestheader-client-ca-file`): apart from the client CA, so no
+    /// user certificate can pass for the proxy. Absent in records written before aggregated
+    /// APIs; the first load adds one.
+    #[serde(default)]
+    pub front_proxy_ca: Option<CertificateAuthority>,
 }
 
 /// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
 /// ServiceAccounts, `kube-root-ca.crt` ConfigMaps and the `kubernetes` endpoints; 2 the
 /// kubeadm-style node bootstrap bindings (bootstrap tokens request node client certificates,
 /// nodes renew their own); 3 the `kube-system/extension-apiserver-authentication` ConfigMap
-/// with the client CA (kubelets verify the API server's client certificate with it). A
-/// cluster below it is brought up to date on its next request.
-pub const BOOTSTRAP_VERSION: u32 = 3;
+/// with the client CA (kubelets verify the API server's client certificate with it); 4 the
+/// same ConfigMap's request-header keys (aggregated API servers authenticate the front proxy
+/// with them). A cluster below it is brought up to date on its next request.
+pub const BOOTSTRAP_VERSION: u32 = 4;
+
+/// The name aggregated API servers must find in the front proxy's certificate
+/// (`requestheader-allowed-names`).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
 
 /// A loaded tenant: where its keys are and how its clients are authenticated.
 pub struct TenantState {
@@ -97,6 +108,10 @@ pub struct TenantState {
     pub components: crate::componentstatus::ComponentActivity,
     /// Its resource table: the built-in kinds and its definitions' kinds.
     pub kinds: crate::apiextensions::TenantKinds,
+    /// Its APIServices served by its own servers, and what they were last found to serve.
+    pub remote_apis: crate::aggregator::remote::RemoteApis,
+    /// The front proxy's client certificate, issued on first use.
+    front_proxy_client: std::sync::OnceLock<IssuedCertificate>,
 }
 
 impl TenantState {
@@ -137,6 +152,8 @@ impl TenantState {
             metrics: Default::default(),
             components: Default::default(),
             kinds: Default::default(),
+            remote_apis: Default::default(),
+            front_proxy_client: Default::default(),
         })
     }
 
@@ -180,6 +197,21 @@ impl TenantState {
             &["system:masters"],
             lifetime_seconds,
         )
+    }
+
+    /// The front proxy's client certificate (CN `front-proxy-client`), signed by the
+    /// cluster's front-proxy CA; issued once per load.
+    pub fn front_proxy_client(&self) -> Result<&IssuedCertificate, ApiError> {
+        if let Some(issued) = self.front_proxy_client.get() {
+            return Ok(issued);
+        }
+        let ca = self.record.front_proxy_ca.as_ref().ok_or_else(|| {
+            ApiError::internal(format!("tenant {} has no front-proxy CA", self.record.id))
+        })?;
+        let issued = ca
+            .issue_client(FRONT_PROXY_CLIENT, &[])
+            .map_err(ApiError::internal)?;
+        Ok(self.front_proxy_client.get_or_init(|| issued))
     }
 
     /// A new admin client certificate (`system:masters`) for this tenant.
@@ -231,8 +263,10 @@ impl Tenants {
         let key = format!("{TENANT_RECORDS}{id}");
         let record = match self.store.storage().get(&key).await {
             Ok(Some(kv)) => match self.decode(&key, &kv.value) {
-                Ok((record, _)) if record.service_account_key.is_empty() => {
-                    self.add_signing_key(record, kv.mod_revision).await
+                Ok((record, _))
+                    if record.service_account_key.is_empty() || record.front_proxy_ca.is_none() =>
+                {
+                    self.add_missing_keys(record, kv.mod_revision).await
                 }
                 Ok((record, plain)) => {
                     if plain {
@@ -259,7 +293,8 @@ impl Tenants {
             Some((state, _))
                 if state.record.client_ca == record.client_ca
                     && state.record.service_account_key == record.service_account_key
-                    && state.record.endpoint_access == record.endpoint_access =>
+                    && state.record.endpoint_access == record.endpoint_access
+                    && state.record.front_proxy_ca == record.front_proxy_ca =>
             {
                 state.clone()
             }
@@ -335,12 +370,20 @@ impl Tenants {
 
     /// Gives a record written before service-account tokens existed its signing key, once:
     /// a replica that loses the race uses the winner's.
-    async fn add_signing_key(
+    async fn add_missing_keys(
         &self,
         mut record: TenantRecord,
         revision: i64,
     ) -> Option<TenantRecord> {
-        record.service_account_key = SigningKey::generate().ok()?;
+        if record.service_account_key.is_empty() {
+            record.service_account_key = SigningKey::generate().ok()?;
+        }
+        if record.front_proxy_ca.is_none() {
+            record.front_proxy_ca = Some(
+                CertificateAuthority::generate(&crate::pki::front_proxy_ca_name(&record.id))
+                    .ok()?,
+            );
+        }
         let key = format!("{TENANT_RECORDS}{}", record.id);
         let bytes = self.encode(&key, &record).ok()?;
         match self
@@ -441,6 +484,10 @@ impl Tenants {
                 bootstrap_version: 0,
                 endpoint_access: EndpointAccess::default(),
                 pod_security: Default::default(),
+                front_proxy_ca: Some(
+                    CertificateAuthority::generate(&crate::pki::front_proxy_ca_name(id))
+                        .map_err(ApiError::internal)?,
+                ),
             };
             let key = format!("{TENANT_RECORDS}{id}");
             let bytes = self.encode(&key, &record)?;
@@ -454,7 +501,7 @@ impl Tenants {
         if state.bootstrapped() {
             return Ok(state);
         }
-        bootstrap_objects(server, &state.tenant, &state.record.client_ca.cert_pem).await?;
+        bootstrap_objects(server, &state).await?;
         self.record_bootstrapped(id).await?;
         state
             .bootstrapped
@@ -537,11 +584,8 @@ impl Tenants {
 }
 
 /// The objects every cluster starts with (idempotent: existing ones are left alone).
-async fn bootstrap_objects(
-    server: &crate::ApiServer,
-    tenant: &Tenant,
-    client_ca_pem: &str,
-) -> Result<(), ApiError> {
+async fn bootstrap_objects(server: &crate::ApiServer, state: &TenantState) -> Result<(), ApiError> {
+    let tenant = &state.tenant;
     let options = WriteOptions {
         field_manager: "flotilla-bootstrap".into(),
         ..Default::default()
@@ -612,14 +656,12 @@ async fn bootstrap_objects(
             writes.push((config_maps, ns, obj));
         }
     }
-    // The client CA, where upstream's API server publishes it (`ClientCARegistrationHook`):
-    // kubelets read it to verify the API server's client certificate.
+    // The client CA and the front proxy's request headers, where upstream's API server
+    // publishes them (`ClientCARegistrationHook`): kubelets verify the API server's client
+    // certificate with the one, aggregated API servers authenticate the front proxy with the
+    // other. Clusters bootstrapped before the request-header keys get them now.
     if let Some(config_maps) = server.resources.find("", "v1", "configmaps") {
-        let (namespace, name) = crate::node::CLIENT_CA_CONFIGMAP;
-        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace},
-            "data": {"client-ca-file": client_ca_pem}});
-        writes.push((config_maps, namespace, obj));
+        publish_authentication(server, state, config_maps, &options).await?;
     }
     let rbac_group = flotilla_api_machinery::rbac::GROUP_NAME;
     if let (Some(roles), Some(bindings)) = (
@@ -657,6 +699,53 @@ async fn bootstrap_objects(
     outcomes
         .into_iter()
         .collect::<Result<Vec<()>, ApiError>>()?;
+    Ok(())
+}
+
+/// Writes `kube-system/extension-apiserver-authentication`, replacing the data of one
+/// written before it carried every key.
+async fn publish_authentication(
+    server: &crate::ApiServer,
+    state: &TenantState,
+    config_maps: &crate::resources::ResourceInfo,
+    options: &WriteOptions,
+) -> Result<(), ApiError> {
+    let (namespace, name) = crate::node::CLIENT_CA_CONFIGMAP;
+    let front_proxy_ca = state
+        .record
+        .front_proxy_ca
+        .as_ref()
+        .map(|ca| ca.cert_pem.as_str())
+        .unwrap_or("");
+    let data = json!({
+        "client-ca-file": state.record.client_ca.cert_pem,
+        "requestheader-client-ca-file": front_proxy_ca,
+        "requestheader-allowed-names": format!("[\"{FRONT_PROXY_CLIENT}\"]"),
+        "requestheader-username-headers": "[\"X-Remote-User\"]",
+        "requestheader-group-headers": "[\"X-Remote-Group\"]",
+        "requestheader-extra-headers-prefix": "[\"X-Remote-Extra-\"]",
+    });
+    let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace}, "data": data});
+    create_if_absent(server, &state.tenant, config_maps, namespace, obj, options).await?;
+    server
+        .store
+        .guaranteed_update(
+            &state.tenant,
+            config_maps,
+            namespace,
+            name,
+            false,
+            |current| {
+                if current["data"] == data {
+                    return Ok(None);
+                }
+                let mut updated = current.clone();
+                updated["data"] = data.clone();
+                Ok(Some(updated))
+            },
+        )
+        .await?;
     Ok(())
 }
 
