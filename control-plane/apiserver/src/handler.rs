@@ -374,18 +374,26 @@ async fn route(
             }
         }
         // kubectl and client-go ask for gnostic's protobuf form only; browsers and curl get JSON.
-        ["openapi", "v2"]
-            if accept.contains(flotilla_protobuf::openapi_v2::OPENAPI_V2_PROTOBUF_TYPE) =>
-        {
-            let mut response =
-                (StatusCode::OK, server.openapi.v2_protobuf().clone()).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(flotilla_protobuf::openapi_v2::OPENAPI_V2_PROTOBUF),
-            );
-            Ok(response)
+        ["openapi", "v2"] => {
+            let custom = state.kinds.documents(server, &state.tenant).await?;
+            let (json, protobuf) = match &custom {
+                Some(custom) => {
+                    let (json, protobuf) = custom.v2(&server.openapi);
+                    (json, protobuf)
+                }
+                None => (server.openapi.v2(), server.openapi.v2_protobuf()),
+            };
+            if accept.contains(flotilla_protobuf::openapi_v2::OPENAPI_V2_PROTOBUF_TYPE) {
+                let mut response = (StatusCode::OK, protobuf.clone()).into_response();
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(flotilla_protobuf::openapi_v2::OPENAPI_V2_PROTOBUF),
+                );
+                Ok(response)
+            } else {
+                Ok(json_bytes(json))
+            }
         }
-        ["openapi", "v2"] => Ok(json_bytes(server.openapi.v2())),
         ["openapi", "v3"] => match state.kinds.documents(server, &state.tenant).await? {
             Some(custom) => Ok(json_bytes(custom.v3_index())),
             None => Ok(json_bytes(server.openapi.v3_index())),

@@ -337,6 +337,9 @@ fn operations(
             use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
             let name = resource.definition_name();
             let mut definition = custom.openapi_schema().clone();
+            if !v3 {
+                to_openapi_v2(&mut definition);
+            }
             let metadata = schemas.reference::<ObjectMeta>();
             if let Some(object) = definition.as_object_mut() {
                 object.insert(
@@ -353,7 +356,12 @@ fn operations(
             json!({"$ref": format!("{}{name}", schemas.prefix)})
         }
     };
-    let list = schemas.list_reference(resource, &reference);
+    // A request-only kind (TokenReview) has no list kind, and no list operation to use one.
+    let list = if resource.create_only {
+        Value::Null
+    } else {
+        schemas.list_reference(resource, &reference)
+    };
     let status = schemas.reference::<Status>();
     let watch_event = schemas.reference::<WatchEvent<RawExtension>>();
     let base = if resource.group.is_empty() {
@@ -682,13 +690,23 @@ fn group_version_path(resource: &ResourceInfo) -> String {
     }
 }
 
-/// A tenant's v3 documents when its definitions add kinds.
+/// A tenant's documents when its definitions add kinds.
 pub struct CustomDocuments {
     v3_index: Bytes,
     v3: BTreeMap<String, Bytes>,
+    /// The table they describe, for the v2 document.
+    table: Arc<Resources>,
+    /// The v2 document (JSON, protobuf), built when first asked for: it is the whole API in
+    /// one document, so it is not built for tenants whose clients never ask.
+    v2: std::sync::OnceLock<(Bytes, Bytes)>,
 }
 
 impl CustomDocuments {
+    /// `/openapi/v2` with the tenant's kinds: JSON and gnostic's protobuf form.
+    pub fn v2(&self, shared: &OpenApi) -> &(Bytes, Bytes) {
+        self.v2.get_or_init(|| shared.v2_with(&self.table))
+    }
+
     /// `/openapi/v3`: the index of group-version documents.
     pub fn v3_index(&self) -> &Bytes {
         &self.v3_index
@@ -786,7 +804,7 @@ impl OpenApi {
 
     /// The v3 documents of `table` (a tenant's): the shared ones, and its custom group
     /// versions' built afresh (what a tenant's definitions add is that tenant's only).
-    pub fn with_custom(&self, table: &Resources) -> CustomDocuments {
+    pub fn with_custom(&self, table: &Arc<Resources>) -> CustomDocuments {
         let mut by_gv: BTreeMap<String, Vec<&ResourceInfo>> = BTreeMap::new();
         for resource in table.iter().filter(|r| r.is_custom()) {
             by_gv
@@ -802,7 +820,36 @@ impl OpenApi {
         CustomDocuments {
             v3_index: serialized(&v3_index(&v3)),
             v3,
+            table: table.clone(),
+            v2: Default::default(),
         }
+    }
+
+    /// The v2 document with `table`'s custom kinds added (their schemas as upstream's
+    /// builder publishes them in v2), shared by content between tenants.
+    fn v2_with(&self, table: &Resources) -> (Bytes, Bytes) {
+        let mut document: Value = serde_json::from_slice(&self.v2).unwrap_or_default();
+        let mut generator = generator("#/definitions/");
+        let mut extra = Map::new();
+        let mut paths = Map::new();
+        for resource in table.iter().filter(|r| r.is_custom()) {
+            let mut schemas = Schemas {
+                generator: &mut generator,
+                extra: &mut extra,
+                prefix: "#/definitions/",
+            };
+            paths.extend(operations(resource, &mut schemas, false));
+        }
+        // The shared document defines every referenced built-in type already.
+        if let Some(all) = document["paths"].as_object_mut() {
+            all.extend(paths);
+        }
+        if let Some(definitions) = document["definitions"].as_object_mut() {
+            definitions.extend(extra);
+        }
+        let protobuf = flotilla_protobuf::openapi_v2::encode_openapi_v2(&document);
+        let json = serde_json::to_vec(&document).unwrap_or_default();
+        (self.custom.intern(json), self.custom.intern(protobuf))
     }
 
     /// `/openapi/v2`.
@@ -826,6 +873,69 @@ impl OpenApi {
     }
 }
 
+/// Upstream's `ToStructuralOpenAPIV2`: what v2 cannot say, or kubectl's v2 reader cannot
+/// cope with, removed from a custom resource's schema (junctors; nullable and
+/// unknown-field-preserving nodes lose their type and children; nullable fields are not
+/// required).
+fn to_openapi_v2(schema: &mut Value) {
+    let Some(node) = schema.as_object_mut() else {
+        return;
+    };
+    for junctor in ["allOf", "oneOf", "anyOf", "not"] {
+        node.remove(junctor);
+    }
+    let preserves = node.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+    if node.remove("nullable") == Some(json!(true)) {
+        node.remove("type");
+        node.remove("items");
+        node.remove("properties");
+    }
+    if preserves {
+        node.remove("items");
+        node.remove("properties");
+        if node.get("type") == Some(&json!("object")) {
+            node.remove("type");
+        }
+    }
+    if node.get("type") == Some(&json!("array")) && !node.contains_key("items") {
+        node.remove("type");
+    }
+    let nullable_fields: Vec<String> = node
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| {
+            properties
+                .iter()
+                .filter(|(_, p)| p.get("nullable") == Some(&json!(true)))
+                .map(|(name, _)| name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let nullable_values = node
+        .get("additionalProperties")
+        .is_some_and(|a| a.get("nullable") == Some(&json!(true)));
+    if nullable_values {
+        node.remove("required");
+    } else if let Some(required) = node.get_mut("required").and_then(Value::as_array_mut) {
+        required.retain(|r| {
+            !nullable_fields
+                .iter()
+                .any(|f| Some(f.as_str()) == r.as_str())
+        });
+        if required.is_empty() {
+            node.remove("required");
+        }
+    }
+    if let Some(properties) = node.get_mut("properties").and_then(Value::as_object_mut) {
+        properties.values_mut().for_each(to_openapi_v2);
+    }
+    for child in ["items", "additionalProperties"] {
+        if let Some(value) = node.get_mut(child) {
+            to_openapi_v2(value);
+        }
+    }
+}
+
 /// A stable content hash for cache-busting URLs (FNV-1a over the serialized document).
 pub(crate) fn content_hash(bytes: &[u8]) -> String {
     let mut hash: u64 = 0xcbf29ce484222325;
@@ -844,6 +954,63 @@ mod tests {
         api.v3_document(group_version)
             .and_then(|bytes| serde_json::from_slice(bytes).ok())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_tenants_v2_document_has_its_custom_kinds() {
+        let builtin = Arc::new(Resources::builtin());
+        let api = OpenApi::build(&builtin);
+        let definition = json!({
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]},
+            "status": {"acceptedNames": {"plural": "widgets", "singular": "widget",
+                "kind": "Widget", "listKind": "WidgetList"}},
+        });
+        let interner = crate::apiextensions::schemas::Interner::default();
+        let kinds = crate::apiextensions::custom_resource::kinds_of(
+            &definition,
+            &interner,
+            &Default::default(),
+        );
+        let table = Arc::new(builtin.with_custom(kinds));
+        let custom = api.with_custom(&table);
+        let (json, protobuf) = custom.v2(&api);
+        let v2: Value = serde_json::from_slice(json).expect("JSON");
+        assert!(v2["definitions"]["com.example.v1.Widget"]["properties"]["spec"].is_object());
+        assert!(v2["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets"].is_object());
+        assert!(v2["definitions"]["io.k8s.api.core.v1.Pod"].is_object());
+        let names: Vec<&String> = v2["definitions"]
+            .as_object()
+            .map(|d| d.keys().collect())
+            .unwrap_or_default();
+        assert!(names.iter().all(|name| !name.ends_with('.')), "{names:?}");
+        assert!(protobuf.len() > api.v2_protobuf().len());
+    }
+
+    #[test]
+    fn custom_schemas_lose_what_v2_cannot_say() {
+        let mut schema = json!({"type": "object", "required": ["a", "b"],
+        "properties": {
+            "a": {"type": "string", "nullable": true},
+            "b": {"type": "integer", "oneOf": [{"minimum": 1}]},
+            "c": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                  "properties": {"d": {"type": "string"}}},
+            "e": {"type": "array", "items": {"type": "string", "anyOf": [{}]}},
+        }});
+        to_openapi_v2(&mut schema);
+        assert_eq!(
+            schema,
+            json!({"type": "object", "required": ["b"],
+            "properties": {
+                "a": {},
+                "b": {"type": "integer"},
+                "c": {"x-kubernetes-preserve-unknown-fields": true},
+                "e": {"type": "array", "items": {"type": "string"}},
+            }})
+        );
     }
 
     /// Every path and operation upstream's document has for a kind: the all-namespaces list,
