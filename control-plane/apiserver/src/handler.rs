@@ -199,7 +199,8 @@ fn json_bytes(body: &Bytes) -> Response {
 
 /// A plain JSON answer (discovery, version).
 pub fn plain_json(value: &Value) -> Response {
-    json_response(StatusCode::OK, "application/json", value, &[])
+    let ordered = negotiate::in_wire_order(None, value.clone());
+    json_response(StatusCode::OK, "application/json", &ordered, &[])
 }
 
 /// Upstream's Status for a completed delete (Go's field order, `omitempty`: the core group
@@ -1051,6 +1052,45 @@ fn delete_admission<'a>(
             old: None,
         },
     )
+}
+
+/// A connection to `pod` (`exec`, `attach`, `portforward`) through the admission chain, as
+/// upstream's connect handler runs it: its options (`PodExecOptions`, …) are the object,
+/// mutating then validating; a refusal ends the request before the kubelet is dialled.
+pub(crate) async fn admit_connect(
+    server: &ApiServer,
+    state: &TenantState,
+    pod: &Value,
+    subresource: &str,
+    user: &crate::authn::UserInfo,
+    options: Value,
+) -> Result<Vec<String>, ApiError> {
+    let pods = server
+        .resources
+        .find("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("pods are not served"))?;
+    let authorizer = TenantAuthorizer { server, state };
+    let context = admission_context(server, state, &authorizer);
+    let attributes = admission::Attributes {
+        operation: admission::Operation::Connect,
+        resource: pods,
+        subresource,
+        namespace: meta::namespace(pod),
+        user: Some(user),
+        dry_run: false,
+        old: Some(pod),
+    };
+    let mut object = options;
+    let mut warnings = Vec::new();
+    server
+        .admission
+        .admit(&context, &attributes, &mut object, &mut warnings)
+        .await?;
+    server
+        .admission
+        .validate(&context, &attributes, &object, &mut warnings)
+        .await?;
+    Ok(warnings)
 }
 
 /// What admission plugins may read for a request of `tenant`.

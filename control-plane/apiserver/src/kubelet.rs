@@ -367,6 +367,41 @@ pub fn stream_query(subresource: &str, call: &Call) -> Result<String, ApiError> 
     Ok(out.finish())
 }
 
+/// The options object of a connect request, as upstream decodes it from the query
+/// (`PodExecOptions`, `PodAttachOptions`, `PodPortForwardOptions`): what admission sees.
+fn connect_options(subresource: &str, call: &Call) -> serde_json::Value {
+    use serde_json::json;
+    let truthy = |name: &str| {
+        flotilla_api_machinery::query::query_bool(call.query.get(name).map(String::as_str))
+    };
+    if subresource == "portforward" {
+        let ports: Vec<u64> = call_values(call, "ports")
+            .iter()
+            .flat_map(|p| p.split(','))
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        return json!({"kind": "PodPortForwardOptions", "apiVersion": "v1", "ports": ports});
+    }
+    let kind = if subresource == "exec" {
+        "PodExecOptions"
+    } else {
+        "PodAttachOptions"
+    };
+    let mut options = json!({"kind": kind, "apiVersion": "v1"});
+    for stream in ["stdin", "stdout", "stderr", "tty"] {
+        if truthy(stream) {
+            options[stream] = json!(true);
+        }
+    }
+    if let Some(container) = call.query.get("container") {
+        options["container"] = json!(container);
+    }
+    if subresource == "exec" {
+        options["command"] = json!(call_values(call, "command"));
+    }
+    options
+}
+
 /// Every value of a repeated query parameter (`command=a&command=b`), in order.
 fn call_values<'a>(call: &'a Call, name: &str) -> Vec<&'a str> {
     call.raw_query
@@ -554,6 +589,15 @@ pub async fn connect_subresource(
 ) -> Result<Response, ApiError> {
     let query = stream_query(subresource, &call)?;
     let (pod, node) = pod_and_node(server, state, namespace, name).await?;
+    crate::handler::admit_connect(
+        server,
+        state,
+        &pod,
+        subresource,
+        &call.user,
+        connect_options(subresource, &call),
+    )
+    .await?;
     let path = if subresource == "portforward" {
         format!("/portForward/{namespace}/{name}?{query}")
     } else {

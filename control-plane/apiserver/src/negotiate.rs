@@ -238,18 +238,21 @@ pub fn render(
                 let list_meta = value.get("metadata").cloned().unwrap_or_else(|| json!({}));
                 (
                     "application/json",
-                    table(&columns, &items, list_meta, include, true),
+                    in_wire_order(None, table(&columns, &items, list_meta, include, true)),
                 )
             } else {
                 let rv = crate::meta::resource_version(&value).to_string();
                 (
                     "application/json",
-                    table(
-                        &columns,
-                        &[value],
-                        json!({"resourceVersion": rv}),
-                        include,
-                        true,
+                    in_wire_order(
+                        None,
+                        table(
+                            &columns,
+                            &[value],
+                            json!({"resourceVersion": rv}),
+                            include,
+                            true,
+                        ),
                     ),
                 )
             }
@@ -266,15 +269,33 @@ pub fn render(
                     .collect();
                 (
                     "application/json",
-                    json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": value.get("metadata").cloned().unwrap_or_else(|| json!({})), "items": items}),
+                    in_wire_order(
+                        None,
+                        json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": value.get("metadata").cloned().unwrap_or_else(|| json!({})), "items": items}),
+                    ),
                 )
             } else {
-                ("application/json", partial(&value))
+                ("application/json", in_wire_order(None, partial(&value)))
             }
         }
         (Representation::Yaml, _) => ("application/yaml", value),
-        _ => ("application/json", value),
+        _ => ("application/json", in_wire_order(resource, value)),
     }
+}
+
+/// A JSON answer's value in upstream's key order: a built-in kind's Go struct order (with the
+/// value structs Go always writes), a custom resource's keys sorted (upstream writes it
+/// unstructured); anything else as it was built.
+pub fn in_wire_order(resource: Option<&ResourceInfo>, value: Value) -> Value {
+    in_wire_order_of(resource.is_some_and(ResourceInfo::is_custom), value)
+}
+
+/// [`in_wire_order`] for an object of a custom resource (`custom`) or not.
+pub fn in_wire_order_of(custom: bool, mut value: Value) -> Value {
+    if !flotilla_protobuf::order_as_go(&mut value) && custom {
+        flotilla_protobuf::sort_as_unstructured(&mut value);
+    }
+    value
 }
 
 #[cfg(test)]

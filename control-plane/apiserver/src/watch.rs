@@ -127,6 +127,9 @@ struct Encoder {
     representation: Representation,
     include: IncludeObject,
     sent_headers: bool,
+    /// Objects of a custom resource (written with their keys sorted, as upstream's
+    /// unstructured encoder does).
+    custom: bool,
     kind: crate::resources::Name,
     api_version: String,
     columns: Vec<crate::table::Column>,
@@ -161,10 +164,15 @@ impl Encoder {
         } else {
             self.object(obj)
         };
-        let mut line =
-            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-        line.push(b'\n');
-        Bytes::from(line)
+        // A table or partial metadata is a built-in kind whatever the resource is.
+        let custom = self.custom && matches!(self.representation, Representation::Json);
+        let object = crate::negotiate::in_wire_order_of(custom, object);
+        // Go's encoder, as upstream's watch stream: the event's fields in its struct's order,
+        // a newline after each.
+        Bytes::from(
+            flotilla_api_machinery::gojson::to_vec(&json!({"type": kind, "object": object}))
+                .unwrap_or_default(),
+        )
     }
 
     fn bookmark(&mut self, revision: Revision, initial_events_end: bool) -> Bytes {
@@ -180,10 +188,10 @@ impl Encoder {
             _ => (&*self.kind, self.api_version.clone()),
         };
         let obj = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
-        let mut line =
-            serde_json::to_vec(&json!({"type": "BOOKMARK", "object": obj})).unwrap_or_default();
-        line.push(b'\n');
-        Bytes::from(line)
+        Bytes::from(
+            flotilla_api_machinery::gojson::to_vec(&json!({"type": "BOOKMARK", "object": obj}))
+                .unwrap_or_default(),
+        )
     }
 }
 
@@ -213,6 +221,7 @@ pub async fn start(
         representation,
         include,
         sent_headers: false,
+        custom: resource.is_custom(),
         kind: resource.kind.clone(),
         api_version: resource.api_version(),
         columns: resource.strategy.columns(),

@@ -30,6 +30,16 @@ fn answer(path: &str, review: Value) -> (u16, Vec<u8>) {
         (200, serde_json::to_vec(&body).unwrap_or_default())
     };
     match path {
+        // Deletes have no object to patch: a mutating webhook may only allow or refuse them.
+        "/mutate" if request["operation"] == json!("DELETE") => {
+            if request["oldObject"]["metadata"]["labels"]["guarded"] == json!("true") {
+                return respond(json!({
+                    "allowed": false,
+                    "status": {"code": 403, "message": "guarded by the mutating webhook"},
+                }));
+            }
+            respond(json!({"allowed": true}))
+        }
         "/mutate" => {
             use base64::Engine as _;
             let mut labels = object["metadata"]["labels"].clone();
@@ -63,6 +73,17 @@ fn answer(path: &str, review: Value) -> (u16, Vec<u8>) {
                 respond(json!({"allowed": true, "warnings": ["checked by the test webhook"]}))
             }
         }
+        // Refuses every exec, saying what it was shown (upstream's CONNECT review: the
+        // options as the object, the pod's name).
+        "/exec" => respond(json!({
+            "allowed": false,
+            "status": {"code": 403, "message": format!(
+                "exec into {} ({}, {}) refused",
+                request["name"].as_str().unwrap_or(""),
+                object["kind"].as_str().unwrap_or(""),
+                object["command"],
+            )},
+        })),
         "/slow" => {
             std::thread::sleep(Duration::from_secs(3));
             respond(json!({"allowed": true}))
@@ -205,7 +226,56 @@ fn webhooks_mutate_refuse_and_fail_as_upstreams_do() -> anyhow::Result<()> {
         &String::from_utf8_lossy(&kept.stderr),
         r#"admission webhook "guard.test.flotilla.dev" denied the request: protected configmaps may not be deleted"#,
     )?;
+    // Mutating webhooks see deletes too (they may refuse them, never change them).
+    configmap(&kubectl, "guarded", "guarded: \"true\"")?;
+    let guarded = kubectl.run(
+        &["-n", "hooked", "delete", "configmap", "guarded"],
+        None,
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&guarded.stderr),
+        r#"admission webhook "labeler.test.flotilla.dev" denied the request: guarded by the mutating webhook"#,
+    )?;
     kubectl.ok(&["-n", "hooked", "delete", "configmap", "one"])?;
+    // Connections to pods (CONNECT) are admitted too, before the kubelet is dialled.
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: exec-guard}}
+webhooks:
+- name: exec-guard.test.flotilla.dev
+  clientConfig: {{url: "{}/exec", caBundle: "{ca}"}}
+  rules: [{{operations: [CONNECT], apiGroups: [""], apiVersions: [v1], resources: [pods/exec]}}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
+"#,
+            server.url
+        ),
+    )?;
+    kubectl.ok(&[
+        "-n",
+        "hooked",
+        "run",
+        "target",
+        "--image=busybox",
+        "--restart=Never",
+    ])?;
+    let exec = kubectl.run(
+        &["-n", "hooked", "exec", "target", "--", "ls", "/"],
+        None,
+        &[],
+    )?;
+    contains(
+        &String::from_utf8_lossy(&exec.stderr),
+        r#"admission webhook "exec-guard.test.flotilla.dev" denied the request: exec into target (PodExecOptions, ["ls","/"]) refused"#,
+    )?;
+    kubectl.ok(&["delete", "validatingwebhookconfiguration", "exec-guard"])?;
+
     // A dry run reaches webhooks without side effects.
     let dry = kubectl.run(
         &[

@@ -38,7 +38,7 @@ impl Plugin for LimitRanger {
         let operation = match attributes.operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
-            Operation::Delete => return false,
+            Operation::Delete | Operation::Connect => return false,
         };
         attributes.resource.group.is_empty()
             && !attributes.namespace.is_empty()

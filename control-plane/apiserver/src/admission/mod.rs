@@ -40,8 +40,13 @@ pub enum Operation {
     Create,
     /// A change to a stored object (PUT or PATCH, of the object or a subresource).
     Update,
-    /// A delete (only the validating half runs; the object is the stored one, as `old`).
+    /// A delete (the object is the stored one, as `old`; what the mutating half changes is
+    /// not kept).
     Delete,
+    /// A connection to a pod (`exec`, `attach`, `portforward`): the object is the request's
+    /// options (`PodExecOptions`, …), `old` the pod, for its name only (upstream sends no
+    /// old object).
+    Connect,
 }
 
 /// The request a plugin decides on (upstream's `admission.Attributes`).
@@ -444,6 +449,14 @@ impl UpdateValidation for UpdateValidator<'_> {
             ..self.attributes
         };
         let mut warnings = Vec::new();
+        // A delete goes through the mutating half too (its webhooks may refuse it), on a copy:
+        // nothing a plugin does to it is kept, as upstream's delete handler does.
+        if attributes.operation == Operation::Delete {
+            let mut scratch = new.clone();
+            self.chain
+                .admit(self.context, &attributes, &mut scratch, &mut warnings)
+                .await?;
+        }
         self.chain
             .validate(self.context, &attributes, new, &mut warnings)
             .await?;

@@ -80,7 +80,14 @@ impl Plugin for ValidatingAdmissionPolicies {
         let policies_resource = context.resource(group, "v1", "validatingadmissionpolicies")?;
         let policies = context.list_cached(policies_resource, None).await?;
         let name = match attributes.old {
-            Some(old) if attributes.operation == super::Operation::Delete => meta::name(old),
+            Some(old)
+                if matches!(
+                    attributes.operation,
+                    super::Operation::Delete | super::Operation::Connect
+                ) =>
+            {
+                meta::name(old)
+            }
             _ => meta::name(object),
         };
         let request = admission_review("", attributes, object)["request"].clone();
@@ -141,6 +148,7 @@ impl Plugin for ValidatingAdmissionPolicies {
             };
             let (new_object, old_object) = match attributes.operation {
                 super::Operation::Delete => (None, attributes.old.or(Some(object))),
+                super::Operation::Connect => (Some(object), None),
                 _ => (Some(object), attributes.old),
             };
             let actions: Vec<&str> = binding["spec"]["validationActions"]

@@ -187,6 +187,7 @@ fn operation_name(operation: Operation) -> &'static str {
         Operation::Create => "CREATE",
         Operation::Update => "UPDATE",
         Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
     }
 }
 
@@ -319,10 +320,12 @@ pub(super) fn object_selector_matches(
     object: &Value,
 ) -> Result<bool, ApiError> {
     let selector = selector(definition, "objectSelector")?;
+    // A connect's old object is only there for the pod's name: its options have no labels.
+    let old = attributes
+        .old
+        .filter(|_| attributes.operation != Operation::Connect);
     Ok(selector.matches(&meta::labels(object))
-        || attributes
-            .old
-            .is_some_and(|old| selector.matches(&meta::labels(old))))
+        || old.is_some_and(|old| selector.matches(&meta::labels(old))))
 }
 
 /// `namespaceSelector`: the labels of the request's namespace (of the object itself for a
@@ -428,6 +431,16 @@ async fn call_and_apply(
                 return Err(denied(&hook.name, &review.status));
             }
             if let Some(patch) = review.patch {
+                // A delete has no object to patch (upstream refuses the attempt the same way).
+                if attributes.operation == Operation::Delete {
+                    if patch.as_array().is_none_or(Vec::is_empty) {
+                        return Ok(());
+                    }
+                    return Err(ApiError::internal(format!(
+                        "admission webhook {:?} attempted to modify the object, which is not supported for this operation",
+                        hook.name
+                    )));
+                }
                 // A patch is of the object as the webhook saw it; it comes back in the
                 // request's version.
                 let seen = match &hook.as_version {
@@ -606,7 +619,12 @@ async fn call(
 pub(super) fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &Value) -> Value {
     let resource = &attributes.resource;
     let operation = operation_name(attributes.operation);
-    let kind = json!({"group": resource.group, "version": resource.version, "kind": resource.kind});
+    // A connect's kind is its options' (`PodExecOptions`), as upstream's attributes carry.
+    let kind_name = match attributes.operation {
+        Operation::Connect => object["kind"].as_str().unwrap_or(&resource.kind),
+        _ => &resource.kind,
+    };
+    let kind = json!({"group": resource.group, "version": resource.version, "kind": kind_name});
     let gvr =
         json!({"group": resource.group, "version": resource.version, "resource": resource.plural});
     let user = attributes.user.map_or_else(
@@ -615,28 +633,38 @@ pub(super) fn admission_review(uid: &str, attributes: &Attributes<'_>, object: &
             json!({"username": user.name, "uid": user.uid, "groups": user.groups, "extra": user.extra})
         },
     );
-    let options_kind = match attributes.operation {
-        Operation::Create => "CreateOptions",
-        Operation::Update => "UpdateOptions",
-        Operation::Delete => "DeleteOptions",
+    let options = match attributes.operation {
+        Operation::Create => json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),
+        Operation::Update => json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}),
+        Operation::Delete => json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}),
+        Operation::Connect => Value::Null,
     };
-    // A delete's review carries the stored object as `oldObject` and no `object`.
-    let (object, old) = match attributes.operation {
-        Operation::Delete => (&Value::Null, attributes.old.or(Some(object))),
-        _ => (object, attributes.old),
+    // A delete's review carries the stored object as `oldObject` and no `object`; a
+    // connect's, its options as `object` and the pod's name.
+    let (object, old, name) = match attributes.operation {
+        Operation::Delete => {
+            let old = attributes.old.or(Some(object));
+            (&Value::Null, old, meta::name(old.unwrap_or(object)))
+        }
+        Operation::Connect => (object, None, attributes.old.map(meta::name).unwrap_or("")),
+        _ => (
+            object,
+            attributes.old,
+            meta::name(attributes.old.unwrap_or(object)),
+        ),
     };
     let mut request = json!({
         "uid": uid,
         "kind": kind, "resource": gvr,
         "requestKind": kind, "requestResource": gvr,
-        "name": meta::name(old.unwrap_or(object)),
+        "name": name,
         "namespace": attributes.namespace,
         "operation": operation,
         "userInfo": user,
         "object": object,
         "oldObject": old.cloned().unwrap_or(Value::Null),
         "dryRun": attributes.dry_run,
-        "options": {"kind": options_kind, "apiVersion": "meta.k8s.io/v1"},
+        "options": options,
     });
     if !attributes.subresource.is_empty() {
         request["subResource"] = json!(attributes.subresource);
