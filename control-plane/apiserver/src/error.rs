@@ -492,9 +492,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut status = self.status_value();
-        flotilla_protobuf::order_as_go(&mut status);
-        let body = flotilla_api_machinery::gojson::to_vec(&status).unwrap_or_default();
+        let body = crate::negotiate::to_json(&self.status_value());
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, body).into_response();
         let headers = response.headers_mut();

@@ -172,7 +172,7 @@ fn json_response(
             .map(String::into_bytes)
             .unwrap_or_default()
     } else {
-        flotilla_api_machinery::gojson::to_vec(value).unwrap_or_default()
+        negotiate::to_json(value)
     };
     let mut response = (code, body).into_response();
     response
@@ -199,8 +199,7 @@ fn json_bytes(body: &Bytes) -> Response {
 
 /// A plain JSON answer (discovery, version).
 pub fn plain_json(value: &Value) -> Response {
-    let ordered = negotiate::in_wire_order(None, value.clone());
-    json_response(StatusCode::OK, "application/json", &ordered, &[])
+    json_response(StatusCode::OK, "application/json", value, &[])
 }
 
 /// Upstream's Status for a completed delete (Go's field order, `omitempty`: the core group

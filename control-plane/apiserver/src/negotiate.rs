@@ -283,19 +283,20 @@ pub fn render(
     }
 }
 
-/// A JSON answer's value in upstream's key order: a built-in kind's Go struct order (with the
-/// value structs Go always writes), a custom resource's keys sorted (upstream writes it
-/// unstructured); anything else as it was built.
-pub fn in_wire_order(resource: Option<&ResourceInfo>, value: Value) -> Value {
-    in_wire_order_of(resource.is_some_and(ResourceInfo::is_custom), value)
-}
-
-/// [`in_wire_order`] for an object of a custom resource (`custom`) or not.
-pub fn in_wire_order_of(custom: bool, mut value: Value) -> Value {
-    if !flotilla_protobuf::order_as_go(&mut value) && custom {
-        flotilla_protobuf::sort_as_unstructured(&mut value);
+/// A JSON answer's value made ready for [`to_json`]: a custom resource's keys sorted
+/// (upstream writes it unstructured); built-in kinds are put in order as they are written.
+pub fn in_wire_order(resource: Option<&ResourceInfo>, mut value: Value) -> Value {
+    if resource.is_some_and(ResourceInfo::is_custom) {
+        flotilla_protobuf::sort_unstructured(&mut value);
     }
     value
+}
+
+/// A JSON body as the API server writes it: a built-in kind's fields in the Go struct's
+/// order with the value structs Go always writes, Go's escaping, a trailing newline.
+pub fn to_json(value: &Value) -> Vec<u8> {
+    flotilla_api_machinery::gojson::to_vec(&flotilla_protobuf::GoJson::new(value, false))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

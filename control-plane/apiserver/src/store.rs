@@ -242,7 +242,22 @@ pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     let mut obj: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::internal(format!("stored object {} is not JSON: {e}", kv.key)))?;
     if let Some(metadata) = meta::metadata_mut(&mut obj) {
-        metadata.insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+        // In ObjectMeta's place (after the name, namespace and uid), so that the object stays
+        // in the order it was stored in, which answers are written in.
+        let before = metadata
+            .keys()
+            .take_while(|key| {
+                matches!(
+                    key.as_str(),
+                    "name" | "generateName" | "namespace" | "selfLink" | "uid"
+                )
+            })
+            .count();
+        metadata.shift_insert(
+            before,
+            "resourceVersion".into(),
+            json!(kv.mod_revision.to_string()),
+        );
     }
     Ok(obj)
 }
@@ -259,12 +274,14 @@ pub const MAX_STORED_OBJECT_BYTES: usize = 1536 * 1024;
 fn encode(obj: &Value) -> Result<Bytes, ApiError> {
     // The resourceVersion is the key's revision, never stored bytes (as upstream); the object
     // is copied only when it carries one to drop.
+    // Stored in the order upstream writes the kind's JSON, so that answers read back from
+    // the store are in order already.
     let bytes = if obj.pointer("/metadata/resourceVersion").is_none() {
-        serde_json::to_vec(obj)
+        serde_json::to_vec(&flotilla_protobuf::GoJson::stored(obj))
     } else {
         let mut obj = obj.clone();
         meta::remove_at(&mut obj, &["metadata", "resourceVersion"]);
-        serde_json::to_vec(&obj)
+        serde_json::to_vec(&flotilla_protobuf::GoJson::stored(&obj))
     }
     .map_err(ApiError::internal)?;
     if bytes.len() > MAX_STORED_OBJECT_BYTES {

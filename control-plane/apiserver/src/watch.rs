@@ -165,13 +165,18 @@ impl Encoder {
             self.object(obj)
         };
         // A table or partial metadata is a built-in kind whatever the resource is.
-        let custom = self.custom && matches!(self.representation, Representation::Json);
-        let object = crate::negotiate::in_wire_order_of(custom, object);
+        let mut object = object;
+        if self.custom && matches!(self.representation, Representation::Json) {
+            flotilla_protobuf::sort_unstructured(&mut object);
+        }
         // Go's encoder, as upstream's watch stream: the event's fields in its struct's order,
         // a newline after each.
         Bytes::from(
-            flotilla_api_machinery::gojson::to_vec(&json!({"type": kind, "object": object}))
-                .unwrap_or_default(),
+            flotilla_api_machinery::gojson::to_vec(&WatchEvent {
+                kind,
+                object: flotilla_protobuf::GoJson::new(&object, false),
+            })
+            .unwrap_or_default(),
         )
     }
 
@@ -193,6 +198,14 @@ impl Encoder {
                 .unwrap_or_default(),
         )
     }
+}
+
+/// A watch event as upstream's `metav1.WatchEvent` writes it: `type`, then `object`.
+#[derive(serde::Serialize)]
+struct WatchEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    object: flotilla_protobuf::GoJson<'a>,
 }
 
 /// A running watch: the body stream a handler returns.

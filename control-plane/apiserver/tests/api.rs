@@ -619,7 +619,12 @@ async fn subresources_generate_name_and_namespace_lifecycle() -> anyhow::Result<
     );
     // Reset, and written as upstream writes it: an empty value struct.
     ensure!(
-        created.status.clone().unwrap_or_default().replicas.is_none(),
+        created
+            .status
+            .clone()
+            .unwrap_or_default()
+            .replicas
+            .is_none(),
         "status is reset on create"
     );
     ensure!(created.metadata.generation == Some(1));
@@ -632,7 +637,12 @@ async fn subresources_generate_name_and_namespace_lifecycle() -> anyhow::Result<
         .replace(&name, &PostParams::default(), &via_main)
         .await?;
     ensure!(
-        after_main.status.clone().unwrap_or_default().replicas.is_none(),
+        after_main
+            .status
+            .clone()
+            .unwrap_or_default()
+            .replicas
+            .is_none(),
         "main resource must ignore status"
     );
     let status_patch = json!({"status": {"replicas": 3}, "spec": {"replicas": 7}});

@@ -80,19 +80,7 @@ pub fn encode(value: &serde_json::Value) -> Result<Vec<u8>, ProtobufError> {
     encode::envelope(schema::schema()?, value)
 }
 
-/// Reorders `value` in place as the Kubernetes API server writes its JSON when it is an
-/// object (or list) of a built-in kind: fields in the Go struct's order with its value
-/// structs always present, map keys sorted (see `go_json`). Serialized with the workspace's
-/// order-keeping maps, the bytes are Go's but for string escaping, which is the
-/// serializer's. Whether `value` was of a built-in kind (else it is left as it is).
-pub fn order_as_go(value: &mut serde_json::Value) -> bool {
-    go_json::order(value)
-}
-
-/// Sorts every object's keys, as Go writes an unstructured object (a custom resource).
-pub fn sort_as_unstructured(value: &mut serde_json::Value) {
-    go_json::sort_unstructured(value);
-}
+pub use go_json::{GoJson, sort_unstructured};
 
 #[cfg(test)]
 mod tests;
