@@ -312,6 +312,31 @@ fn cluster_request(args: ClusterCreateArgs) -> Value {
     if !args.public_access_cidrs.is_empty() {
         request["endpointAccess"] = json!({ "publicAccessCidrs": args.public_access_cidrs });
     }
+    // Pod Security: only what was given; the service fills in upstream's defaults (and
+    // refuses a level or version that does not exist, naming the field).
+    let mut defaults = serde_json::Map::new();
+    for (mode, given) in [
+        ("enforce", &args.pod_security_enforce),
+        ("audit", &args.pod_security_audit),
+        ("warn", &args.pod_security_warn),
+    ] {
+        if let Some(given) = given {
+            let (level, version) = match given.split_once(':') {
+                Some((level, version)) => (level, Some(version)),
+                None => (given.as_str(), None),
+            };
+            defaults.insert(mode.into(), json!(level));
+            if let Some(version) = version {
+                defaults.insert(format!("{mode}-version"), json!(version));
+            }
+        }
+    }
+    if !defaults.is_empty() || !args.pod_security_exempt_namespaces.is_empty() {
+        request["podSecurity"] = json!({
+            "defaults": defaults,
+            "exemptions": {"namespaces": args.pod_security_exempt_namespaces},
+        });
+    }
     if let Some(region) = args.region {
         request["cloud"]["region"] = json!(region);
     }
@@ -590,6 +615,30 @@ fn print_table(items: &[Value], columns: &[Column]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_security_flags_become_the_clusters_pod_security() {
+        #[derive(clap::Parser)]
+        struct Create {
+            #[command(flatten)]
+            args: crate::ClusterCreateArgs,
+        }
+        use clap::Parser as _;
+        let parsed = Create::parse_from([
+            "create",
+            "prod",
+            "--pod-security-enforce=baseline:v1.33",
+            "--pod-security-warn=restricted",
+            "--pod-security-exempt-namespace=kube-system",
+        ]);
+        assert_eq!(
+            cluster_request(parsed.args)["podSecurity"],
+            json!({"defaults": {"enforce": "baseline", "enforce-version": "v1.33", "warn": "restricted"},
+                "exemptions": {"namespaces": ["kube-system"]}})
+        );
+        let plain = Create::parse_from(["create", "prod"]);
+        assert!(cluster_request(plain.args).get("podSecurity").is_none());
+    }
 
     #[test]
     fn taints_parse_with_and_without_a_value() -> anyhow::Result<()> {

@@ -565,6 +565,19 @@ pub struct ClusterCreateArgs {
         hide = true
     )]
     pub cloud_secret_access_key: Option<String>,
+    /// Pod Security level enforced where a namespace sets none: privileged (default),
+    /// baseline or restricted, optionally with the standards' version (`baseline:v1.33`).
+    #[arg(long, value_name = "LEVEL[:VERSION]")]
+    pub pod_security_enforce: Option<String>,
+    /// Pod Security level recorded in audit annotations (as --pod-security-enforce).
+    #[arg(long, value_name = "LEVEL[:VERSION]")]
+    pub pod_security_audit: Option<String>,
+    /// Pod Security level warned about (as --pod-security-enforce).
+    #[arg(long, value_name = "LEVEL[:VERSION]")]
+    pub pod_security_warn: Option<String>,
+    /// A namespace Pod Security never checks (repeatable).
+    #[arg(long = "pod-security-exempt-namespace")]
+    pub pod_security_exempt_namespaces: Vec<String>,
     /// Idempotency token: a retry with the same token returns the same cluster.
     #[arg(long)]
     pub client_request_token: Option<String>,

@@ -469,6 +469,24 @@ async fn env_sources(
     Ok(sources)
 }
 
+/// The CRI runtime handler of the pod's RuntimeClass (upstream's runtime class manager): none
+/// for a pod without a class, the class's `handler` otherwise; a class that does not exist is
+/// upstream's `RuntimeClass "x" not found`.
+async fn runtime_handler(
+    kubelet: &Kubelet,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<String, String> {
+    let Some(class) = spec.runtime_class_name.as_deref().filter(|c| !c.is_empty()) else {
+        return Ok(String::new());
+    };
+    let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(kubelet.client.clone());
+    match classes.get_opt(class).await {
+        Ok(Some(found)) => Ok(found.handler),
+        Ok(None) => Err(format!("RuntimeClass {class:?} not found")),
+        Err(err) => Err(format!("looking up RuntimeClass {class:?}: {err}")),
+    }
+}
+
 /// One pass over `pod`: returns when to look again.
 async fn sync_pod(
     kubelet: &Kubelet,
@@ -568,15 +586,32 @@ async fn sync_pod(
             }
             let config = translate::sandbox_config(pod, next_attempt, &kubelet.log_root)?;
             std::fs::create_dir_all(&config.log_directory)?;
+            // Upstream's FailedCreatePodSandBox: the pod stays in ContainerCreating, told why.
+            let failed = |why: String| {
+                kubelet.recorder.pod_event(
+                    pod,
+                    "Warning",
+                    "FailedCreatePodSandBox",
+                    &format!("Failed to create pod sandbox: {why}"),
+                );
+                anyhow::anyhow!("creating the sandbox: {why}")
+            };
+            let runtime_handler = runtime_handler(kubelet, spec).await.map_err(failed)?;
             let permit = kubelet.sandbox_starts.acquire().await?;
             let id = cri
                 .runtime
                 .run_pod_sandbox(cri::RunPodSandboxRequest {
                     config: Some(config),
-                    runtime_handler: String::new(),
+                    runtime_handler,
                 })
                 .await
-                .map_err(call("RunPodSandbox"))?
+                .map_err(|status| {
+                    failed(format!(
+                        "rpc error: code = {:?} desc = {}",
+                        status.code(),
+                        status.message()
+                    ))
+                })?
                 .into_inner()
                 .pod_sandbox_id;
             drop(permit);

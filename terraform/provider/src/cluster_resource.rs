@@ -21,6 +21,7 @@ use crate::common::{
     Operation, POLL, Timeouts, attribute, create_and_wait, delete_and_wait, get_if_found,
     json_text, owned, reported, schema, timeout, timeouts_block, validate_timeouts,
 };
+use crate::pod_security::{self, PodSecurityState};
 use crate::provider::Connection;
 
 /// `cloud`: where the cluster's instances, load balancers and volumes are made.
@@ -52,6 +53,8 @@ pub struct ClusterResourceState<'a> {
     /// A block given at most once (the library carries it as a list of zero or one).
     #[serde(with = "tf_provider::value::serde_as_vec")]
     cloud: Value<CloudState<'a>>,
+    #[serde(with = "tf_provider::value::serde_as_vec")]
+    pod_security: Value<PodSecurityState<'a>>,
     #[serde(with = "tf_provider::value::serde_as_vec")]
     timeouts: Value<Timeouts<'a>>,
     id: ValueString<'a>,
@@ -240,15 +243,20 @@ pub fn create_request(state: &ClusterResourceState<'_>) -> serde_json::Value {
     if let Some(cloud) = state.cloud.as_ref_option() {
         request["cloud"] = cloud_request(cloud);
     }
+    if let Some(block) = state.pod_security.as_ref_option() {
+        request["podSecurity"] = pod_security::request(Some(block));
+    }
     request
 }
 
 /// The state of a cluster document; `prior_tags_unset` keeps an empty tag set null, as the
-/// configuration that left `tags` out has it, and `prior_cloud` holds the cloud's secret.
+/// configuration that left `tags` out has it, `prior_cloud` holds the cloud's secret and
+/// `prior_pod_security` says which of its attributes the configuration left out.
 pub fn state_of<'a>(
     cluster: &serde_json::Value,
     prior_tags_unset: bool,
     prior_cloud: Option<&CloudState<'a>>,
+    prior_pod_security: &Value<PodSecurityState<'a>>,
 ) -> ClusterResourceState<'a> {
     let tags: BTreeMap<Cow<'a, str>, ValueString<'a>> = cluster["tags"]
         .as_object()
@@ -282,6 +290,7 @@ pub fn state_of<'a>(
             Value::Value(tags)
         },
         cloud: cloud_of(cluster, prior_cloud),
+        pod_security: pod_security::state_of(cluster, prior_pod_security),
         timeouts: Value::Null,
         id: json_text(cluster, "/id"),
         endpoint: json_text(cluster, "/endpoint"),
@@ -461,6 +470,10 @@ impl Resource for ClusterResource {
             attributes,
             vec![
                 ("cloud", tf_provider::schema::NestedBlock::Optional(cloud)),
+                (
+                    "pod_security",
+                    tf_provider::schema::NestedBlock::Optional(pod_security::block()),
+                ),
                 ("timeouts", timeouts_block()),
             ],
         ))
@@ -478,7 +491,10 @@ impl Resource for ClusterResource {
                 AttributePath::new("name"),
             );
         }
-        for (problem, path) in cidr_problems(&config) {
+        for (problem, path) in cidr_problems(&config)
+            .into_iter()
+            .chain(pod_security::problems(&config.pod_security))
+        {
             diags.error_short(problem, path);
         }
         Some(())
@@ -497,8 +513,13 @@ impl Resource for ClusterResource {
             // Gone behind Terraform's back: the plan re-creates it.
             Ok(None) => None,
             Ok(Some(cluster)) => Some((
-                state_of(&cluster, state.tags.is_null(), state.cloud.as_ref_option())
-                    .keeping(&state.timeouts),
+                state_of(
+                    &cluster,
+                    state.tags.is_null(),
+                    state.cloud.as_ref_option(),
+                    &state.pod_security,
+                )
+                .keeping(&state.timeouts),
                 private_state,
             )),
             Err(err) => {
@@ -597,6 +618,7 @@ impl Resource for ClusterResource {
                 &cluster,
                 config.tags.is_null(),
                 config.cloud.as_ref_option(),
+                &config.pod_security,
             )
             .keeping(&planned.timeouts),
             private,
@@ -622,8 +644,12 @@ impl Resource for ClusterResource {
             .map(|key| (key, None))
             .collect();
         tags.extend(wanted.into_iter().map(|(k, v)| (k, Some(v))));
-        let request =
-            serde_json::json!({"endpointAccess": endpoint_access(&planned), "tags": tags});
+        // The block left out is upstream's defaults again.
+        let request = serde_json::json!({
+            "endpointAccess": endpoint_access(&planned),
+            "tags": tags,
+            "podSecurity": pod_security::request(planned.pod_security.as_ref_option()),
+        });
         let updated = async {
             client
                 .call_json(
@@ -645,6 +671,7 @@ impl Resource for ClusterResource {
                 &cluster,
                 config.tags.is_null(),
                 config.cloud.as_ref_option(),
+                &config.pod_security,
             )
             .keeping(&planned.timeouts),
             private,
@@ -677,7 +704,10 @@ impl Resource for ClusterResource {
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = self.connection.client(diags)?;
         match describe(&client, &id).await {
-            Ok(Some(cluster)) => Some((state_of(&cluster, true, None), ValueEmpty::default())),
+            Ok(Some(cluster)) => Some((
+                state_of(&cluster, true, None, &Value::Null),
+                ValueEmpty::default(),
+            )),
             Ok(None) => {
                 diags.root_error_short(format!("no cluster named {id:?} to import"));
                 None
@@ -706,7 +736,7 @@ mod tests {
 
     #[test]
     fn names_versions_and_ranges_replace_while_tags_and_access_update() {
-        let prior = state_of(&cluster(), false, None);
+        let prior = state_of(&cluster(), false, None, &Value::Null);
         let mut proposed = prior.clone();
         proposed.tags = Value::Value(BTreeMap::from([(Cow::Borrowed("team"), owned("infra"))]));
         proposed.endpoint_private_access = Value::Value(true);
@@ -736,7 +766,7 @@ mod tests {
             serde_json::json!({"name": "prod", "kubernetesNetworkConfig": {},
                 "endpointAccess": {"private": true}, "tags": {"team": "infra"}})
         );
-        let state = state_of(&cluster(), true, None);
+        let state = state_of(&cluster(), true, None, &Value::Null);
         assert!(
             state.tags.is_null(),
             "no tags in the configuration, none in the API"
@@ -746,7 +776,11 @@ mod tests {
             Some("10.96.0.0/12")
         );
         assert_eq!(state.endpoint_public_access.as_ref_option(), Some(&true));
-        assert!(!state_of(&cluster(), false, None).tags.is_null());
+        assert!(
+            !state_of(&cluster(), false, None, &Value::Null)
+                .tags
+                .is_null()
+        );
         assert!(
             state.cloud.is_null(),
             "no cloud in the API, none in the state"
@@ -796,7 +830,7 @@ mod tests {
         let mut document = cluster();
         document["cloud"] = serde_json::json!({"region": "us-east-1", "vpcId": "vpc-1",
             "subnetIds": ["subnet-1", "subnet-2"], "credentials": {"accessKeyId": "AKID"}});
-        let state = state_of(&document, true, Some(&cloud));
+        let state = state_of(&document, true, Some(&cloud), &Value::Null);
         let read = state.cloud.as_ref_option().cloned().unwrap_or_default();
         assert_eq!(read.secret_access_key.as_deref_option(), Some("s3cret"));
         assert_eq!(read.subnet_ids, cloud.subnet_ids);

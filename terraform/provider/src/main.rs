@@ -10,6 +10,7 @@ mod cluster_resource;
 mod common;
 mod docs;
 mod node_pool_resource;
+mod pod_security;
 mod provider;
 
 #[tokio::main]

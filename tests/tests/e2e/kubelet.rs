@@ -24,6 +24,38 @@ fn start_kubelet(
     NodeDaemon::kubelet(containerd, &flotilla.kubeconfig, NODE, dir, KUBELET_ARGS)
 }
 
+const RUNTIME_CLASSES: &str = r#"
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: runc}
+handler: runc
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: nope}
+handler: nope
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: on-runc}
+spec:
+  nodeName: kubelet-e2e
+  runtimeClassName: runc
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: flotilla.local/busybox:1, imagePullPolicy: Never, command: [sleep, "3600"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: on-nope}
+spec:
+  nodeName: kubelet-e2e
+  runtimeClassName: nope
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: flotilla.local/busybox:1, imagePullPolicy: Never, command: [sleep, "3600"]}
+"#;
+
 const PODS: &str = r#"
 apiVersion: v1
 kind: Pod
@@ -169,6 +201,33 @@ fn scenario(
     }
     let wide = kubectl.ok(&["get", "pod", "busybox", "-o", "wide"])?;
     ensure!(wide.contains("1/1") && wide.contains(NODE), "{wide}");
+
+    // A RuntimeClass's handler is the runtime the sandbox runs on: `runc` runs, a handler
+    // containerd does not have fails the sandbox with upstream's event.
+    flotilla.ok_stdin(&["apply", "-f", "-"], RUNTIME_CLASSES)?;
+    until(
+        "the runc-class pod is Running",
+        Duration::from_secs(60),
+        || Ok(jsonpath(kubectl, &["get", "pod", "on-runc"], "{.status.phase}")? == "Running"),
+    )?;
+    until(
+        "the missing handler's sandbox failure is reported",
+        Duration::from_secs(60),
+        || {
+            let events = kubectl.ok(&[
+                "get",
+                "events",
+                "--field-selector=involvedObject.name=on-nope",
+                "-o",
+                "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+            ])?;
+            Ok(
+                events.contains("FailedCreatePodSandBox: Failed to create pod sandbox: rpc error:")
+                    && events.contains(r#"no runtime for "nope" is configured"#),
+            )
+        },
+    )?;
+    kubectl.ok(&["delete", "pod", "on-runc", "on-nope", "--wait=false"])?;
 
     // `kubectl debug` adds an ephemeral container; the kubelet starts it (once) in the pod.
     kubectl.ok(&[

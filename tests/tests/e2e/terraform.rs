@@ -253,6 +253,50 @@ fn terraform_manages_a_cluster() -> anyhow::Result<()> {
     let (code, text) = plan(&terraform)?;
     ensure!(code == 0, "no changes after the update:\n{text}");
 
+    // Pod Security defaults: set in place, checked at plan, and back to upstream's defaults
+    // when the block goes.
+    let tags = r#"team = "platform", tier = "gold""#;
+    let with_pod_security = |block: &str| {
+        cluster_tf(&config, tags).replace("  timeouts {", &format!("{block}  timeouts {{"))
+    };
+    terraform.write(&with_pod_security(
+        "  pod_security {\n    enforce = \"baseline\"\n    exempt_namespaces = [\"kube-system\"]\n  }\n",
+    ))?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 2
+            && text.contains("will be updated in-place")
+            && !text.contains("must be replaced"),
+        "pod_security updates in place:\n{text}"
+    );
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["cluster", "get", "tf", "-o", "json"])?)?;
+    ensure!(
+        listed["podSecurity"]["defaults"]["enforce"] == "baseline"
+            && listed["podSecurity"]["exemptions"]["namespaces"]
+                == serde_json::json!(["kube-system"]),
+        "the cluster's podSecurity: {listed}"
+    );
+    let (code, text) = plan(&terraform)?;
+    ensure!(code == 0, "no changes after setting pod_security:\n{text}");
+    terraform.write(&with_pod_security(
+        "  pod_security {\n    enforce = \"strict\"\n  }\n",
+    ))?;
+    let (code, text) = plan(&terraform)?;
+    ensure!(
+        code == 1 && text.contains(r#""strict" is not a Pod Security level"#),
+        "an unknown level is refused at plan:\n{text}"
+    );
+    terraform.write(&cluster_tf(&config, tags))?;
+    terraform.ok(&["apply", "-auto-approve", "-input=false"], &[])?;
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["cluster", "get", "tf", "-o", "json"])?)?;
+    ensure!(
+        listed["podSecurity"]["defaults"]["enforce"] == "privileged",
+        "the block removed restores the defaults: {listed}"
+    );
+
     // Import into an empty state: nothing to change. (A `timeouts` block is configuration
     // Terraform keeps in the state, which an import cannot know: with one, the first plan after
     // an import records it as an in-place update.)
