@@ -305,6 +305,16 @@ impl ClusterForm {
         if !cloud.is_empty() {
             request["cloud"] = cloud.into();
         }
+        let level = self.get("pod_security_enforce");
+        let exempt = items(self.get("pod_security_exempt_namespaces"));
+        if !level.is_empty() || !exempt.is_empty() {
+            let mut defaults = serde_json::Map::new();
+            if !level.is_empty() {
+                defaults.insert("enforce".into(), level.into());
+            }
+            request["podSecurity"] =
+                serde_json::json!({"defaults": defaults, "exemptions": {"namespaces": exempt}});
+        }
         Ok(request)
     }
 
@@ -333,6 +343,7 @@ impl ClusterForm {
             ("cloud_vpc_id", "--vpc-id"),
             ("cloud_role_arn", "--role-arn"),
             ("cloud_access_key_id", "--cloud-access-key-id"),
+            ("pod_security_enforce", "--pod-security-enforce"),
         ] {
             if !self.get(field).is_empty() {
                 words.push(format!("{flag} {}", quote(self.get(field))));
@@ -343,6 +354,10 @@ impl ClusterForm {
             ("cloud_subnets", "--subnet"),
             ("cloud_security_groups", "--security-group"),
             ("tags", "--tag"),
+            (
+                "pod_security_exempt_namespaces",
+                "--pod-security-exempt-namespace",
+            ),
         ] {
             for item in items(self.get(field)) {
                 words.push(format!("{flag} {}", quote(&item)));
@@ -430,13 +445,57 @@ impl ClusterForm {
         if !cloud.is_empty() {
             out += &format!("  cloud {{\n{cloud}  }}\n");
         }
+        let mut pod_security = String::new();
+        if !self.get("pod_security_enforce").is_empty() {
+            pod_security += &format!("    enforce = {}\n", hcl(self.get("pod_security_enforce")));
+        }
+        let exempt = items(self.get("pod_security_exempt_namespaces"));
+        if !exempt.is_empty() {
+            pod_security += &format!("    exempt_namespaces = {}\n", list(exempt));
+        }
+        if !pod_security.is_empty() {
+            out += &format!("  pod_security {{\n{pod_security}  }}\n");
+        }
         out + "}\n"
     }
 }
 
+/// The cluster's Pod Security defaults in a line: `enforce baseline:latest, warn
+/// restricted:latest; exempt namespaces kube-system` (modes at privileged are left out).
+fn pod_security_text(cluster: &serde_json::Value) -> String {
+    let config = &cluster["podSecurity"];
+    let modes: Vec<String> = ["enforce", "audit", "warn"]
+        .into_iter()
+        .filter_map(|mode| {
+            let level = config["defaults"][mode].as_str().unwrap_or("privileged");
+            let version = config["defaults"][format!("{mode}-version")]
+                .as_str()
+                .unwrap_or("latest");
+            (level != "privileged").then(|| format!("{mode} {level}:{version}"))
+        })
+        .collect();
+    let mut text = if modes.is_empty() {
+        "privileged (no defaults)".to_string()
+    } else {
+        modes.join(", ")
+    };
+    let exempt: Vec<&str> = config["exemptions"]["namespaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .collect();
+    if !exempt.is_empty() {
+        text += &format!("; exempt namespaces {}", exempt.join(", "));
+    }
+    text
+}
+
 /// Which form field an API message is about (the API names its fields in its messages).
 pub(crate) fn field_of(message: &str) -> Option<&'static str> {
-    let rules: [(&str, &str); 10] = [
+    let rules: [(&str, &str); 12] = [
+        ("podSecurity.defaults", "pod_security_enforce"),
+        ("podSecurity.exemptions", "pod_security_exempt_namespaces"),
         ("cluster name", "name"),
         ("already exists", "name"),
         ("serviceIpv4Cidr", "service_cidr"),
@@ -499,6 +558,20 @@ pub(crate) fn form_body(
                     legend { "Network" }
                     (field("service_cidr", "Service IPv4 CIDR", "empty: 10.96.0.0/12"))
                     (field("pod_cidr", "Pod IPv4 CIDR", "empty: 10.244.0.0/16"))
+                }
+                fieldset {
+                    legend { "Pod Security (namespaces that set no level of their own)" }
+                    label for="pod_security_enforce" {
+                        "Enforced level" span.hint { "privileged lets everything run, as upstream ships" }
+                        select #pod_security_enforce name="pod_security_enforce"
+                            aria-invalid=[message("pod_security_enforce").map(|_| "true")] {
+                            @for (value, text) in [("", "privileged (default)"), ("baseline", "baseline"), ("restricted", "restricted")] {
+                                option value=(value) selected[form.get("pod_security_enforce") == value] { (text) }
+                            }
+                        }
+                        @if let Some(m) = message("pod_security_enforce") { span.error role="alert" { (m) } }
+                    }
+                    (field("pod_security_exempt_namespaces", "Exempt namespaces", "comma-separated, e.g. kube-system"))
                 }
                 fieldset {
                     legend { "Cloud (optional: node pools, load balancers, volumes)" }
@@ -653,6 +726,7 @@ pub(crate) fn overview_facts(cluster: &serde_json::Value) -> Markup {
                 @if cluster["endpointAccess"]["public"] == true { "public " }
                 @if cluster["endpointAccess"]["private"] == true { "private " }
             }
+            dt { "Pod Security" } dd { (pod_security_text(cluster)) }
             dt { "Tags" } dd { (tags_text(cluster)) }
             @if let Some(region) = cluster["cloud"]["region"].as_str() { dt { "Cloud region" } dd { (region) } }
             dt { "Created" } dd { (time(cluster["createdAt"].as_str().unwrap_or_default())) }
@@ -836,6 +910,45 @@ mod tests {
                 .err()
                 .map(|e| e.0),
             Some("tags")
+        );
+    }
+
+    #[test]
+    fn pod_security_reaches_the_request_the_previews_and_the_detail() {
+        let form = form(&[
+            ("name", "guarded"),
+            ("endpoint_public", "on"),
+            ("pod_security_enforce", "baseline"),
+            ("pod_security_exempt_namespaces", "kube-system, monitoring"),
+        ]);
+        let request = form.request().unwrap_or_default();
+        assert_eq!(
+            request["podSecurity"],
+            serde_json::json!({"defaults": {"enforce": "baseline"},
+                "exemptions": {"namespaces": ["kube-system", "monitoring"]}})
+        );
+        let cli = form.cli();
+        assert!(
+            cli.contains("--pod-security-enforce baseline")
+                && cli.contains("--pod-security-exempt-namespace monitoring"),
+            "{cli}"
+        );
+        let tf = form.terraform();
+        assert!(
+            tf.contains("  pod_security {\n    enforce = \"baseline\"\n    exempt_namespaces = [\"kube-system\", \"monitoring\"]\n  }\n"),
+            "{tf}"
+        );
+        let cluster = serde_json::json!({"podSecurity": {
+            "defaults": {"enforce": "baseline", "enforce-version": "latest", "warn": "restricted",
+                "warn-version": "v1.33", "audit": "privileged", "audit-version": "latest"},
+            "exemptions": {"namespaces": ["kube-system"]}}});
+        assert_eq!(
+            pod_security_text(&cluster),
+            "enforce baseline:latest, warn restricted:v1.33; exempt namespaces kube-system"
+        );
+        assert_eq!(
+            field_of("podSecurity.defaults.enforce: Unsupported value: \"strict\""),
+            Some("pod_security_enforce")
         );
     }
 

@@ -157,9 +157,19 @@ fn console_signs_in_creates_watches_and_deletes_clusters() -> anyhow::Result<()>
                     .wait_for_text("#name-error", r#"cluster name "Bad_Name" is invalid"#, Duration::from_secs(10))
                     .await?;
                 fill(&browser, "#name", "web").await?;
+                // Pod Security defaults chosen in the form show on the cluster's page.
+                click(&browser, "#pod_security_enforce option[value=baseline]").await?;
+                fill(&browser, "#pod_security_exempt_namespaces", "kube-system").await?;
                 click(&browser, "form.stacked button[type=submit]").await?;
                 browser.wait_for_text("h1", "Cluster web", Duration::from_secs(10)).await?;
                 browser.wait_for_text("#overview", "ACTIVE", Duration::from_secs(60)).await?;
+                browser
+                    .wait_for_text(
+                        "#overview",
+                        "enforce baseline:latest; exempt namespaces kube-system",
+                        Duration::from_secs(5),
+                    )
+                    .await?;
                 let shot = browser.screenshot("reference-cluster-detail").await?;
                 eprintln!("console: reference screenshot {}", shot.display());
                 Ok(())
