@@ -6,10 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::{Context, bail};
+
+use crate::https_server::{ServerThread, ServingCertificate};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::HeaderMap;
@@ -17,7 +18,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
@@ -57,13 +58,18 @@ pub struct SeenRequest {
 
 /// A running imitation of metrics-server on its own thread; stops when dropped.
 pub struct AggregatedServer {
-    /// `https://ip:port`.
-    pub url: String,
-    /// The PEM of the CA its serving certificate chains to (an APIService's `caBundle`, decoded).
-    pub ca_pem: String,
+    server: ServerThread,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Its `url`, `ca_pem`, `port()` and `ca_bundle()` (an APIService's `caBundle`) are its
+/// [`ServerThread`]'s.
+impl std::ops::Deref for AggregatedServer {
+    type Target = ServerThread;
+
+    fn deref(&self) -> &ServerThread {
+        &self.server
+    }
 }
 
 impl AggregatedServer {
@@ -74,82 +80,56 @@ impl AggregatedServer {
     pub fn start(ip: &str, names: &[&str], authentication: &Value) -> anyhow::Result<Self> {
         let config = RequestHeaderConfig::from_authentication_data(authentication)?;
         let requestheader_ca = requestheader_ca_verifier(&config.client_ca_pem)?;
-        let serving = ServingCertificate::generate(ip, names)?;
-        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(Arc::new(RequestClientCert {
-            requestheader_ca: requestheader_ca.clone(),
-        }))
-        .with_single_cert(serving.chain, serving.key)?;
+        let serving = ServingCertificate::generate(ip, names, "aggregated API server test CA")?;
+        let ca_pem = serving.ca_pem.clone();
+        let tls = rustls::ServerConfig::builder_with_provider(crate::https_server::provider())
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(Arc::new(RequestClientCert {
+                requestheader_ca: requestheader_ca.clone(),
+            }))
+            .with_single_cert(serving.chain, serving.key)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = std::net::TcpListener::bind((ip, 0))
-            .with_context(|| format!("binding the aggregated API server to {ip}"))?;
-        listener.set_nonblocking(true)?;
-        let address: SocketAddr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let handler = Arc::new(Handler {
             config,
             shared: shared.clone(),
         });
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
-                };
-                let serve = async {
-                    loop {
-                        let Ok((tcp, _)) = listener.accept().await else {
-                            continue;
+        let server = ServerThread::start(
+            ip,
+            "aggregated API server",
+            ca_pem,
+            move |listener| async move {
+                loop {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let _ = tcp.set_nodelay(true);
+                    let acceptor = acceptor.clone();
+                    let handler = handler.clone();
+                    let requestheader_ca = requestheader_ca.clone();
+                    tokio::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else {
+                            return;
                         };
-                        let _ = tcp.set_nodelay(true);
-                        let acceptor = acceptor.clone();
-                        let handler = handler.clone();
-                        let requestheader_ca = requestheader_ca.clone();
-                        tokio::spawn(async move {
-                            let Ok(tls) = acceptor.accept(tcp).await else {
-                                return;
-                            };
-                            // The certificate is fixed for the connection, so its chain is
-                            // checked once here rather than on every request.
-                            let peer = Arc::new(ClientCertificate::classify(
-                                requestheader_ca.as_ref(),
-                                tls.get_ref().1.peer_certificates(),
-                            ));
-                            let service = service_fn(
-                                move |request: hyper::Request<hyper::body::Incoming>| {
-                                    let answer = handler.serve(&peer, &request);
-                                    async move { Ok::<_, Infallible>(answer) }
-                                },
-                            );
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(TokioIo::new(tls), service)
-                                .await;
-                        });
-                    }
-                };
-                tokio::select! {
-                    _ = serve => {}
-                    _ = stopped => {}
+                        // The certificate is fixed for the connection, so its chain is checked
+                        // once here rather than on every request.
+                        let peer = Arc::new(ClientCertificate::classify(
+                            requestheader_ca.as_ref(),
+                            tls.get_ref().1.peer_certificates(),
+                        ));
+                        let service =
+                            service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                                let answer = handler.serve(&peer, &request);
+                                async move { Ok::<_, Infallible>(answer) }
+                            });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(tls), service)
+                            .await;
+                    });
                 }
-            });
-        });
-        Ok(AggregatedServer {
-            url: format!("https://{address}"),
-            ca_pem: serving.ca_pem,
-            shared,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+            },
+        )?;
+        Ok(AggregatedServer { server, shared })
     }
 
     /// Reports metrics for exactly these nodes from now on.
@@ -171,32 +151,6 @@ impl AggregatedServer {
     /// Every request received so far, oldest first.
     pub fn requests(&self) -> Vec<SeenRequest> {
         lock(&self.shared.requests).clone()
-    }
-
-    /// The port it listens on.
-    pub fn port(&self) -> u16 {
-        self.url
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// The CA bundle as an APIService's `spec.caBundle` carries it (base64 of the PEM).
-    pub fn ca_bundle(&self) -> String {
-        use base64::Engine as _;
-        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
-    }
-}
-
-impl Drop for AggregatedServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -224,37 +178,6 @@ struct Shared {
 /// A lock that survives a panicked holder: the data are plain lists, never left half-written.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The serving certificate, its key and the CA that signed it.
-struct ServingCertificate {
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    ca_pem: String,
-}
-
-impl ServingCertificate {
-    /// A fresh CA and a certificate from it valid for `ip` and `names`.
-    fn generate(ip: &str, names: &[&str]) -> anyhow::Result<Self> {
-        let ca_key = rcgen::KeyPair::generate()?;
-        let mut ca_params = rcgen::CertificateParams::new(Vec::new())?;
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "aggregated API server test CA");
-        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
-        let key = rcgen::KeyPair::generate()?;
-        let mut subjects = vec![ip.to_string()];
-        subjects.extend(names.iter().map(|name| name.to_string()));
-        let cert = rcgen::CertificateParams::new(subjects)?.signed_by(&key, &ca)?;
-        let key = PrivateKeyDer::try_from(key.serialize_der())
-            .map_err(|e| anyhow::anyhow!("serving key: {e}"))?;
-        Ok(ServingCertificate {
-            chain: vec![cert.der().clone()],
-            key,
-            ca_pem: ca.pem(),
-        })
-    }
 }
 
 /// Upstream's `RequestHeaderConfig`, read from `extension-apiserver-authentication`. Header
@@ -855,7 +778,7 @@ mod tests {
     use super::*;
 
     use http_body_util::{BodyExt, Empty};
-    use rustls::pki_types::ServerName;
+    use rustls::pki_types::{PrivateKeyDer, ServerName};
 
     /// A CA for the tests' client certificates.
     struct TestCa {

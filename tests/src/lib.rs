@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 
 pub mod aggregated_server;
 pub mod browser;
+pub mod https_server;
 pub mod hypervisor;
 pub mod imds;
 pub mod nodes;
