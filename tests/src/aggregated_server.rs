@@ -463,6 +463,8 @@ enum Route {
     GroupDiscovery,
     /// `/apis/metrics.k8s.io/v1beta1`: the APIResourceList.
     VersionDiscovery,
+    /// `/openapi/v3/apis/metrics.k8s.io/v1beta1`: the group version's OpenAPI document.
+    OpenApi,
     /// `…/nodes`.
     NodeList,
     /// `…/nodes/{name}`.
@@ -477,6 +479,9 @@ enum Route {
 
 impl Route {
     fn parse(path: &str) -> Self {
+        if path == "/openapi/v3/apis/metrics.k8s.io/v1beta1" {
+            return Route::OpenApi;
+        }
         let Some(rest) = path.strip_prefix("/apis/metrics.k8s.io") else {
             return Route::Unknown;
         };
@@ -515,7 +520,9 @@ impl Route {
             })
         };
         match self {
-            Route::GroupDiscovery | Route::VersionDiscovery | Route::Unknown => None,
+            Route::GroupDiscovery | Route::VersionDiscovery | Route::OpenApi | Route::Unknown => {
+                None
+            }
             Route::NodeList => attributes("list", "nodes", None, None),
             Route::Node(name) => attributes("get", "nodes", Some(name.as_str()), None),
             Route::PodList(namespace) => attributes("list", "pods", None, namespace.as_deref()),
@@ -662,6 +669,45 @@ fn answer(
                 "name": GROUP,
                 "versions": [version],
                 "preferredVersion": version,
+            })
+        }
+        // A cut-down document of what metrics-server publishes: enough for `kubectl explain`.
+        Route::OpenApi => {
+            let usage = json!({"type": "object", "description": "The memory and CPU usage.",
+                "additionalProperties": {"type": "string"}});
+            json!({
+                "openapi": "3.0.0",
+                "info": {"title": "metrics-server", "version": "v0.7.2"},
+                // kubectl explain finds the kind of a resource by its paths' operations.
+                "paths": {"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods": {"get": {
+                    "x-kubernetes-action": "list",
+                    "x-kubernetes-group-version-kind": {"group": GROUP, "version": "v1beta1", "kind": "PodMetrics"},
+                    "responses": {"200": {"description": "OK"}},
+                }}},
+                "components": {"schemas": {
+                    "io.k8s.metrics.pkg.apis.metrics.v1beta1.PodMetrics": {
+                        "description": "PodMetrics sets resource usage metrics of a pod.",
+                        "type": "object",
+                        "required": ["timestamp", "window", "containers"],
+                        "properties": {
+                            "apiVersion": {"type": "string"},
+                            "kind": {"type": "string"},
+                            "timestamp": {"type": "string", "format": "date-time"},
+                            "window": {"type": "string"},
+                            "containers": {
+                                "description": "Metrics for all containers are collected within the same time window.",
+                                "type": "array",
+                                "items": {"type": "object", "properties": {
+                                    "name": {"type": "string", "description": "Container name corresponding to the one from pod.spec.containers."},
+                                    "usage": usage,
+                                }},
+                            },
+                        },
+                        "x-kubernetes-group-version-kind": [
+                            {"group": GROUP, "version": "v1beta1", "kind": "PodMetrics"},
+                        ],
+                    },
+                }},
             })
         }
         Route::VersionDiscovery => json!({

@@ -394,10 +394,46 @@ async fn route(
                 Ok(json_bytes(json))
             }
         }
-        ["openapi", "v3"] => match state.kinds.documents(server, &state.tenant).await? {
-            Some(custom) => Ok(json_bytes(custom.v3_index())),
-            None => Ok(json_bytes(server.openapi.v3_index())),
-        },
+        ["openapi", "v3"] => {
+            let index = match state.kinds.documents(server, &state.tenant).await? {
+                Some(custom) => custom.v3_index().clone(),
+                None => server.openapi.v3_index().clone(),
+            };
+            let table = state.kinds.table(server, &state.tenant).await?;
+            let remote = crate::aggregator::remote_groups(server, state, &table).await?;
+            if remote.is_empty() {
+                return Ok(json_bytes(&index));
+            }
+            // Remote group versions' documents are their servers' (proxied below), listed
+            // with a hash of what their server was last found to serve.
+            let mut index: Value = serde_json::from_slice(&index).map_err(ApiError::internal)?;
+            for (group, versions) in &remote {
+                for (version, served) in versions {
+                    let Some(served) = served else { continue };
+                    let hash = crate::openapi::content_hash(served.to_string().as_bytes());
+                    index["paths"][format!("apis/{group}/{version}")] = json!({
+                        "serverRelativeURL": format!("/openapi/v3/apis/{group}/{version}?hash={hash}")
+                    });
+                }
+            }
+            Ok(plain_json(&index))
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            let table = state.kinds.table(server, &state.tenant).await?;
+            if let Some(api) = state
+                .remote_apis
+                .serving(server, state, &table, group, version)
+                .await?
+            {
+                return crate::aggregator::proxy::proxy(server, state, &api, rest, call).await;
+            }
+            let path = format!("apis/{group}/{version}");
+            match state.kinds.documents(server, &state.tenant).await? {
+                Some(custom) => custom.v3_document(&path).map(json_bytes),
+                None => server.openapi.v3_document(&path).map(json_bytes),
+            }
+            .ok_or_else(ApiError::no_such_path)
+        }
         ["openapi", "v3", path @ ..] => {
             let path = path.join("/");
             match state.kinds.documents(server, &state.tenant).await? {

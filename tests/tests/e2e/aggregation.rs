@@ -1,7 +1,8 @@
 //! An APIService proxied to a test aggregated API server (a metrics-server imitation) over
 //! TLS: the server authenticates the front proxy by the CA the cluster publishes in
 //! `kube-system/extension-apiserver-authentication` and takes the caller's identity from its
-//! headers; discovery lists the group; `kubectl top` reads pod and node metrics through it;
+//! headers; discovery lists the group; `kubectl explain` reads its server's OpenAPI;
+//! `kubectl top` reads pod and node metrics through it;
 //! RBAC decides before anything is proxied; an APIService whose Service is missing is not
 //! `Available` and its group answers 503.
 
@@ -144,6 +145,14 @@ fn an_api_service_proxies_to_its_server_and_kubectl_top_reads_through_it() -> an
     ensure!(
         resources.contains("PodMetrics") && resources.contains("NodeMetrics"),
         "{resources}"
+    );
+
+    // The group version's OpenAPI is its server's, listed in the cluster's index:
+    // `kubectl explain` reads it.
+    let explained = kubectl.ok(&["explain", "podmetrics.containers"])?;
+    ensure!(
+        explained.contains("Metrics for all containers are collected within the same time window."),
+        "{explained}"
     );
 
     // kubectl top, through the proxy, as the caller.
