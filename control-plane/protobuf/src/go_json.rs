@@ -554,6 +554,16 @@ mod tests {
     }
 
     #[test]
+    fn an_object_in_order_gets_its_absent_value_structs_in_their_places() {
+        let pod = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicy": "Always"}]}});
+        assert_eq!(
+            text(pod),
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","creationTimestamp":null},"spec":{"containers":[{"name":"c","image":"i","resources":{},"imagePullPolicy":"Always"}]},"status":{}}"#
+        );
+    }
+
+    #[test]
     fn stored_objects_are_ordered_without_added_structs() {
         let service = json!({"apiVersion": "v1", "kind": "Service",
             "spec": {"type": "ClusterIP"}, "metadata": {"name": "web"}});
