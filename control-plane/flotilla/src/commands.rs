@@ -88,6 +88,32 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
             };
             print_one(args.output, &cluster, &CLUSTER_COLUMNS)
         }
+        ClusterCommand::Update(update) => {
+            let path = cluster_path(&update.name);
+            let current = client.call_json(Method::GET, &path, None).await?;
+            let request = cluster_update_request(&update, &current["cluster"]);
+            if request.as_object().is_none_or(|r| r.is_empty()) {
+                anyhow::bail!(
+                    "nothing to change: give --public-access-cidr, --tag, --remove-tag or a --pod-security-… flag"
+                );
+            }
+            let answer = client
+                .call_json(Method::PATCH, &path, Some(&request))
+                .await?;
+            let cluster = if update.wait {
+                wait_for(
+                    &client,
+                    &format!("cluster {}", update.name),
+                    &path,
+                    "cluster",
+                    "ACTIVE",
+                )
+                .await?
+            } else {
+                answer["cluster"].clone()
+            };
+            print_one(args.output, &cluster, &CLUSTER_COLUMNS)
+        }
         ClusterCommand::List => {
             let list = client.call_json(Method::GET, "/v1/clusters", None).await?;
             print_many(args.output, &list, "clusters", &CLUSTER_COLUMNS)
@@ -293,6 +319,65 @@ fn pool_path(cluster: &str, pool: &str) -> String {
     format!("/v1/clusters/{cluster}/nodepools/{pool}")
 }
 
+/// The cluster's `podSecurity` with the flags given applied over `current` (the cluster's, or
+/// `{}` for a new one); `None` when no flag was given.
+fn pod_security_request(args: &crate::PodSecurityArgs, current: &Value) -> Option<Value> {
+    let mut defaults = current["defaults"].as_object().cloned().unwrap_or_default();
+    let mut given = false;
+    for (mode, flag) in [
+        ("enforce", &args.pod_security_enforce),
+        ("audit", &args.pod_security_audit),
+        ("warn", &args.pod_security_warn),
+    ] {
+        if let Some(flag) = flag {
+            given = true;
+            let (level, version) = match flag.split_once(':') {
+                Some((level, version)) => (level, Some(version)),
+                None => (flag.as_str(), None),
+            };
+            defaults.insert(mode.into(), json!(level));
+            match version {
+                Some(version) => defaults.insert(format!("{mode}-version"), json!(version)),
+                None => defaults.remove(&format!("{mode}-version")),
+            };
+        }
+    }
+    let mut exemptions = current["exemptions"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    if !args.pod_security_exempt_namespaces.is_empty() {
+        given = true;
+        exemptions.insert(
+            "namespaces".into(),
+            json!(args.pod_security_exempt_namespaces),
+        );
+    }
+    given.then(|| json!({"defaults": defaults, "exemptions": exemptions}))
+}
+
+/// UpdateCluster's body for the flags given, the cluster being `current`.
+fn cluster_update_request(args: &crate::ClusterUpdateArgs, current: &Value) -> Value {
+    let mut request = json!({});
+    if !args.public_access_cidrs.is_empty() {
+        request["endpointAccess"] = json!({"publicAccessCidrs": args.public_access_cidrs});
+    }
+    if !args.tags.is_empty() || !args.remove_tags.is_empty() {
+        let mut tags = serde_json::Map::new();
+        for key in &args.remove_tags {
+            tags.insert(key.clone(), Value::Null);
+        }
+        for (key, value) in &args.tags {
+            tags.insert(key.clone(), json!(value));
+        }
+        request["tags"] = Value::Object(tags);
+    }
+    if let Some(pod_security) = pod_security_request(&args.pod_security, &current["podSecurity"]) {
+        request["podSecurity"] = pod_security;
+    }
+    request
+}
+
 fn cluster_request(args: ClusterCreateArgs) -> Value {
     let mut request = json!({
         "name": args.name,
@@ -314,28 +399,8 @@ fn cluster_request(args: ClusterCreateArgs) -> Value {
     }
     // Pod Security: only what was given; the service fills in upstream's defaults (and
     // refuses a level or version that does not exist, naming the field).
-    let mut defaults = serde_json::Map::new();
-    for (mode, given) in [
-        ("enforce", &args.pod_security_enforce),
-        ("audit", &args.pod_security_audit),
-        ("warn", &args.pod_security_warn),
-    ] {
-        if let Some(given) = given {
-            let (level, version) = match given.split_once(':') {
-                Some((level, version)) => (level, Some(version)),
-                None => (given.as_str(), None),
-            };
-            defaults.insert(mode.into(), json!(level));
-            if let Some(version) = version {
-                defaults.insert(format!("{mode}-version"), json!(version));
-            }
-        }
-    }
-    if !defaults.is_empty() || !args.pod_security_exempt_namespaces.is_empty() {
-        request["podSecurity"] = json!({
-            "defaults": defaults,
-            "exemptions": {"namespaces": args.pod_security_exempt_namespaces},
-        });
+    if let Some(pod_security) = pod_security_request(&args.pod_security, &json!({})) {
+        request["podSecurity"] = pod_security;
     }
     if let Some(region) = args.region {
         request["cloud"]["region"] = json!(region);
@@ -638,6 +703,35 @@ mod tests {
         );
         let plain = Create::parse_from(["create", "prod"]);
         assert!(cluster_request(plain.args).get("podSecurity").is_none());
+    }
+
+    #[test]
+    fn an_update_changes_only_what_its_flags_name() {
+        #[derive(clap::Parser)]
+        struct Update {
+            #[command(flatten)]
+            args: crate::ClusterUpdateArgs,
+        }
+        use clap::Parser as _;
+        let current = json!({"podSecurity": {
+            "defaults": {"enforce": "baseline", "enforce-version": "v1.30", "warn": "privileged"},
+            "exemptions": {"namespaces": ["kube-system"], "usernames": ["ci"]}}});
+        let parsed = Update::parse_from([
+            "update",
+            "prod",
+            "--pod-security-warn=restricted",
+            "--tag=tier=gold",
+            "--remove-tag=owner",
+        ]);
+        assert_eq!(
+            cluster_update_request(&parsed.args, &current),
+            json!({"tags": {"owner": null, "tier": "gold"},
+                "podSecurity": {
+                    "defaults": {"enforce": "baseline", "enforce-version": "v1.30", "warn": "restricted"},
+                    "exemptions": {"namespaces": ["kube-system"], "usernames": ["ci"]}}})
+        );
+        let nothing = Update::parse_from(["update", "prod"]);
+        assert_eq!(cluster_update_request(&nothing.args, &current), json!({}));
     }
 
     #[test]

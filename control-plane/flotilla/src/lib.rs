@@ -472,6 +472,11 @@ pub enum ClusterCommand {
   flotilla cluster create prod --tag team=infra --wait
   flotilla cluster create edge --public-access-cidr 203.0.113.0/24")]
     Create(Box<ClusterCreateArgs>),
+    /// Change a cluster in place: endpoint access, tags, Pod Security defaults.
+    #[command(after_help = "Examples:
+  flotilla cluster update prod --pod-security-enforce baseline --wait
+  flotilla cluster update prod --tag tier=gold --remove-tag owner")]
+    Update(Box<ClusterUpdateArgs>),
     /// List clusters.
     #[command(after_help = "Example:\n  flotilla cluster list -o json")]
     List,
@@ -565,6 +570,20 @@ pub struct ClusterCreateArgs {
         hide = true
     )]
     pub cloud_secret_access_key: Option<String>,
+    /// The cluster's Pod Security defaults.
+    #[command(flatten)]
+    pub pod_security: PodSecurityArgs,
+    /// Idempotency token: a retry with the same token returns the same cluster.
+    #[arg(long)]
+    pub client_request_token: Option<String>,
+    /// Wait until the cluster is ACTIVE.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// The Pod Security defaults of a cluster (namespaces that label no level get these).
+#[derive(Debug, Default, clap::Args)]
+pub struct PodSecurityArgs {
     /// Pod Security level enforced where a namespace sets none: privileged (default),
     /// baseline or restricted, optionally with the standards' version (`baseline:v1.33`).
     #[arg(long, value_name = "LEVEL[:VERSION]")]
@@ -575,13 +594,30 @@ pub struct ClusterCreateArgs {
     /// Pod Security level warned about (as --pod-security-enforce).
     #[arg(long, value_name = "LEVEL[:VERSION]")]
     pub pod_security_warn: Option<String>,
-    /// A namespace Pod Security never checks (repeatable).
+    /// A namespace Pod Security never checks (repeatable; on update, the list replaces the
+    /// cluster's).
     #[arg(long = "pod-security-exempt-namespace")]
     pub pod_security_exempt_namespaces: Vec<String>,
-    /// Idempotency token: a retry with the same token returns the same cluster.
-    #[arg(long)]
-    pub client_request_token: Option<String>,
-    /// Wait until the cluster is ACTIVE.
+}
+
+/// `flotilla cluster update`: what changes in place (as EKS's `update-cluster-config`).
+#[derive(Debug, clap::Args)]
+pub struct ClusterUpdateArgs {
+    /// Cluster name.
+    pub name: String,
+    /// CIDRs allowed to reach the public endpoint (repeatable; replaces the cluster's).
+    #[arg(long = "public-access-cidr")]
+    pub public_access_cidrs: Vec<String>,
+    /// Tags to set, as key=value (repeatable).
+    #[arg(long = "tag", value_parser = parse_key_value)]
+    pub tags: Vec<(String, String)>,
+    /// Tags to remove, by key (repeatable).
+    #[arg(long = "remove-tag")]
+    pub remove_tags: Vec<String>,
+    /// Pod Security defaults to change (the ones not given stay as they are).
+    #[command(flatten)]
+    pub pod_security: PodSecurityArgs,
+    /// Wait until the cluster is ACTIVE again.
     #[arg(long)]
     pub wait: bool,
 }

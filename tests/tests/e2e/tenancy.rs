@@ -1208,6 +1208,27 @@ fn endpoint_access_is_enforced_and_metrics_need_the_operator() -> anyhow::Result
         "--image=nginx",
         "--privileged",
     ])?;
+    // The CLI changes one mode and keeps the others.
+    let updated: Value = serde_json::from_str(&x.ok(&[
+        "cluster",
+        "update",
+        "guarded",
+        "--pod-security-warn",
+        "restricted",
+        "--wait",
+        "-o",
+        "json",
+    ])?)?;
+    ensure!(
+        updated["podSecurity"]["defaults"]["enforce"] == "baseline"
+            && updated["podSecurity"]["defaults"]["warn"] == "restricted"
+            && updated["podSecurity"]["exemptions"]["namespaces"] == json!(["kube-system"]),
+        "flotilla cluster update: {updated}"
+    );
+    contains(
+        &x.fails(&["cluster", "update", "guarded"])?,
+        "nothing to change",
+    )?;
 
     let set = |access: Value| -> anyhow::Result<()> {
         let (code, body) = management_call(
