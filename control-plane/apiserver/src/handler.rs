@@ -350,7 +350,7 @@ async fn route(
                 None => Err(ApiError::no_such_path()),
             }
         }
-        ["apis", group, version, ..] if call.method == Method::GET || resource_path => {
+        ["apis", group, version, ..] => {
             let table = state
                 .kinds
                 .table_for_group(server, &state.tenant, group)
@@ -378,8 +378,8 @@ async fn route(
             let custom = state.kinds.documents(server, &state.tenant).await?;
             let (json, protobuf) = match &custom {
                 Some(custom) => {
-                    let (json, protobuf) = custom.v2(&server.openapi);
-                    (json, protobuf)
+                    let documents = custom.v2(&server.openapi);
+                    (&documents.0, &documents.1)
                 }
                 None => (server.openapi.v2(), server.openapi.v2_protobuf()),
             };
@@ -418,23 +418,18 @@ async fn route(
             }
             Ok(plain_json(&index))
         }
-        ["openapi", "v3", "apis", group, version] => {
-            let table = state.kinds.table(server, &state.tenant).await?;
-            if let Some(api) = state
-                .remote_apis
-                .serving(server, state, &table, group, version)
-                .await?
-            {
-                return crate::aggregator::proxy::proxy(server, state, &api, rest, call).await;
-            }
-            let path = format!("apis/{group}/{version}");
-            match state.kinds.documents(server, &state.tenant).await? {
-                Some(custom) => custom.v3_document(&path).map(json_bytes),
-                None => server.openapi.v3_document(&path).map(json_bytes),
-            }
-            .ok_or_else(ApiError::no_such_path)
-        }
         ["openapi", "v3", path @ ..] => {
+            // A remote group version's document is its server's.
+            if let ["apis", group, version] = path {
+                let table = state.kinds.table(server, &state.tenant).await?;
+                if let Some(api) = state
+                    .remote_apis
+                    .serving(server, state, &table, group, version)
+                    .await?
+                {
+                    return crate::aggregator::proxy::proxy(server, state, &api, rest, call).await;
+                }
+            }
             let path = path.join("/");
             match state.kinds.documents(server, &state.tenant).await? {
                 Some(custom) => custom.v3_document(&path).map(json_bytes),
