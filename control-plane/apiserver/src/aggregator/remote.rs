@@ -186,12 +186,16 @@ impl RemoteApis {
             .ok()
             .and_then(|probes| probes.get(&api.name).cloned())
             .filter(|probe| probe.spec == api.stored["spec"]);
+        if let Some(probe) = &known
+            && probe.at.elapsed() < PROBE_EVERY
+        {
+            return probe.outcome.clone();
+        }
         let prober = match Prober::of(server, state) {
             Ok(prober) => prober,
             Err(err) => return Err(("ServiceAccessError".into(), err.message)),
         };
         match known {
-            Some(probe) if probe.at.elapsed() < PROBE_EVERY => probe.outcome,
             Some(probe) => {
                 self.probe_in_background(prober, api.clone());
                 probe.outcome
@@ -203,16 +207,7 @@ impl RemoteApis {
     /// Probes `api` now and records the outcome.
     async fn probe_now(&self, prober: Prober, api: &RemoteApi) -> Result<Value, (String, String)> {
         let outcome = prober.probe(api).await;
-        if let Ok(mut probes) = self.probes.lock() {
-            probes.insert(
-                api.name.clone(),
-                Probe {
-                    at: Instant::now(),
-                    spec: api.stored["spec"].clone(),
-                    outcome: outcome.clone(),
-                },
-            );
-        }
+        record(&self.probes, api, outcome.clone());
         outcome
     }
 
@@ -225,17 +220,7 @@ impl RemoteApis {
         }
         let (probes, probing) = (self.probes.clone(), self.probing.clone());
         tokio::spawn(async move {
-            let outcome = prober.probe(&api).await;
-            if let Ok(mut probes) = probes.lock() {
-                probes.insert(
-                    api.name.clone(),
-                    Probe {
-                        at: Instant::now(),
-                        spec: api.stored["spec"].clone(),
-                        outcome,
-                    },
-                );
-            }
+            record(&probes, &api, prober.probe(&api).await);
             if let Ok(mut probing) = probing.lock() {
                 probing.remove(&api.name);
             }
@@ -266,6 +251,24 @@ impl RemoteApis {
             message: err.message,
         })?;
         prober.connection(api).await
+    }
+}
+
+/// Keeps `outcome` as `api`'s last probe.
+fn record(
+    probes: &Mutex<HashMap<String, Probe>>,
+    api: &RemoteApi,
+    outcome: Result<Value, (String, String)>,
+) {
+    if let Ok(mut probes) = probes.lock() {
+        probes.insert(
+            api.name.clone(),
+            Probe {
+                at: Instant::now(),
+                spec: api.stored["spec"].clone(),
+                outcome,
+            },
+        );
     }
 }
 
