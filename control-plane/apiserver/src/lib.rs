@@ -15,6 +15,7 @@ pub mod certificates;
 pub mod componentstatus;
 pub mod conversion;
 pub mod discovery;
+pub mod documents;
 pub mod endpoint_access;
 pub mod error;
 pub mod eviction;

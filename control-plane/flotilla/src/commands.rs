@@ -60,6 +60,27 @@ pub async fn account(args: &ClientArgs, command: AccountCommand) -> anyhow::Resu
     }
 }
 
+/// The cluster of a create's or update's `answer`, or, with `--wait`, the cluster once it is
+/// ACTIVE again.
+async fn active_if(
+    wait: bool,
+    client: &flotilla_management_client::ManagementClient,
+    name: &str,
+    answer: &Value,
+) -> anyhow::Result<Value> {
+    if !wait {
+        return Ok(answer["cluster"].clone());
+    }
+    wait_for(
+        client,
+        &format!("cluster {name}"),
+        &cluster_path(name),
+        "cluster",
+        "ACTIVE",
+    )
+    .await
+}
+
 /// `flotilla cluster …`.
 pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Result<()> {
     let client = args.client()?;
@@ -74,18 +95,7 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
                     Some(&cluster_request(*create)),
                 )
                 .await?;
-            let cluster = if wait {
-                wait_for(
-                    &client,
-                    &format!("cluster {name}"),
-                    &cluster_path(&name),
-                    "cluster",
-                    "ACTIVE",
-                )
-                .await?
-            } else {
-                answer["cluster"].clone()
-            };
+            let cluster = active_if(wait, &client, &name, &answer).await?;
             print_one(args.output, &cluster, &CLUSTER_COLUMNS)
         }
         ClusterCommand::Update(update) => {
@@ -100,18 +110,7 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
             let answer = client
                 .call_json(Method::PATCH, &path, Some(&request))
                 .await?;
-            let cluster = if update.wait {
-                wait_for(
-                    &client,
-                    &format!("cluster {}", update.name),
-                    &path,
-                    "cluster",
-                    "ACTIVE",
-                )
-                .await?
-            } else {
-                answer["cluster"].clone()
-            };
+            let cluster = active_if(update.wait, &client, &update.name, &answer).await?;
             print_one(args.output, &cluster, &CLUSTER_COLUMNS)
         }
         ClusterCommand::List => {
