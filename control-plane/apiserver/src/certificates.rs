@@ -5,16 +5,14 @@
 
 use base64::Engine;
 use flotilla_api_machinery::names;
-use flotilla_api_machinery::rbac::{Attributes, UserInfo};
+use flotilla_api_machinery::rbac::UserInfo;
 use serde_json::{Value, json};
 
-use crate::ApiServer;
-use crate::error::{ApiError, FieldError, Path};
+use crate::error::{FieldError, Path};
 use crate::meta::{self, at, str_at};
-use crate::resources::{GroupResource, Strategy};
+use crate::resources::Strategy;
 use crate::store::UpdateTarget;
 use crate::table::{Column, age_column, human_duration, name_column};
-use crate::tenants::TenantState;
 
 /// The API group.
 pub const GROUP: &str = "certificates.k8s.io";
@@ -654,38 +652,6 @@ fn validate_update(new: &Value, old: &Value, options: &Options) -> Vec<FieldErro
         }
     }
     errors
-}
-
-/// Upstream's `certificateapproval` admission: changing a request's approval needs the
-/// `approve` verb on `signers` named by its signer (or the signer's `<domain>/*`).
-pub async fn admit_approval(
-    server: &ApiServer,
-    state: &TenantState,
-    user: &UserInfo,
-    resource: &GroupResource,
-    csr: &Value,
-) -> Result<(), ApiError> {
-    let signer = str_at(csr, &["spec", "signerName"]).unwrap_or("");
-    for name in signer_names(signer) {
-        let attributes = Attributes {
-            user: user.clone(),
-            verb: "approve".into(),
-            api_group: GROUP.into(),
-            api_version: "*".into(),
-            resource: "signers".into(),
-            name,
-            resource_request: true,
-            ..Default::default()
-        };
-        if crate::authz::allowed(server, state, &attributes).await?.0 {
-            return Ok(());
-        }
-    }
-    Err(ApiError::forbidden(
-        resource,
-        meta::name(csr),
-        &format!("user not permitted to approve requests with signerName {signer:?}"),
-    ))
 }
 
 #[cfg(test)]

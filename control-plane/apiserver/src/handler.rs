@@ -30,9 +30,6 @@ use crate::watch::{self, WatchOptions};
 /// Largest request body accepted (upstream's 3 MiB JSON limit).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// Namespaces the NamespaceLifecycle admission plugin refuses to delete.
-const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
-
 /// Kinds whose registry returns the deleted object rather than a `Status` (`ReturnDeletedObject`).
 fn returns_deleted_object(resource: &ResourceInfo) -> bool {
     resource.group.is_empty()
@@ -663,9 +660,17 @@ async fn serve_kind(
         (&Method::POST, Some(name), Some("token")) if resource.kind == "ServiceAccount" => {
             let request = call.body_json()?;
             check_body_kind(&request, "authentication.k8s.io/v1", "TokenRequest")?;
+            let attributes =
+                create_attributes(resource, "token", namespace, name, &call.user, false);
+            let (request, warnings) = admit_request(server, state, attributes, request).await?;
             let answer =
                 crate::reviews::token_request(server, state, namespace, name, request).await?;
-            plain_with(StatusCode::CREATED, &answer)
+            Ok(json_response(
+                StatusCode::CREATED,
+                "application/json",
+                &answer,
+                &warnings,
+            ))
         }
         (&Method::GET, Some(name), Some("log"))
             if resource.kind == "Pod" && resource.group.is_empty() =>
@@ -676,16 +681,21 @@ async fn serve_kind(
             bind_pod(server, tenant, resource, namespace, name, call).await
         }
         (&Method::POST, Some(name), Some("eviction")) if resource.kind == "Pod" => {
-            let eviction = call.body_json()?;
             let dry_run = call.write_options()?.dry_run;
+            let attributes =
+                create_attributes(resource, "eviction", namespace, name, &call.user, dry_run);
+            let (eviction, warnings) =
+                admit_request(server, state, attributes, call.body_json()?).await?;
             crate::eviction::evict(
                 server, tenant, resource, namespace, name, &eviction, dry_run,
             )
             .await?;
-            plain_with(
+            Ok(json_response(
                 StatusCode::CREATED,
+                "application/json",
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-            )
+                &warnings,
+            ))
         }
         (&Method::POST, _, _) => Err(ApiError::method_not_supported(
             &resource.group_resource(),
@@ -709,9 +719,6 @@ async fn serve_kind(
                 Some("ephemeralcontainers") => UpdateTarget::EphemeralContainers,
                 _ => UpdateTarget::Main,
             };
-            if target_part == UpdateTarget::Approval {
-                admit_approval(server, state, resource, name, &call.user).await?;
-            }
             let mut warnings = Vec::new();
             let finalize = sub == Some("finalize");
             let authorizer = TenantAuthorizer { server, state };
@@ -719,7 +726,7 @@ async fn serve_kind(
             let validator = admission::UpdateValidator::new(
                 &server.admission,
                 &context,
-                update_attributes(resource, sub, namespace, &options),
+                update_attributes(resource, sub, namespace, name, &options),
             );
             let updated = store
                 .guaranteed_update_validated(
@@ -790,9 +797,6 @@ async fn serve_kind(
                 Some("ephemeralcontainers") => UpdateTarget::EphemeralContainers,
                 _ => UpdateTarget::Main,
             };
-            if target_part == UpdateTarget::Approval {
-                admit_approval(server, state, resource, name, &call.user).await?;
-            }
             patch_request(
                 server,
                 state,
@@ -827,18 +831,11 @@ async fn serve_kind(
             .await
         }
         (&Method::DELETE, Some(name), None) => {
-            if resource.kind == "Namespace" && IMMORTAL_NAMESPACES.contains(&name) {
-                // NamespaceLifecycle admission.
-                return Err(ApiError::forbidden(
-                    &resource.group_resource(),
-                    name,
-                    "this namespace may not be deleted",
-                ));
-            }
             let (options, dry_run) = delete_options(call)?;
             let authorizer = TenantAuthorizer { server, state };
             let context = admission_context(server, state, &authorizer);
-            let admission = delete_admission(server, &context, resource, namespace, call, dry_run);
+            let admission =
+                delete_admission(server, &context, resource, namespace, name, call, dry_run);
             match store
                 .delete(
                     tenant,
@@ -891,6 +888,7 @@ async fn serve_kind(
                     &context,
                     resource,
                     meta::namespace(&obj),
+                    meta::name(&obj),
                     call,
                     dry_run,
                 );
@@ -928,6 +926,7 @@ fn delete_admission<'a>(
     context: &'a admission::Context<'a>,
     resource: &'a ResourceInfo,
     namespace: &'a str,
+    name: &'a str,
     call: &'a Call,
     dry_run: bool,
 ) -> admission::UpdateValidator<'a> {
@@ -939,6 +938,7 @@ fn delete_admission<'a>(
             resource,
             subresource: "",
             namespace,
+            name,
             user: Some(&call.user),
             dry_run,
             old: None,
@@ -946,33 +946,18 @@ fn delete_admission<'a>(
     )
 }
 
-/// A connection to `pod` (`exec`, `attach`, `portforward`) through the admission chain, as
-/// upstream's connect handler runs it: its options (`PodExecOptions`, …) are the object,
-/// mutating then validating; a refusal ends the request before the kubelet is dialled.
-pub(crate) async fn admit_connect(
+/// A request the registry does not store — a connection to a pod (`exec`, `attach`,
+/// `portforward`: its options are the object, the pod `old`), an eviction, a TokenRequest —
+/// through the whole admission chain as upstream's handlers run it: mutating then
+/// validating; a refusal ends the request first. Returns the object as admitted.
+pub(crate) async fn admit_request(
     server: &ApiServer,
     state: &TenantState,
-    pod: &Value,
-    subresource: &str,
-    user: &crate::authn::UserInfo,
-    options: Value,
-) -> Result<Vec<String>, ApiError> {
-    let pods = server
-        .resources
-        .find("", "v1", "pods")
-        .ok_or_else(|| ApiError::internal("pods are not served"))?;
+    attributes: admission::Attributes<'_>,
+    mut object: Value,
+) -> Result<(Value, Vec<String>), ApiError> {
     let authorizer = TenantAuthorizer { server, state };
     let context = admission_context(server, state, &authorizer);
-    let attributes = admission::Attributes {
-        operation: admission::Operation::Connect,
-        resource: pods,
-        subresource,
-        namespace: meta::namespace(pod),
-        user: Some(user),
-        dry_run: false,
-        old: Some(pod),
-    };
-    let mut object = options;
     let mut warnings = Vec::new();
     server
         .admission
@@ -982,7 +967,28 @@ pub(crate) async fn admit_connect(
         .admission
         .validate(&context, &attributes, &object, &mut warnings)
         .await?;
-    Ok(warnings)
+    Ok((object, warnings))
+}
+
+/// The admission attributes of a create of `resource` (of its `subresource` of `name`).
+fn create_attributes<'a>(
+    resource: &'a ResourceInfo,
+    subresource: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+    user: &'a crate::authn::UserInfo,
+    dry_run: bool,
+) -> admission::Attributes<'a> {
+    admission::Attributes {
+        operation: admission::Operation::Create,
+        resource,
+        subresource,
+        namespace,
+        name,
+        user: Some(user),
+        dry_run,
+        old: None,
+    }
 }
 
 /// What admission plugins may read for a request of `tenant`.
@@ -1028,6 +1034,7 @@ fn update_attributes<'a>(
     resource: &'a ResourceInfo,
     subresource: Option<&'a str>,
     namespace: &'a str,
+    name: &'a str,
     options: &'a WriteOptions,
 ) -> admission::Attributes<'a> {
     admission::Attributes {
@@ -1035,6 +1042,7 @@ fn update_attributes<'a>(
         resource,
         subresource: subresource.unwrap_or(""),
         namespace,
+        name,
         user: options.user.as_ref(),
         dry_run: options.dry_run,
         old: None,
@@ -1057,6 +1065,7 @@ async fn admitted_create(
         resource,
         subresource: "",
         namespace,
+        name: "",
         user: options.user.as_ref(),
         dry_run: options.dry_run,
         old: None,
@@ -1079,23 +1088,6 @@ fn plain(value: Value) -> Result<Response, ApiError> {
 
 fn plain_with(code: StatusCode, value: &Value) -> Result<Response, ApiError> {
     Ok(json_response(code, "application/json", value, &[]))
-}
-
-/// `certificateapproval` admission for an update of `name`'s approval: the stored request's
-/// signer (its spec never changes) decides what the user must be allowed.
-async fn admit_approval(
-    server: &ApiServer,
-    state: &TenantState,
-    resource: &ResourceInfo,
-    name: &str,
-    user: &crate::authn::UserInfo,
-) -> Result<(), ApiError> {
-    let current = server
-        .store
-        .get(&state.tenant, resource, "", name, ReadAt::Latest)
-        .await?;
-    crate::certificates::admit_approval(server, state, user, &resource.group_resource(), &current)
-        .await
 }
 
 fn check_subresource(resource: &ResourceInfo, sub: Option<&str>) -> Result<(), ApiError> {
@@ -1329,7 +1321,7 @@ async fn patch_request(
     let validator = admission::UpdateValidator::new(
         &server.admission,
         &context,
-        update_attributes(resource, subresource, namespace, &options),
+        update_attributes(resource, subresource, namespace, name, &options),
     );
     let result = store
         .guaranteed_update_validated(

@@ -589,12 +589,24 @@ pub async fn connect_subresource(
 ) -> Result<Response, ApiError> {
     let query = stream_query(subresource, &call)?;
     let (pod, node) = pod_and_node(server, state, namespace, name).await?;
-    crate::handler::admit_connect(
+    let pods = server
+        .resources
+        .find("", "v1", "pods")
+        .ok_or_else(|| ApiError::internal("pods are not served"))?;
+    let attributes = crate::admission::Attributes {
+        operation: crate::admission::Operation::Connect,
+        resource: pods,
+        subresource,
+        namespace,
+        name,
+        user: Some(&call.user),
+        dry_run: false,
+        old: Some(&pod),
+    };
+    crate::handler::admit_request(
         server,
         state,
-        &pod,
-        subresource,
-        &call.user,
+        attributes,
         connect_options(subresource, &call),
     )
     .await?;

@@ -40,7 +40,6 @@ pub mod reviews;
 pub mod scale;
 pub mod selection;
 pub mod serve;
-pub mod serviceaccount;
 pub mod storage;
 pub mod store;
 pub mod strategies;
@@ -407,14 +406,6 @@ impl ApiServer {
             authz::check_rbac_write(self, &tenant, &attributes, content_type, &body).await
         {
             return err.into_response();
-        }
-        if node::node_name(&attributes).is_some() {
-            let parsed = negotiate::body_format(content_type)
-                .ok()
-                .and_then(|format| negotiate::parse_body(&body, format).ok());
-            if let Err(err) = node::admit(self, &tenant, &attributes, parsed.as_ref()).await {
-                return err.into_response();
-            }
         }
         // A large body is parsed on the heavy-work threads, one at a time per tenant, while
         // this request holds its seat: the worst bodies a tenant can send cost it a share of

@@ -415,7 +415,10 @@ impl Store {
         Ok(canonical)
     }
 
-    async fn check_namespace_open(
+    /// NamespaceLifecycle's rule ([`crate::admission::namespace_lifecycle::check_create`]) on
+    /// a create of `resource`'s `name` in `namespace`, reading the namespace unless it was
+    /// seen active within [`NAMESPACE_CACHE_TTL`].
+    pub async fn check_namespace_open(
         &self,
         tenant: &Tenant,
         namespaces: &ResourceInfo,
@@ -427,34 +430,20 @@ impl Store {
         if self.namespace_known_active(&key) {
             return Ok(());
         }
-        match self.storage.get(&key).await? {
-            None => Err(ApiError::not_found(&namespaces.group_resource(), namespace)),
-            Some(kv) => {
-                let ns = decode(&kv)?;
-                self.remember_namespace(&key, !meta::is_terminating(&ns));
-                if meta::is_terminating(&ns) {
-                    let mut err = ApiError::forbidden(
-                        &resource.group_resource(),
-                        name,
-                        &format!(
-                            "unable to create new content in namespace {namespace} because it is being terminated"
-                        ),
-                    );
-                    if let Some(details) = err.details.as_mut() {
-                        details.causes = Some(vec![
-                            k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause {
-                                reason: Some("NamespaceTerminating".into()),
-                                message: Some(format!("namespace {namespace} is being terminated")),
-                                field: Some("metadata.namespace".into()),
-                            },
-                        ]);
-                    }
-                    Err(err)
-                } else {
-                    Ok(())
-                }
-            }
+        let stored = match self.storage.get(&key).await? {
+            Some(kv) => Some(decode(&kv)?),
+            None => None,
+        };
+        if let Some(ns) = &stored {
+            self.remember_namespace(&key, !meta::is_terminating(ns));
         }
+        crate::admission::namespace_lifecycle::check_create(
+            &namespaces.group_resource(),
+            &resource.group_resource(),
+            namespace,
+            name,
+            stored.as_ref(),
+        )
     }
 
     /// `Create`: POST of a new object into `namespace` ("" for cluster-scoped kinds).
@@ -544,6 +533,8 @@ impl Store {
             resource.strategy.validate(&candidate),
         )?;
         let name = meta::name(&candidate).to_string();
+        // NamespaceLifecycle ran in the chain; checked again here, just before the write, since
+        // the namespace may have started terminating since.
         if resource.namespaced {
             self.check_namespace_open(tenant, namespaces, resource, namespace, &name)
                 .await?;

@@ -32,31 +32,6 @@ fn set_default(obj: &mut Value, path: &[&str], value: Value) {
     }
 }
 
-/// Upstream's DefaultTolerationSeconds admission: a pod that does not already tolerate the
-/// `not-ready` / `unreachable` NoExecute taints tolerates each for 300 s, so the taint
-/// eviction controller deletes it five minutes after its node fails.
-fn default_toleration_seconds(spec: &mut Value) {
-    let mut tolerations = at(spec, &["tolerations"])
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for key in [
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    ] {
-        let tolerated = tolerations.iter().any(|t| {
-            let key_matches = str_at(t, &["key"]).is_none_or(|k| k.is_empty() || k == key);
-            let effect_matches =
-                str_at(t, &["effect"]).is_none_or(|e| e.is_empty() || e == "NoExecute");
-            key_matches && effect_matches
-        });
-        if !tolerated {
-            tolerations.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-        }
-    }
-    meta::set_at(spec, &["tolerations"], json!(tolerations));
-}
-
 fn array_len(obj: &Value, path: &[&str]) -> usize {
     at(obj, path).and_then(Value::as_array).map_or(0, Vec::len)
 }
@@ -517,9 +492,6 @@ impl Strategy for PodStrategy {
         POD_FIELDS
     }
     fn prepare_for_create(&self, obj: &mut Value) {
-        // The ServiceAccount admission plugin's token volume (upstream runs it as admission,
-        // before the registry; every pod create passes here).
-        crate::serviceaccount::admit(obj, &crate::serviceaccount::volume_name());
         let qos = pod_qos_class(obj);
         meta::set_at(
             obj,
@@ -550,6 +522,12 @@ impl Strategy for PodStrategy {
     }
     fn prepare_for_update_to(&self, target: UpdateTarget, new: &mut Value, old: &Value) {
         self.prepare_for_update(new, old);
+        // What the ServiceAccount and DefaultTolerationSeconds plugins give a new pod, given
+        // to an update's body as well: the chain's mutating half runs on creates only here.
+        crate::admission::service_account::default_name(new);
+        if let Some(spec) = new.get_mut("spec") {
+            crate::admission::default_toleration_seconds::add_default_tolerations(spec);
+        }
         // Ephemeral containers change only through their subresource; an update of the pod
         // that does not mention them keeps them.
         if target != UpdateTarget::EphemeralContainers {
@@ -573,18 +551,10 @@ impl Strategy for PodStrategy {
         }
     }
     fn default(&self, obj: &mut Value) {
-        // Mirror pods stay as their kubelet wrote them: no service account (upstream's
-        // ServiceAccount admission leaves them alone, and a changed spec would make the
-        // kubelet replace the mirror).
-        let mirror = !obj["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_null();
         if let Some(spec) = obj.get_mut("spec") {
             default_pod_spec(spec);
-            if !mirror {
-                set_default(spec, &["serviceAccountName"], json!("default"));
-            }
             set_default(spec, &["enableServiceLinks"], json!(true));
             set_default(spec, &["priority"], json!(0));
-            default_toleration_seconds(spec);
         }
     }
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
@@ -1090,52 +1060,6 @@ impl Strategy for LeaseStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_toleration_seconds_adds_only_what_is_not_tolerated() {
-        let keys = |spec: &Value| -> Vec<(String, Option<i64>)> {
-            spec["tolerations"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|t| {
-                    (
-                        t["key"].as_str().unwrap_or("").to_string(),
-                        t["tolerationSeconds"].as_i64(),
-                    )
-                })
-                .collect()
-        };
-        let mut none = json!({});
-        default_toleration_seconds(&mut none);
-        assert_eq!(
-            keys(&none),
-            [
-                ("node.kubernetes.io/not-ready".to_string(), Some(300)),
-                ("node.kubernetes.io/unreachable".to_string(), Some(300))
-            ]
-        );
-        // The pod's own unreachable toleration stays; not-ready is still added.
-        let mut own = json!({"tolerations": [
-            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
-        ]});
-        default_toleration_seconds(&mut own);
-        assert_eq!(
-            keys(&own),
-            [
-                ("node.kubernetes.io/unreachable".to_string(), Some(5)),
-                ("node.kubernetes.io/not-ready".to_string(), Some(300))
-            ]
-        );
-        // Tolerating everything needs nothing more.
-        let mut all = json!({"tolerations": [{"operator": "Exists"}]});
-        default_toleration_seconds(&mut all);
-        assert_eq!(keys(&all).len(), 1);
-        // An unrelated toleration does not stop the defaults (the old behaviour did).
-        let mut other = json!({"tolerations": [{"key": "gpu", "operator": "Exists"}]});
-        default_toleration_seconds(&mut other);
-        assert_eq!(keys(&other).len(), 3);
-    }
 
     #[test]
     fn string_data_is_encoded_into_data_and_not_kept() {

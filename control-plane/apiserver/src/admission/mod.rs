@@ -2,21 +2,27 @@
 //! of plugins, each one module, run on every write after authorization. Mutating plugins
 //! (`admit`) change the object before the registry prepares and validates it; validating
 //! plugins (`validate`) see the final object just before it is stored, so what they allow
-//! is exactly what is written. The order is upstream's `--enable-admission-plugins` order.
+//! is exactly what is written. The order is upstream's `AllOrderedPlugins` order.
 
+mod certificate_approval;
 mod certificate_signing;
 mod certificate_subject;
 mod claim_resize;
 mod default_class;
+pub mod default_toleration_seconds;
 mod limit_ranger;
 mod lookups;
+pub mod namespace_lifecycle;
+mod node_restriction;
 mod pod_security;
 mod pod_security_config;
 mod policy;
 mod priority;
 mod resource_quota;
 mod runtime_class;
+pub mod service_account;
 mod storage_protection;
+mod taint_nodes;
 mod webhook;
 
 use std::sync::Arc;
@@ -60,6 +66,9 @@ pub struct Attributes<'a> {
     pub subresource: &'a str,
     /// The object's namespace (`""` for cluster-scoped kinds).
     pub namespace: &'a str,
+    /// The object's name as the request's path gives it (upstream's `GetName`); `""` on a
+    /// create, whose object names itself.
+    pub name: &'a str,
     /// Who asks; `None` for the server's own writes.
     pub user: Option<&'a UserInfo>,
     /// `dryRun=All`: decide, but change nothing (no quota is charged).
@@ -245,32 +254,99 @@ pub struct Chain {
     lookups: Lookups,
 }
 
+/// Upstream's default plugins, in upstream's order (`AllOrderedPlugins` of
+/// `pkg/kubeapiserver/options/plugins.go`): its default-on set, with NodeRestriction (which
+/// every kubeadm-style cluster enables) at its place after ServiceAccount. Left out:
+/// ClusterTrustBundleAttest, since ClusterTrustBundles are not served; PodTopologyLabels,
+/// PodGroupProtection and the other plugins behind alpha feature gates; and
+/// MutatingAdmissionPolicy, not implemented.
+pub const UPSTREAM_DEFAULT: &[&str] = &[
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "NodeRestriction",
+    "TaintNodesByCondition",
+    "PodSecurity",
+    "Priority",
+    "DefaultTolerationSeconds",
+    "DefaultStorageClass",
+    "StorageObjectInUseProtection",
+    "PersistentVolumeClaimResize",
+    "RuntimeClass",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "DefaultIngressClass",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionWebhook",
+    "ResourceQuota",
+];
+
+/// The plugin upstream calls `name`, if this server has it.
+fn plugin(name: &str) -> Option<Box<dyn Plugin>> {
+    let plugin: Box<dyn Plugin> = match name {
+        "NamespaceLifecycle" => Box::new(namespace_lifecycle::NamespaceLifecycle),
+        "LimitRanger" => Box::new(limit_ranger::LimitRanger),
+        "ServiceAccount" => Box::new(service_account::ServiceAccount),
+        "NodeRestriction" => Box::new(node_restriction::NodeRestriction),
+        "TaintNodesByCondition" => Box::new(taint_nodes::TaintNodesByCondition),
+        "PodSecurity" => Box::new(pod_security::PodSecurity),
+        "Priority" => Box::new(priority::Priority),
+        "DefaultTolerationSeconds" => {
+            Box::new(default_toleration_seconds::DefaultTolerationSeconds)
+        }
+        "DefaultStorageClass" => Box::new(default_class::DEFAULT_STORAGE_CLASS),
+        "StorageObjectInUseProtection" => {
+            Box::new(storage_protection::StorageObjectInUseProtection)
+        }
+        "PersistentVolumeClaimResize" => Box::new(claim_resize::PersistentVolumeClaimResize),
+        "RuntimeClass" => Box::new(runtime_class::RuntimeClass),
+        "CertificateApproval" => Box::new(certificate_approval::CertificateApproval),
+        "CertificateSigning" => Box::new(certificate_signing::CertificateSigning),
+        "CertificateSubjectRestriction" => {
+            Box::new(certificate_subject::CertificateSubjectRestriction)
+        }
+        "DefaultIngressClass" => Box::new(default_class::DEFAULT_INGRESS_CLASS),
+        "MutatingAdmissionWebhook" => Box::new(webhook::MutatingWebhooks),
+        "ValidatingAdmissionPolicy" => Box::new(policy::ValidatingAdmissionPolicies),
+        "ValidatingAdmissionWebhook" => Box::new(webhook::ValidatingWebhooks),
+        "ResourceQuota" => Box::new(resource_quota::ResourceQuota::default()),
+        _ => return None,
+    };
+    Some(plugin)
+}
+
 impl Chain {
-    /// Upstream's default plugins that live in the chain, in upstream's order. The others of
-    /// upstream's default list run where the registry needs them: NamespaceLifecycle in the
-    /// store's create, ServiceAccount and DefaultTolerationSeconds in the Pod strategy,
-    /// TaintNodesByCondition in the Node strategy, NodeRestriction beside the Node
-    /// authorizer, CertificateApproval in the CSR approval path.
+    /// Upstream's default chain, [`UPSTREAM_DEFAULT`]. Two of its rules also hold where the
+    /// registry needs them, defined once in their plugin's module: NamespaceLifecycle's check
+    /// again in the store's create, just before the write (a namespace may start terminating
+    /// after the chain looked); DefaultTolerationSeconds and ServiceAccount's default name in
+    /// the Pod strategy's update (this server runs the mutating half on creates only, and an
+    /// update's body has always been given them again).
     pub fn upstream_default() -> Self {
+        match Self::from_names(UPSTREAM_DEFAULT) {
+            Ok(chain) => chain,
+            // Every name of the list has a plugin (a unit test holds it to that).
+            Err(_) => Self::with_plugins(Vec::new()),
+        }
+    }
+
+    /// A chain of the plugins upstream calls `names`, in the order given (what
+    /// `--enable-admission-plugins` would configure); an unknown name is refused, named.
+    pub fn from_names(names: &[&str]) -> Result<Self, String> {
+        let plugins = names
+            .iter()
+            .map(|name| plugin(name).ok_or_else(|| format!("unknown admission plugin {name:?}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::with_plugins(plugins))
+    }
+
+    fn with_plugins(plugins: Vec<Box<dyn Plugin>>) -> Self {
         Chain {
             enabled: std::sync::atomic::AtomicBool::new(true),
             lookups: Lookups::default(),
-            plugins: vec![
-                Box::new(limit_ranger::LimitRanger),
-                Box::new(pod_security::PodSecurity),
-                Box::new(priority::Priority),
-                Box::new(claim_resize::PersistentVolumeClaimResize),
-                Box::new(runtime_class::RuntimeClass),
-                Box::new(certificate_signing::CertificateSigning),
-                Box::new(certificate_subject::CertificateSubjectRestriction),
-                Box::new(default_class::DEFAULT_INGRESS_CLASS),
-                Box::new(default_class::DEFAULT_STORAGE_CLASS),
-                Box::new(storage_protection::StorageObjectInUseProtection),
-                Box::new(webhook::MutatingWebhooks),
-                Box::new(policy::ValidatingAdmissionPolicies),
-                Box::new(webhook::ValidatingWebhooks),
-                Box::new(resource_quota::ResourceQuota::default()),
-            ],
+            plugins,
         }
     }
 
@@ -464,5 +540,255 @@ impl UpdateValidation for UpdateValidator<'_> {
             *last = warnings;
         }
         Ok(())
+    }
+}
+
+/// What plugins' unit tests build their requests from.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::LazyLock;
+
+    use super::{Attributes, Operation};
+    use crate::resources::Resources;
+
+    static RESOURCES: LazyLock<Resources> = LazyLock::new(Resources::builtin);
+
+    /// A request by no one in particular for `group`'s `plural` (served in its preferred
+    /// version) in namespace `apps`.
+    pub fn attributes(
+        operation: Operation,
+        group: &str,
+        plural: &str,
+        subresource: &'static str,
+    ) -> Attributes<'static> {
+        let resource = RESOURCES
+            .iter()
+            .find(|r| &*r.group == group && &*r.plural == plural)
+            .map(|r| &**r)
+            .unwrap_or_else(|| panic!("{plural}.{group} is served"));
+        Attributes {
+            operation,
+            resource,
+            subresource,
+            namespace: if resource.namespaced { "apps" } else { "" },
+            name: "",
+            user: None,
+            dry_run: false,
+            old: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::WriteOptions;
+
+    /// Keeps the object it is shown, in the chain where the mutating webhooks are.
+    struct Recorder(Arc<Mutex<Option<Value>>>);
+
+    #[async_trait::async_trait]
+    impl Plugin for Recorder {
+        fn name(&self) -> &'static str {
+            "Recorder"
+        }
+
+        fn handles(&self, _attributes: &Attributes<'_>) -> bool {
+            true
+        }
+
+        async fn admit(
+            &self,
+            _context: &Context<'_>,
+            _attributes: &Attributes<'_>,
+            object: &mut Value,
+            _warnings: &mut Vec<String>,
+        ) -> Result<(), ApiError> {
+            if let Ok(mut seen) = self.0.lock() {
+                *seen = Some(object.clone());
+            }
+            Ok(())
+        }
+    }
+
+    struct AllowAll;
+
+    #[async_trait::async_trait]
+    impl Authorizer for AllowAll {
+        async fn allowed(
+            &self,
+            _attributes: &flotilla_api_machinery::rbac::Attributes,
+        ) -> Result<bool, ApiError> {
+            Ok(true)
+        }
+    }
+
+    struct NoHooks;
+
+    #[async_trait::async_trait]
+    impl CreateHooks for NoHooks {
+        async fn before_create(
+            &self,
+            _store: &Store,
+            _tenant: &Tenant,
+            _resource: &ResourceInfo,
+            obj: Value,
+            _dry_run: bool,
+        ) -> Result<Value, ApiError> {
+            Ok(obj)
+        }
+
+        async fn release(&self, _: &Store, _: &Tenant, _: &ResourceInfo, _: &Value) {}
+    }
+
+    /// Upstream's mutating webhooks are shown a new pod after ServiceAccount and
+    /// DefaultTolerationSeconds: with its service account, token volume and mounts, and the
+    /// default tolerations. Needs the embedded store only.
+    #[tokio::test]
+    async fn the_mutating_webhooks_see_a_pod_as_upstreams_do() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let storage = flotilla_storage::EmbeddedStorage::open(dir.path().join("store.redb"))?;
+        let store = Store::new(Arc::new(storage));
+        let tenant = Tenant::new("demo");
+        let resources = Arc::new(Resources::builtin());
+        let served = |plural: &str| resources.find("", "v1", plural).cloned();
+        let (Some(namespaces), Some(pods)) = (served("namespaces"), served("pods")) else {
+            anyhow::bail!("namespaces and pods are served");
+        };
+        let options = WriteOptions::default();
+        let namespace = json!({"metadata": {"name": "apps"}});
+        store
+            .create(
+                &tenant,
+                &namespaces,
+                &namespaces,
+                "",
+                namespace,
+                &options,
+                &NoHooks,
+            )
+            .await?;
+
+        let seen = Arc::new(Mutex::new(None));
+        let mut chain = Chain::upstream_default();
+        let webhooks = chain
+            .plugins
+            .iter()
+            .position(|p| p.name() == "MutatingAdmissionWebhook")
+            .ok_or_else(|| anyhow::anyhow!("the chain has mutating webhooks"))?;
+        chain
+            .plugins
+            .insert(webhooks, Box::new(Recorder(seen.clone())));
+        let (lookups, pod_security) = (Lookups::default(), PodSecurityConfiguration::default());
+        let networks = crate::kubelet::KubeletNetworks::default();
+        let context = Context {
+            store: &store,
+            resources: resources.clone(),
+            tenant: &tenant,
+            lookups: &lookups,
+            pod_security: &pod_security,
+            authorizer: &AllowAll,
+            networks: &networks,
+        };
+        let attributes = Attributes {
+            operation: Operation::Create,
+            resource: &pods,
+            subresource: "",
+            namespace: "apps",
+            name: "",
+            user: None,
+            dry_run: false,
+            old: None,
+        };
+        let pod = json!({"metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "app", "image": "nginx"}]}});
+        let written = create(
+            &chain,
+            &context,
+            &attributes,
+            &namespaces,
+            pod,
+            &options,
+            &NoHooks,
+        )
+        .await?;
+
+        let shown = seen
+            .lock()
+            .ok()
+            .and_then(|seen| seen.clone())
+            .ok_or_else(|| anyhow::anyhow!("the webhooks' place saw the pod"))?;
+        let spec = &shown["spec"];
+        assert_eq!(spec["serviceAccountName"], "default");
+        let volume = spec["volumes"][0]["name"].as_str().unwrap_or_default();
+        assert!(volume.starts_with("kube-api-access-"), "{shown}");
+        assert_eq!(
+            spec["containers"][0]["volumeMounts"][0]["mountPath"],
+            "/var/run/secrets/kubernetes.io/serviceaccount"
+        );
+        let tolerated: Vec<&str> = spec["tolerations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
+        assert_eq!(
+            tolerated,
+            [
+                "node.kubernetes.io/not-ready",
+                "node.kubernetes.io/unreachable"
+            ]
+        );
+        // What was shown is what was stored (the registry adds no second volume).
+        assert_eq!(written.object["spec"]["volumes"], spec["volumes"]);
+        assert_eq!(written.object["spec"]["tolerations"], spec["tolerations"]);
+        Ok(())
+    }
+
+    #[test]
+    fn the_default_chain_is_upstreams_order() {
+        let chain = Chain::upstream_default();
+        assert_eq!(chain.names(), UPSTREAM_DEFAULT);
+        assert_eq!(
+            chain.names()[..8],
+            [
+                "NamespaceLifecycle",
+                "LimitRanger",
+                "ServiceAccount",
+                "NodeRestriction",
+                "TaintNodesByCondition",
+                "PodSecurity",
+                "Priority",
+                "DefaultTolerationSeconds",
+            ]
+        );
+        assert_eq!(
+            chain.names()[chain.names().len() - 4..],
+            [
+                "MutatingAdmissionWebhook",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionWebhook",
+                "ResourceQuota",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chain_is_built_from_upstreams_names_in_the_order_given() {
+        let chain = Chain::from_names(&["ResourceQuota", "NamespaceLifecycle"]).expect("known");
+        assert_eq!(chain.names(), ["ResourceQuota", "NamespaceLifecycle"]);
+        assert!(Chain::from_names(&[]).expect("empty").names().is_empty());
+        assert_eq!(
+            Chain::from_names(&["LimitRanger", "AlwaysPullImages"]).err(),
+            Some("unknown admission plugin \"AlwaysPullImages\"".to_string())
+        );
+        // Each plugin answers to the name it is built from.
+        for name in UPSTREAM_DEFAULT {
+            assert_eq!(plugin(name).map(|p| p.name()), Some(*name));
+        }
     }
 }

@@ -1,11 +1,14 @@
-//! The ServiceAccount admission plugin's token volume (upstream
-//! `plugin/pkg/admission/serviceaccount`): a new pod that may automount gets a projected
-//! `kube-api-access-<5 chars>` volume — a bound service-account token (3607 s), the
+//! Upstream's ServiceAccount admission plugin (`plugin/pkg/admission/serviceaccount`): a new
+//! pod that is not a mirror pod runs as `default` unless it names a service account, and one
+//! that may automount gets a projected `kube-api-access-<5 chars>` volume — a bound service-account token (3607 s), the
 //! cluster's `ca.crt` from `kube-root-ca.crt` and the pod's namespace — mounted read-only at
 //! `/var/run/secrets/kubernetes.io/serviceaccount` in every container and init container.
 
 use rand::Rng;
 use serde_json::{Value, json};
+
+use super::{Attributes, Context, Operation, Plugin};
+use crate::error::ApiError;
 
 /// Where the token, `ca.crt` and `namespace` appear in containers.
 pub const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -44,9 +47,53 @@ pub fn token_volume(name: &str) -> Value {
     })
 }
 
+/// The ServiceAccount plugin.
+pub struct ServiceAccount;
+
+#[async_trait::async_trait]
+impl Plugin for ServiceAccount {
+    fn name(&self) -> &'static str {
+        "ServiceAccount"
+    }
+
+    fn handles(&self, attributes: &Attributes<'_>) -> bool {
+        attributes.operation == Operation::Create && attributes.is_core("pods")
+    }
+
+    async fn admit(
+        &self,
+        _context: &Context<'_>,
+        _attributes: &Attributes<'_>,
+        pod: &mut Value,
+        _warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        default_name(pod);
+        mount_token(pod, &volume_name());
+        Ok(())
+    }
+}
+
+/// Names the `default` service account in a `pod` that names none, unless it is a mirror pod
+/// (which stays as its kubelet wrote it: a changed spec would make the kubelet replace it).
+/// The Pod strategy applies this to an update's body too, as it always has.
+pub fn default_name(pod: &mut Value) {
+    if !pod["metadata"]["annotations"][MIRROR_ANNOTATION].is_null() {
+        return;
+    }
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let named = spec
+        .get("serviceAccountName")
+        .is_some_and(|name| !name.is_null());
+    if !named {
+        spec.insert("serviceAccountName".into(), json!("default"));
+    }
+}
+
 /// Adds the token volume and its mounts to a new `pod` (named `volume`), unless it is a
 /// mirror pod, opts out with `automountServiceAccountToken: false`, or already has one.
-pub fn admit(pod: &mut Value, volume: &str) {
+pub fn mount_token(pod: &mut Value, volume: &str) {
     if !pod["metadata"]["annotations"][MIRROR_ANNOTATION].is_null() {
         return;
     }
@@ -108,7 +155,7 @@ mod tests {
             "initContainers": [{"name": "i"}],
             "containers": [{"name": "a"}, {"name": "b", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}],
         }});
-        admit(&mut pod, "kube-api-access-abcde");
+        mount_token(&mut pod, "kube-api-access-abcde");
         let volumes = pod["spec"]["volumes"].as_array().expect("volumes");
         assert_eq!(volumes.len(), 1);
         assert_eq!(volumes[0], token_volume("kube-api-access-abcde"));
@@ -122,7 +169,7 @@ mod tests {
         assert_eq!(pod["spec"]["containers"][1]["volumeMounts"][1], mount);
         // Admitting again changes nothing.
         let before = pod.clone();
-        admit(&mut pod, "kube-api-access-zzzzz");
+        mount_token(&mut pod, "kube-api-access-zzzzz");
         assert_eq!(pod, before);
     }
 
@@ -134,18 +181,46 @@ mod tests {
                    "spec": {"containers": [{"name": "a"}]}}),
         ] {
             let mut admitted = pod.clone();
-            admit(&mut admitted, "kube-api-access-abcde");
+            mount_token(&mut admitted, "kube-api-access-abcde");
             assert_eq!(admitted, pod);
         }
         let mut own = json!({"spec": {"containers": [{"name": "a",
             "volumeMounts": [{"name": "mine", "mountPath": MOUNT_PATH}]}]}});
-        admit(&mut own, "kube-api-access-abcde");
+        mount_token(&mut own, "kube-api-access-abcde");
         assert_eq!(
             own["spec"]["containers"][0]["volumeMounts"]
                 .as_array()
                 .map(Vec::len),
             Some(1)
         );
+    }
+
+    #[test]
+    fn pods_run_as_default_unless_they_name_an_account_or_are_mirrors() {
+        let mut unnamed = json!({"spec": {"containers": []}});
+        default_name(&mut unnamed);
+        assert_eq!(unnamed["spec"]["serviceAccountName"], "default");
+        let mut null = json!({"spec": {"serviceAccountName": null}});
+        default_name(&mut null);
+        assert_eq!(null["spec"]["serviceAccountName"], "default");
+        let mut named = json!({"spec": {"serviceAccountName": "web"}});
+        default_name(&mut named);
+        assert_eq!(named["spec"]["serviceAccountName"], "web");
+        let mirror = json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}},
+            "spec": {"containers": []}});
+        let mut admitted = mirror.clone();
+        default_name(&mut admitted);
+        assert_eq!(admitted, mirror);
+    }
+
+    #[test]
+    fn only_pod_creates_are_its_business() {
+        use super::super::testing::attributes;
+        let plugin = ServiceAccount;
+        assert!(plugin.handles(&attributes(Operation::Create, "", "pods", "")));
+        assert!(!plugin.handles(&attributes(Operation::Update, "", "pods", "")));
+        assert!(!plugin.handles(&attributes(Operation::Create, "", "pods", "eviction")));
+        assert!(!plugin.handles(&attributes(Operation::Create, "", "secrets", "")));
     }
 
     #[test]
