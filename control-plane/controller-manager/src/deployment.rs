@@ -29,12 +29,10 @@ use kube::core::{Selector, SelectorExt};
 use serde_json::{Value, json};
 
 use crate::expectations::Expectations;
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Index, Informer, Informers};
 use crate::pods;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every Deployment is looked at again without a change seen (also how late a
-/// progress deadline may be noticed).
-const RESYNC: Duration = Duration::from_secs(5);
 const MANAGER: &str = "deployment-controller";
 /// How long the controller waits for its caches to show its own writes before syncing a
 /// Deployment anyway (a conflict then tells it the cache is still behind).
@@ -71,27 +69,104 @@ const RESUMED_DEPLOY_REASON: &str = "DeploymentResumed";
 const MINIMUM_REPLICAS_AVAILABLE: &str = "MinimumReplicasAvailable";
 const MINIMUM_REPLICAS_UNAVAILABLE: &str = "MinimumReplicasUnavailable";
 
-/// Runs the controller until the task is aborted.
+/// Deployments synced at once (upstream's `--concurrent-deployment-syncs`).
+const CONCURRENT_SYNCS: usize = 5;
+
+/// Runs the controller until the task is aborted: a change to a Deployment, to a ReplicaSet
+/// it controls (or an orphan it may adopt), or a deleted pod of one of its ReplicaSets queues
+/// the Deployment's key (upstream's handlers); workers sync one key at a time each.
 pub async fn run(informers: Arc<Informers>) {
     let deployments = informers.get::<Deployment>();
     let sets = informers.get::<ReplicaSet>();
     let pods = informers.get::<Pod>();
+    let sets_by_namespace = sets.index(BY_NAMESPACE, namespace_of::<ReplicaSet>);
+    let pods_by_owner = pods.index(pods::BY_CONTROLLER_UID, pods::controller_uid::<Pod>);
     let client = informers.client().clone();
+    let queue = Arc::new(WorkQueue::new("deployment"));
     let expectations = Expectations::default();
-    let mut unseen = UnseenWrites::default();
-    let mut triggers = Triggers::new(RESYNC).on(&deployments).on(&sets).on(&pods);
-    loop {
-        triggers.next().await;
-        // With all caches filled only: an empty ReplicaSet cache would mean "create one".
-        if deployments.is_ready() && sets.is_ready() && pods.is_ready() {
-            let caches = Caches {
-                deployments: &deployments,
-                sets: &sets,
-                pods: &pods,
-            };
-            sync_all(&client, caches, &expectations, &mut unseen).await;
+    let unseen = Mutex::new(UnseenWrites::default());
+
+    let on_deployment = queue.clone();
+    deployments.on_change(move |change| {
+        for d in change.objects() {
+            on_deployment.add(pods::key(&d.metadata));
         }
-    }
+    });
+    let on_set = queue.clone();
+    let all_deployments = deployments.clone();
+    sets.on_change(move |change| {
+        for rs in change.objects() {
+            match controller_ref(&rs.metadata) {
+                Some(owner) if owner.kind == "Deployment" => {
+                    let namespace = rs.metadata.namespace.as_deref().unwrap_or("");
+                    on_set.add(format!("{namespace}/{}", owner.name));
+                }
+                Some(_) => {}
+                // An orphan: every Deployment that selects it may adopt it.
+                None => {
+                    for d in adopters(&all_deployments, rs) {
+                        on_set.add(d);
+                    }
+                }
+            }
+        }
+    });
+    // Recreate waits for the old pods to be gone: a deleted pod may unblock its Deployment.
+    let on_pod = queue.clone();
+    let owning_sets = sets.clone();
+    pods.on_change(move |change| {
+        let (Some(pod), None) = (change.old, change.new) else {
+            return;
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+        let owner = pods::controller_of(&pod.metadata, "ReplicaSet")
+            .and_then(|owner| owning_sets.get(namespace, &owner.name))
+            .and_then(|rs| pods::controller_key(&rs.metadata, "Deployment"));
+        if let Some(key) = owner {
+            on_pod.add(key);
+        }
+    });
+
+    // With all caches filled only: an empty ReplicaSet cache would mean "create one".
+    deployments.ready().await;
+    sets.ready().await;
+    pods.ready().await;
+    let caches = Caches {
+        deployments: &deployments,
+        sets: &sets,
+        sets_by_namespace: &sets_by_namespace,
+        pods_by_owner: &pods_by_owner,
+    };
+    run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        sync_key(&client, caches, &expectations, &unseen, key)
+    })
+    .await
+}
+
+/// The name of the index of objects by namespace.
+const BY_NAMESPACE: &str = "namespace";
+
+fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
+    vec![object.meta().namespace.clone().unwrap_or_default()]
+}
+
+/// The keys of the Deployments in an orphan ReplicaSet's namespace whose selector matches it.
+fn adopters(deployments: &Informer<Deployment>, rs: &ReplicaSet) -> Vec<String> {
+    let namespace = rs.metadata.namespace.as_deref().unwrap_or("");
+    let labels = rs.metadata.labels.clone().unwrap_or_default();
+    deployments
+        .list()
+        .into_iter()
+        .filter(|d| d.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|d| {
+            d.spec
+                .as_ref()
+                .filter(|spec| !crate::selectors::is_empty(&spec.selector))
+                .and_then(|spec| Selector::try_from(spec.selector.clone()).ok())
+                .is_some_and(|selector| selector.matches(&labels))
+        })
+        .map(|d| pods::key(&d.metadata))
+        .collect()
 }
 
 /// The caches the controller reads.
@@ -99,68 +174,64 @@ pub async fn run(informers: Arc<Informers>) {
 struct Caches<'a> {
     deployments: &'a Informer<Deployment>,
     sets: &'a Informer<ReplicaSet>,
-    pods: &'a Informer<Pod>,
+    sets_by_namespace: &'a Index<ReplicaSet>,
+    pods_by_owner: &'a Index<Pod>,
 }
 
-async fn sync_all(
+/// Syncs the Deployment `key` from the caches.
+async fn sync_key(
     client: &kube::Client,
     caches: Caches<'_>,
     expectations: &Expectations,
-    unseen: &mut UnseenWrites,
-) {
-    let Caches {
-        deployments,
-        sets,
-        pods,
-    } = caches;
-    let all_sets = sets.list();
-    let mut sets_by_namespace: HashMap<&str, Vec<&ReplicaSet>> = HashMap::new();
-    for set in &all_sets {
-        let namespace = set.metadata.namespace.as_deref().unwrap_or("");
-        sets_by_namespace.entry(namespace).or_default().push(set);
+    unseen: &Mutex<UnseenWrites>,
+    key: String,
+) -> SyncResult<Requeue> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(deployment) = caches.deployments.get(namespace, name) else {
+        expectations.forget(&key);
+        unseen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_deployment
+            .remove(&key);
+        return Ok(Requeue::No);
+    };
+    let caught_up = expectations.satisfied(
+        &key,
+        |rs| caches.sets.get(namespace, rs).is_some(),
+        |_| true,
+    );
+    if !caught_up {
+        return Ok(Requeue::After(expectations.remaining(&key)));
     }
-    let all_pods = pods.list();
-    let mut pods_by_owner: HashMap<&str, Vec<&Pod>> = HashMap::new();
-    for pod in &all_pods {
-        if let Some(owner) = pods::controller_of(&pod.metadata, "ReplicaSet") {
-            pods_by_owner
-                .entry(owner.uid.as_str())
-                .or_default()
-                .push(pod);
-        }
+    if let Some(wait) = unseen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .unseen_for(&key, namespace, caches)
+    {
+        // The ReplicaSet and Deployment events that show the writes queue it again.
+        return Ok(Requeue::After(wait));
     }
-    let listed = deployments.list();
-    let live: std::collections::HashSet<String> =
-        listed.iter().map(|d| pods::key(&d.metadata)).collect();
-    unseen.by_deployment.retain(|key, _| live.contains(key));
-    for deployment in listed {
-        let key = pods::key(&deployment.metadata);
-        let namespace = deployment.metadata.namespace.as_deref().unwrap_or("");
-        let caught_up =
-            expectations.satisfied(&key, |name| sets.get(namespace, name).is_some(), |_| true);
-        if !caught_up || !unseen.seen(&key, namespace, caches) {
-            continue;
-        }
-        let candidates: Vec<ReplicaSet> = sets_by_namespace
-            .get(namespace)
-            .map(|sets| sets.iter().map(|s| (*s).clone()).collect())
-            .unwrap_or_default();
-        let mut sync = DeploymentSync {
-            client,
-            expectations,
-            key: key.clone(),
-            d: (*deployment).clone(),
-            writes: Mutex::default(),
-        };
-        let outcome = sync.sync_deployment(candidates, &pods_by_owner).await;
-        unseen.record(
-            &key,
-            sync.writes.into_inner().unwrap_or_else(|p| p.into_inner()),
-        );
-        if let Err(err) = outcome {
-            tracing::info!(deployment = %key, %err, "deployment sync failed; retrying");
-        }
-    }
+    let candidates: Vec<ReplicaSet> = caches
+        .sets_by_namespace
+        .get(namespace)
+        .iter()
+        .map(|rs| (**rs).clone())
+        .collect();
+    let mut sync = DeploymentSync {
+        client,
+        expectations,
+        key: key.clone(),
+        d: (*deployment).clone(),
+        writes: Mutex::default(),
+        requeue: Requeue::No,
+    };
+    let outcome = sync.sync_deployment(candidates, caches.pods_by_owner).await;
+    unseen.lock().unwrap_or_else(|p| p.into_inner()).record(
+        &key,
+        sync.writes.into_inner().unwrap_or_else(|p| p.into_inner()),
+    );
+    outcome.map(|()| sync.requeue)
 }
 
 /// Updates this controller made that its caches may not show yet, per Deployment.
@@ -190,11 +261,15 @@ impl UnseenWrites {
         }
     }
 
-    /// Whether the caches show every write made for `deployment` (or it timed out).
-    fn seen(&mut self, deployment: &str, namespace: &str, caches: Caches<'_>) -> bool {
-        let Some((since, writes)) = self.by_deployment.get(deployment) else {
-            return true;
-        };
+    /// `None` when the caches show every write made for `deployment` (or they timed out),
+    /// else how long they may still hold it back.
+    fn unseen_for(
+        &mut self,
+        deployment: &str,
+        namespace: &str,
+        caches: Caches<'_>,
+    ) -> Option<Duration> {
+        let (since, writes) = self.by_deployment.get(deployment)?;
         let version = |write: &Write| match write.kind {
             WrittenKind::Deployment => caches
                 .deployments
@@ -206,11 +281,12 @@ impl UnseenWrites {
                 .and_then(|rs| rs.metadata.resource_version.clone()),
         };
         let seen = writes.iter().all(|w| version(w) != w.replaced);
-        if seen || since.elapsed() > UNSEEN_WRITE_TIMEOUT {
+        let waited = since.elapsed();
+        if seen || waited > UNSEEN_WRITE_TIMEOUT {
             self.by_deployment.remove(deployment);
-            return true;
+            return None;
         }
-        false
+        Some(UNSEEN_WRITE_TIMEOUT - waited)
     }
 }
 
@@ -223,6 +299,8 @@ struct DeploymentSync<'a> {
     d: Deployment,
     /// What this sync updated, for [`UnseenWrites`].
     writes: Mutex<Vec<Write>>,
+    /// When to look at the Deployment again without an event (its progress deadline).
+    requeue: Requeue,
 }
 
 type SyncResult<T> = Result<T, kube::Error>;
@@ -255,7 +333,7 @@ impl DeploymentSync<'_> {
     async fn sync_deployment(
         &mut self,
         candidates: Vec<ReplicaSet>,
-        pods_by_owner: &HashMap<&str, Vec<&Pod>>,
+        pods_by_owner: &Index<Pod>,
     ) -> SyncResult<()> {
         let label_selector = self
             .d
@@ -301,9 +379,10 @@ impl DeploymentSync<'_> {
                     .filter_map(|rs| rs.metadata.uid.clone())
                     .map(|uid| {
                         let owned = pods_by_owner
-                            .get(uid.as_str())
-                            .map(|p| p.iter().map(|p| (*p).clone()).collect())
-                            .unwrap_or_default();
+                            .get(&uid)
+                            .iter()
+                            .map(|p| (**p).clone())
+                            .collect();
                         (uid, owned)
                     })
                     .collect();
@@ -886,6 +965,9 @@ impl DeploymentSync<'_> {
         match replica_failure(all, new_rs) {
             Some(condition) => set_condition(&mut status, condition),
             None => remove_condition(&mut status, REPLICA_FAILURE),
+        }
+        if let Some(wait) = until_stuck(&self.d, &status, Timestamp::now()) {
+            self.requeue = Requeue::After(wait);
         }
         if self.d.status.as_ref() == Some(&status) {
             return Ok(());
@@ -1789,6 +1871,31 @@ fn progress(
             new_condition(PROGRESSING, "False", TIMED_OUT_REASON, &message),
         );
     }
+}
+
+/// Upstream `requeueStuckDeployment`: how long until a rollout still progressing would pass
+/// its deadline, when nothing else happens first (no event announces a deadline).
+fn until_stuck(d: &Deployment, status: &DeploymentStatus, now: Timestamp) -> Option<Duration> {
+    let condition = get_condition(status, PROGRESSING)?;
+    if !has_progress_deadline(d)
+        || deployment_complete(d, status)
+        || matches!(
+            condition.reason.as_deref(),
+            Some(NEW_RS_AVAILABLE_REASON | TIMED_OUT_REASON)
+        )
+    {
+        return None;
+    }
+    let deadline = d.spec.as_ref()?.progress_deadline_seconds?;
+    let since = condition.last_update_time.as_ref()?.0;
+    let limit = since
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
+            deadline,
+        )))
+        .ok()?;
+    let left = now.duration_until(limit);
+    // Just after the limit, so the next sync finds it passed.
+    Some(Duration::try_from(left).unwrap_or(Duration::ZERO) + Duration::from_millis(100))
 }
 
 /// Upstream `DeploymentComplete`.

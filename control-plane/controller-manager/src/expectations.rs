@@ -37,6 +37,37 @@ impl Expectations {
         });
     }
 
+    /// Records that the caches show `owner`'s object `name` created (upstream's
+    /// `CreationObserved`, called from the owned kind's add handler: a create observed and
+    /// then deleted before the owner's next sync still counts).
+    pub fn seen_created(&self, owner: &str, name: &str) {
+        self.observe(owner, |p| p.creates.remove(name));
+    }
+
+    /// Records that the caches show `owner`'s object `name` deleted or terminating.
+    pub fn seen_deleted(&self, owner: &str, name: &str) {
+        self.observe(owner, |p| p.deletes.remove(name));
+    }
+
+    fn observe(&self, owner: &str, change: impl FnOnce(&mut Pending) -> bool) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = pending.get_mut(owner) {
+            change(entry);
+        }
+    }
+
+    /// How long the writes `owner` still waits for may hold it back: when to look at it
+    /// again if no event comes first.
+    pub fn remaining(&self, owner: &str) -> Duration {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending
+            .get(owner)
+            .and_then(|p| p.since)
+            .map_or(Duration::ZERO, |since| {
+                EXPECTATION_TIMEOUT.saturating_sub(since.elapsed())
+            })
+    }
+
     fn update(&self, owner: &str, change: impl FnOnce(&mut Pending)) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let entry = pending.entry(owner.to_string()).or_default();

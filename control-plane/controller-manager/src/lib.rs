@@ -23,6 +23,7 @@ pub mod resourcequota;
 pub mod selectors;
 pub mod statefulset;
 pub mod storageprotection;
+pub mod workqueue;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;

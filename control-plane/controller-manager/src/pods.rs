@@ -49,6 +49,38 @@ pub fn controller_of<'a>(metadata: &'a ObjectMeta, kind: &str) -> Option<&'a Own
         .filter(|o| o.kind == kind)
 }
 
+/// The name of the index of objects by their controller's uid ([`controller_uid`]).
+pub const BY_CONTROLLER_UID: &str = "controller-uid";
+
+/// The uid of the object's controller (the owner reference marked `controller: true`), as an
+/// index value: objects found by the controller that owns them, whatever its kind.
+pub fn controller_uid<K: kube::Resource>(object: &K) -> Vec<String> {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+        .collect()
+}
+
+/// The key (`namespace/name`) of the object's controller when it is of `kind`: what an
+/// owned object's change enqueues.
+pub fn controller_key(metadata: &ObjectMeta, kind: &str) -> Option<String> {
+    let owner = controller_of(metadata, kind)?;
+    Some(format!(
+        "{}/{}",
+        metadata.namespace.as_deref().unwrap_or(""),
+        owner.name
+    ))
+}
+
+/// Splits a `namespace/name` key (namespace empty for cluster-scoped objects).
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
 /// A controller reference to `owner` (`blockOwnerDeletion` set, as upstream's controllers do).
 pub fn controller_reference(api_version: &str, kind: &str, owner: &ObjectMeta) -> OwnerReference {
     OwnerReference {

@@ -4,107 +4,122 @@
 //! out in upstream's slow-start batches (1, 2, 4, …), and expectations keep a pass that runs
 //! before the watch has caught up from creating duplicates.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PostParams};
 use serde_json::json;
 
 use crate::expectations::Expectations;
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Change, Index, Informer, Informers};
 use crate::pods;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every ReplicaSet is looked at again without a change seen.
-const RESYNC: Duration = Duration::from_secs(5);
 const MANAGER: &str = "replicaset-controller";
 /// The largest batch of pod creates in flight at once (upstream's burst).
 const MAX_BATCH: usize = 500;
-/// ReplicaSets synced at once.
-const CONCURRENT_SYNCS: usize = 16;
+/// ReplicaSets synced at once (upstream's `--concurrent-replicaset-syncs`).
+const CONCURRENT_SYNCS: usize = 5;
 
-/// Runs the controller until the task is aborted.
+/// Runs the controller until the task is aborted: a change to a ReplicaSet, or to a pod it
+/// controls, queues that ReplicaSet's key; workers sync one key at a time each.
 pub async fn run(informers: Arc<Informers>) {
     let sets = informers.get::<ReplicaSet>();
     let pods = informers.get::<Pod>();
+    let owned = pods.index(pods::BY_CONTROLLER_UID, pods::controller_uid::<Pod>);
     let client = informers.client().clone();
-    let expectations = Expectations::default();
-    let mut triggers = Triggers::new(RESYNC).on(&sets).on(&pods);
-    loop {
-        triggers.next().await;
-        // Only with both caches filled: an empty pod cache would mean "create every replica".
-        if sets.is_ready() && pods.is_ready() {
-            sync_all(&client, &sets, &pods, &expectations).await;
+    let queue = Arc::new(WorkQueue::new("replicaset"));
+    let expectations = Arc::new(Expectations::default());
+    let set_queue = queue.clone();
+    sets.on_change(move |change| {
+        for set in change.objects() {
+            set_queue.add(pods::key(&set.metadata));
+        }
+    });
+    let pod_queue = queue.clone();
+    let seen = expectations.clone();
+    pods.on_change(move |change| {
+        observe_pod(&seen, change);
+        for pod in change.objects() {
+            if let Some(owner) = pods::controller_key(&pod.metadata, "ReplicaSet") {
+                pod_queue.add(owner);
+            }
+        }
+    });
+    // Only with both caches filled: an empty pod cache would mean "create every replica".
+    sets.ready().await;
+    pods.ready().await;
+    run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        sync_key(&client, &sets, &owned, &expectations, key)
+    })
+    .await
+}
+
+/// Lowers the expectations of a pod's controller as its creates and deletes are seen.
+pub(crate) fn observe_pod(expectations: &Expectations, change: &Change<'_, Pod>) {
+    let Some(pod) = change.new.or(change.old) else {
+        return;
+    };
+    let (Some(owner), Some(name)) = (
+        pods::controller_key(&pod.metadata, "ReplicaSet"),
+        pod.metadata.name.as_deref(),
+    ) else {
+        return;
+    };
+    match (change.old, change.new) {
+        (None, Some(_)) => expectations.seen_created(&owner, name),
+        (_, None) => expectations.seen_deleted(&owner, name),
+        (Some(old), Some(new)) => {
+            if old.metadata.deletion_timestamp.is_none()
+                && new.metadata.deletion_timestamp.is_some()
+            {
+                expectations.seen_deleted(&owner, name);
+            }
         }
     }
 }
 
-async fn sync_all(
+/// Syncs the ReplicaSet `key` from the caches.
+async fn sync_key(
     client: &kube::Client,
     sets: &Informer<ReplicaSet>,
-    pods: &Informer<Pod>,
+    owned: &Index<Pod>,
     expectations: &Expectations,
-) {
-    let all_pods = pods.list();
-    let mut owned: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
-    for pod in &all_pods {
-        if let Some(owner) = pods::controller_of(&pod.metadata, "ReplicaSet") {
-            owned.entry(owner.uid.as_str()).or_default().push(pod);
-        }
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(set) = sets.get(namespace, name) else {
+        expectations.forget(&key);
+        return Ok(Requeue::No);
+    };
+    let uid = set.metadata.uid.as_deref().unwrap_or("");
+    let pods_now = owned.get(uid);
+    let caught_up = expectations.satisfied(
+        &key,
+        |pod| {
+            pods_now
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(pod))
+        },
+        |pod| {
+            !pods_now.iter().any(|p| {
+                p.metadata.name.as_deref() == Some(pod) && p.metadata.deletion_timestamp.is_none()
+            })
+        },
+    );
+    if !caught_up {
+        // Its pods' events queue it again; the timeout is the backstop.
+        return Ok(Requeue::After(expectations.remaining(&key)));
     }
-    let sets_now = sets.list();
-    let mut shrinking: Vec<BoxFuture<'_, ()>> = Vec::new();
-    let mut others: Vec<BoxFuture<'_, ()>> = Vec::new();
-    for set in &sets_now {
-        let key = pods::key(&set.metadata);
-        let namespace = set.metadata.namespace.as_deref().unwrap_or("");
-        let caught_up = expectations.satisfied(
-            &key,
-            |name| pods.get(namespace, name).is_some(),
-            |name| {
-                pods.get(namespace, name)
-                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-            },
-        );
-        if !caught_up {
-            continue;
-        }
-        let uid = set.metadata.uid.as_deref().unwrap_or("");
-        let active: Vec<&Pod> = owned
-            .remove(uid)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| pods::is_active(p))
-            .collect();
-        let queue = if active.len() > wanted_replicas(set) {
-            &mut shrinking
-        } else {
-            &mut others
-        };
-        queue.push(
-            async move {
-                if let Err(err) = sync(client, set, active, expectations).await {
-                    tracing::info!(replicaset = %key, %err, "replicaset sync failed; retrying");
-                }
-            }
-            .boxed(),
-        );
-    }
-    // Scale-downs go first: a Deployment rolling with maxSurge shrinks its old set before it
-    // grows the new one, and when both changes reach one pass, deleting first keeps the pods
-    // that exist within the surge (upstream's per-set queue does so only by timing).
-    // ReplicaSets are otherwise independent: syncing several at once keeps a large scale-up
-    // of one from holding up the others.
-    for syncs in [shrinking, others] {
-        futures::stream::iter(syncs)
-            .buffer_unordered(CONCURRENT_SYNCS)
-            .collect::<Vec<()>>()
-            .await;
-    }
+    let active: Vec<&Pod> = pods_now
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| pods::is_active(p))
+        .collect();
+    sync(client, &set, active, expectations).await
 }
 
 /// `spec.replicas` (default 1).
@@ -123,12 +138,12 @@ async fn sync(
     set: &ReplicaSet,
     mut active: Vec<&Pod>,
     expectations: &Expectations,
-) -> Result<(), kube::Error> {
+) -> Result<Requeue, kube::Error> {
     let (Some(name), Some(namespace)) = (&set.metadata.name, &set.metadata.namespace) else {
-        return Ok(());
+        return Ok(Requeue::No);
     };
     if set.metadata.deletion_timestamp.is_some() {
-        return Ok(());
+        return Ok(Requeue::No);
     }
     let key = pods::key(&set.metadata);
     let spec = set.spec.as_ref();
@@ -137,9 +152,10 @@ async fn sync(
     // the next sync sees what this one created or deleted.
     let replicas = active.len();
     let ready = active.iter().filter(|p| pods::is_ready(p)).count();
+    let min_ready_seconds = spec.and_then(|s| s.min_ready_seconds).unwrap_or(0);
     let available = active
         .iter()
-        .filter(|p| is_available(p, spec.and_then(|s| s.min_ready_seconds).unwrap_or(0)))
+        .filter(|p| is_available(p, min_ready_seconds))
         .count();
     let labeled = active
         .iter()
@@ -202,7 +218,14 @@ async fn sync(
         sets.patch_status(name, &pods::manager(MANAGER), &Patch::Merge(&status))
             .await?;
     }
-    Ok(())
+    // Ready pods become available only once minReadySeconds have passed, which no event
+    // announces: look again then (upstream's AddAfter).
+    if min_ready_seconds > 0 && ready > available {
+        return Ok(Requeue::After(Duration::from_secs(
+            u64::try_from(min_ready_seconds).unwrap_or(0),
+        )));
+    }
+    Ok(Requeue::No)
 }
 
 /// Ready for at least `min_ready_seconds` (upstream's IsPodAvailable).
