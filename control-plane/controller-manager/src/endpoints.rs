@@ -3,35 +3,161 @@
 //! EndpointSlice listing the IPs of the pods it selects, ready or not, and they follow the pods
 //! as they come, go and change readiness.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Index, Informer, Informers};
+use crate::pods;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every Service is looked at again without a change seen.
-const RESYNC: Duration = Duration::from_secs(5);
 /// The label upstream puts on the slices its controller manages.
 const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+/// The label this controller puts on the Endpoints it writes.
+const MANAGED: &str = "endpoints.flotilla.io/managed";
+/// Services synced at once (upstream's `--concurrent-endpoint-syncs`).
+const CONCURRENT_SYNCS: usize = 5;
+/// The name of the index of objects by namespace (the same name and function in the
+/// disruption, quota and storage-protection controllers, so one index serves them all).
+const BY_NAMESPACE: &str = "by-namespace";
 
-/// Runs both controllers until the task is aborted.
+fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
+    vec![object.meta().namespace.clone().unwrap_or_default()]
+}
+
+/// Runs both controllers until the task is aborted: a change to a Service, to its Endpoints,
+/// or to a pod it selects (before or after the change) queues the Service's key (upstream's
+/// handlers); workers sync one Service at a time each.
 pub async fn run(informers: Arc<Informers>) {
     let services = informers.get::<Service>();
     let pods = informers.get::<Pod>();
     let endpoints = informers.get::<Endpoints>();
+    let services_by_namespace = services.index(BY_NAMESPACE, namespace_of::<Service>);
+    let pods_by_namespace = pods.index(BY_NAMESPACE, namespace_of::<Pod>);
     let client = informers.client().clone();
-    let mut triggers = Triggers::new(RESYNC).on(&services).on(&pods).on(&endpoints);
-    loop {
-        triggers.next().await;
-        if services.is_ready() && pods.is_ready() && endpoints.is_ready() {
-            sync_all(&client, &services, &pods, &endpoints).await;
+    let queue = Arc::new(WorkQueue::new("endpoint"));
+
+    let on_service = queue.clone();
+    services.on_change(move |change| {
+        for service in change.objects() {
+            on_service.add(pods::key(&service.metadata));
         }
+    });
+    let on_pod = queue.clone();
+    let selecting = services_by_namespace.clone();
+    pods.on_change(move |change| {
+        let Some(pod) = change.new.or(change.old) else {
+            return;
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+        let candidates = selecting.get(namespace);
+        for key in pod_service_memberships(&candidates, change.old, change.new) {
+            on_pod.add(key);
+        }
+    });
+    // A deleted Endpoints is written again; one left behind by a deleted Service goes
+    // (upstream's onEndpointsDelete and checkLeftoverEndpoints).
+    let on_endpoints = queue.clone();
+    endpoints.on_change(move |change| {
+        for object in change.objects() {
+            on_endpoints.add(pods::key(&object.metadata));
+        }
+    });
+
+    services.ready().await;
+    pods.ready().await;
+    endpoints.ready().await;
+    run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        sync_key(&client, &services, &pods_by_namespace, &endpoints, key)
+    })
+    .await
+}
+
+/// Upstream's getPodServiceMemberships over a pod change: the keys of the Services among
+/// `services` (those of the pod's namespace) whose selector matches the pod before or after
+/// it, or none when nothing a Service's endpoints show changed.
+fn pod_service_memberships(
+    services: &[Arc<Service>],
+    old: Option<&Pod>,
+    new: Option<&Pod>,
+) -> BTreeSet<String> {
+    if let (Some(old), Some(new)) = (old, new)
+        && old.metadata.labels == new.metadata.labels
+        && same_endpoint_view(old, new)
+    {
+        return BTreeSet::new();
     }
+    services
+        .iter()
+        .filter(|service| {
+            service
+                .spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .filter(|s| !s.is_empty())
+                .is_some_and(|selector| old.into_iter().chain(new).any(|p| selects(selector, p)))
+        })
+        .map(|service| pods::key(&service.metadata))
+        .collect()
+}
+
+/// Whether what a pod's Services' Endpoints and EndpointSlices show of it is the same in
+/// `a` and `b` (upstream's podChanged, labels aside).
+fn same_endpoint_view(a: &Pod, b: &Pod) -> bool {
+    let view = |pod: &Pod| {
+        let spec = pod.spec.as_ref();
+        (
+            pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
+            pods::is_ready(pod),
+            pods::is_finished(pod),
+            pod.metadata.deletion_timestamp.is_some(),
+            pod.metadata.uid.clone(),
+            spec.and_then(|s| s.node_name.clone()),
+            spec.map(|s| {
+                s.containers
+                    .iter()
+                    .map(|c| c.ports.clone())
+                    .collect::<Vec<_>>()
+            }),
+        )
+    };
+    view(a) == view(b)
+}
+
+/// Syncs the Service `key`: its Endpoints and EndpointSlice, or their removal once it is
+/// gone.
+async fn sync_key(
+    client: &kube::Client,
+    services: &Informer<Service>,
+    pods_by_namespace: &Index<Pod>,
+    endpoints: &Informer<Endpoints>,
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let (namespace, name) = pods::split_key(&key);
+    if let Some(service) = services.get(namespace, name) {
+        let members = pods_by_namespace.get(namespace);
+        sync(client, &service, &members, endpoints).await?;
+        return Ok(Requeue::No);
+    }
+    // Endpoints this controller wrote for a Service that is gone.
+    let managed = endpoints.get(namespace, name).is_some_and(|stale| {
+        stale
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.get(MANAGED).map(String::as_str) == Some("true"))
+    });
+    if managed {
+        let api: Api<Endpoints> = Api::namespaced(client.clone(), namespace);
+        pods::delete(&api, name, &DeleteParams::default()).await?;
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+        pods::delete(&slices, name, &DeleteParams::default()).await?;
+    }
+    Ok(Requeue::No)
 }
 
 fn selects(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {
@@ -62,47 +188,11 @@ fn target_port(service_port: &Value, pod: &Pod) -> Option<i64> {
     }
 }
 
-async fn sync_all(
-    client: &kube::Client,
-    services: &Informer<Service>,
-    pods: &Informer<Pod>,
-    endpoints: &Informer<Endpoints>,
-) {
-    let services = services.list();
-    let pods = pods.list();
-    for service in &services {
-        if let Err(err) = sync(client, service, &pods, endpoints).await {
-            tracing::info!(service = ?service.metadata.name, %err, "endpoints sync failed; retrying");
-        }
-    }
-    // Endpoints this controller wrote for Services that are gone.
-    for stale in endpoints.list() {
-        let (Some(name), Some(namespace)) = (&stale.metadata.name, &stale.metadata.namespace)
-        else {
-            continue;
-        };
-        let managed =
-            stale.metadata.labels.as_ref().is_some_and(|l| {
-                l.get("endpoints.flotilla.io/managed") == Some(&"true".to_string())
-            });
-        let exists = services.iter().any(|s| {
-            s.metadata.name.as_ref() == Some(name)
-                && s.metadata.namespace.as_ref() == Some(namespace)
-        });
-        if managed && !exists {
-            let api: Api<Endpoints> = Api::namespaced(client.clone(), namespace);
-            let _ = api.delete(name, &DeleteParams::default()).await;
-            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
-            let _ = slices.delete(name, &DeleteParams::default()).await;
-        }
-    }
-}
-
 /// One Service: its Endpoints and EndpointSlice, written when they differ.
 async fn sync(
     client: &kube::Client,
     service: &Service,
-    pods: &[std::sync::Arc<Pod>],
+    pods: &[Arc<Pod>],
     endpoints: &Informer<Endpoints>,
 ) -> Result<(), kube::Error> {
     let (Some(name), Some(namespace)) = (&service.metadata.name, &service.metadata.namespace)
@@ -205,7 +295,7 @@ async fn sync(
     }
     let object: Endpoints = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"endpoints.flotilla.io/managed": "true"}},
+                     "labels": {MANAGED: "true"}},
         "subsets": subsets,
     }))
     .map_err(kube::Error::SerdeError)?;
@@ -280,4 +370,57 @@ async fn write_slice(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(name: &str, selector: serde_json::Value) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"selector": selector},
+            }))
+            .unwrap_or_else(|e| panic!("{e}")),
+        )
+    }
+
+    fn pod(labels: serde_json::Value, ip: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": labels},
+            "status": {"podIP": ip},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_pod_change_queues_the_services_selecting_it_before_or_after() {
+        let services = [
+            service("web", json!({"app": "web"})),
+            service("api", json!({"app": "api"})),
+            service("all-web", json!({"tier": "front"})),
+            service("manual", json!({})),
+        ];
+        let keys = |old: Option<&Pod>, new: Option<&Pod>| {
+            pod_service_memberships(&services, old, new)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        let web = pod(json!({"app": "web", "tier": "front"}), "10.0.0.1");
+        assert_eq!(keys(None, Some(&web)), ["ns/all-web", "ns/web"]);
+        assert_eq!(keys(Some(&web), None), ["ns/all-web", "ns/web"]);
+        // Relabelled from web to api: both the Service it left and the one it joined.
+        let api = pod(json!({"app": "api"}), "10.0.0.1");
+        assert_eq!(
+            keys(Some(&web), Some(&api)),
+            ["ns/all-web", "ns/api", "ns/web"]
+        );
+        // A new IP matters; a change no Endpoints shows does not.
+        let moved = pod(json!({"app": "web", "tier": "front"}), "10.0.0.2");
+        assert_eq!(keys(Some(&web), Some(&moved)), ["ns/all-web", "ns/web"]);
+        let mut annotated = web.clone();
+        annotated.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
+        assert!(keys(Some(&web), Some(&annotated)).is_empty());
+    }
 }
