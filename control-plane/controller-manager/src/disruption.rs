@@ -5,7 +5,7 @@
 //! DisruptionAllowed condition — which the eviction API reads. It also resets stale
 //! DisruptionTarget conditions of pods whose deletion never came.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +19,10 @@ use kube::api::{Api, Patch, PostParams};
 use kube::core::SelectorExt;
 use serde_json::json;
 
-use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
+use crate::informers::{Index, Informer, Informers};
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 use crate::{pods, selectors};
 
-/// How often every budget is recomputed without a change seen (it also expires
-/// `disruptedPods` entries and stale conditions).
-const RESYNC: Duration = Duration::from_secs(5);
 /// Upstream's DeletionTimeout: how long a granted eviction keeps its pod out of the healthy
 /// count before the controller assumes it will not happen.
 const DELETION_TIMEOUT: SignedDuration = SignedDuration::from_secs(2 * 60);
@@ -33,8 +31,20 @@ const STALE_DISRUPTION_TIMEOUT: SignedDuration = SignedDuration::from_secs(2 * 6
 const MANAGER: &str = "disruption-controller";
 /// The condition type the eviction API and kubectl read.
 pub const DISRUPTION_ALLOWED: &str = "DisruptionAllowed";
+/// Budgets synced at once (upstream runs one worker per queue).
+const CONCURRENT_SYNCS: usize = 2;
+/// The name of the index of objects by namespace (the same name and function in the
+/// endpoints, quota and storage-protection controllers, so one index serves them all).
+const BY_NAMESPACE: &str = "by-namespace";
 
-/// Runs the controller until the task is aborted.
+fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
+    vec![object.meta().namespace.clone().unwrap_or_default()]
+}
+
+/// Runs the controller until the task is aborted: a change to a budget, or to a pod it
+/// selects (before or after the change), queues the budget's key; a pod with a
+/// DisruptionTarget condition queues itself on a second queue, whose worker resets the
+/// condition once it is stale (upstream's handlers and queues).
 pub async fn run(informers: Arc<Informers>) {
     let caches = Caches {
         budgets: informers.get::<PodDisruptionBudget>(),
@@ -43,20 +53,81 @@ pub async fn run(informers: Arc<Informers>) {
         deployments: informers.get::<Deployment>(),
         stateful_sets: informers.get::<StatefulSet>(),
     };
+    let budgets_by_namespace = caches
+        .budgets
+        .index(BY_NAMESPACE, namespace_of::<PodDisruptionBudget>);
+    let pods_by_namespace = caches.pods.index(BY_NAMESPACE, namespace_of::<Pod>);
     let client = informers.client().clone();
-    let mut triggers = Triggers::new(RESYNC)
-        .at_most_every(RELAXED_PASS_INTERVAL)
-        .on(&caches.budgets)
-        .on(&caches.pods)
-        .on(&caches.replica_sets)
-        .on(&caches.deployments)
-        .on(&caches.stateful_sets);
-    loop {
-        triggers.next().await;
-        if caches.is_ready() {
-            sync_all(&client, &caches).await;
+    let queue = Arc::new(WorkQueue::new("disruption"));
+    let stale_queue = Arc::new(WorkQueue::new("stale_pod_disruption"));
+
+    let on_budget = queue.clone();
+    caches.budgets.on_change(move |change| {
+        for budget in change.objects() {
+            on_budget.add(pods::key(&budget.metadata));
         }
-    }
+    });
+    let on_pod = queue.clone();
+    let on_stale = stale_queue.clone();
+    caches.pods.on_change(move |change| {
+        let Some(pod) = change.new.or(change.old) else {
+            return;
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+        let budgets = budgets_by_namespace.get(namespace);
+        for key in budgets_selecting(&budgets, change.old, change.new) {
+            on_pod.add(key);
+        }
+        if let Some(pod) = change.new
+            && disruption_target_since(pod).is_some()
+        {
+            on_stale.add(pods::key(&pod.metadata));
+        }
+    });
+
+    // The controllers' caches are read for their scale only: a scale change shows in the
+    // pods' events that follow it (upstream has no handlers on them either).
+    caches.ready().await;
+    let caches = &caches;
+    let budget_workers = run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        sync_key(&client, caches, &pods_by_namespace, key)
+    });
+    let stale_workers = run_workers(&stale_queue, 1, |key: String| {
+        sync_stale_pod_disruption(&client, &caches.pods, key)
+    });
+    futures::future::join(budget_workers, stale_workers).await;
+}
+
+/// The keys of the budgets among `budgets` (those of the pod's namespace) whose selector
+/// matches the pod before or after a change (upstream's getPdbForPod, for both sides).
+fn budgets_selecting(
+    budgets: &[Arc<PodDisruptionBudget>],
+    old: Option<&Pod>,
+    new: Option<&Pod>,
+) -> BTreeSet<String> {
+    let no_labels = BTreeMap::new();
+    budgets
+        .iter()
+        .filter(|budget| {
+            let Some(selector) = budget_selector(budget) else {
+                return false;
+            };
+            old.into_iter()
+                .chain(new)
+                .any(|pod| selector.matches(pod.metadata.labels.as_ref().unwrap_or(&no_labels)))
+        })
+        .map(|budget| pods::key(&budget.metadata))
+        .collect()
+}
+
+/// A missing selector selects nothing; an empty one everything (upstream's
+/// LabelSelectorAsSelector as the disruption controller uses it).
+fn budget_selector(budget: &PodDisruptionBudget) -> Option<kube::core::Selector> {
+    budget
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .and_then(selectors::compile)
 }
 
 struct Caches {
@@ -68,12 +139,13 @@ struct Caches {
 }
 
 impl Caches {
-    fn is_ready(&self) -> bool {
-        self.budgets.is_ready()
-            && self.pods.is_ready()
-            && self.replica_sets.is_ready()
-            && self.deployments.is_ready()
-            && self.stateful_sets.is_ready()
+    /// Waits until every cache has filled: an empty one would mean "no pods", not "unknown".
+    async fn ready(&self) {
+        self.budgets.ready().await;
+        self.pods.ready().await;
+        self.replica_sets.ready().await;
+        self.deployments.ready().await;
+        self.stateful_sets.ready().await;
     }
 
     /// Upstream's finders, in their order: the Deployment above a ReplicaSet, the ReplicaSet,
@@ -314,111 +386,123 @@ fn same_status(a: &PodDisruptionBudgetStatus, b: &PodDisruptionBudgetStatus) -> 
         && a.conditions == b.conditions
 }
 
-async fn sync_all(client: &kube::Client, caches: &Caches) {
-    let budgets = caches.budgets.list();
-    if budgets.is_empty() {
-        return;
-    }
+/// Syncs the budget `key`: its status from the pods it selects. A granted eviction that has
+/// not happened brings the key back when its deletion timeout passes (upstream's recheck
+/// queue): no event announces that.
+async fn sync_key(
+    client: &kube::Client,
+    caches: &Caches,
+    pods_by_namespace: &Index<Pod>,
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(budget) = caches.budgets.get(namespace, name) else {
+        return Ok(Requeue::No);
+    };
     let now = Timestamp::now();
-    let all_pods = caches.pods.list();
-    let mut by_namespace: HashMap<&str, Vec<&Pod>> = HashMap::new();
-    for pod in &all_pods {
-        by_namespace
-            .entry(pod.metadata.namespace.as_deref().unwrap_or(""))
-            .or_default()
-            .push(pod);
+    let selector = budget_selector(&budget);
+    let no_labels = BTreeMap::new();
+    let namespace_pods = pods_by_namespace.get(namespace);
+    let selected: Vec<&Pod> = namespace_pods
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| {
+            let labels = p.metadata.labels.as_ref().unwrap_or(&no_labels);
+            selector.as_ref().is_some_and(|s| s.matches(labels))
+        })
+        .collect();
+    let status = compute_status(
+        &budget,
+        &selected,
+        |o, ns| caches.controller_scale(o, ns),
+        now,
+    );
+    let recheck = recheck_after(&status, now);
+    if budget
+        .status
+        .as_ref()
+        .is_some_and(|current| same_status(current, &status))
+    {
+        return Ok(recheck);
     }
-    for budget in budgets {
-        let (Some(name), Some(namespace)) = (&budget.metadata.name, &budget.metadata.namespace)
-        else {
-            continue;
-        };
-        // A missing selector selects nothing; an empty one everything (upstream's
-        // LabelSelectorAsSelector as the disruption controller uses it).
-        let selector = budget
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.as_ref())
-            .and_then(selectors::compile);
-        let no_labels = BTreeMap::new();
-        let selected: Vec<&Pod> = by_namespace
-            .get(namespace.as_str())
-            .into_iter()
-            .flatten()
-            .copied()
-            .filter(|p| {
-                let labels = p.metadata.labels.as_ref().unwrap_or(&no_labels);
-                selector.as_ref().is_some_and(|s| s.matches(labels))
-            })
-            .collect();
-        let status = compute_status(
-            &budget,
-            &selected,
-            |o, ns| caches.controller_scale(o, ns),
-            now,
-        );
-        if budget
-            .status
-            .as_ref()
-            .is_some_and(|current| same_status(current, &status))
-        {
-            continue;
-        }
-        let mut next = PodDisruptionBudget::clone(&budget);
-        next.status = Some(status);
-        let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
-        let params = PostParams {
-            field_manager: Some(MANAGER.into()),
-            ..Default::default()
-        };
-        if let Err(err) = api.replace_status(name, &params, &next).await {
-            tracing::info!(budget = %name, %err, "budget status update failed; retrying");
-        }
+    let mut next = PodDisruptionBudget::clone(&budget);
+    next.status = Some(status);
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
+    let params = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    api.replace_status(name, &params, &next).await?;
+    Ok(recheck)
+}
+
+/// When the earliest awaited eviction in `status` passes its deletion timeout (just after,
+/// so the next sync finds it expired).
+fn recheck_after(status: &PodDisruptionBudgetStatus, now: Timestamp) -> Requeue {
+    status
+        .disrupted_pods
+        .iter()
+        .flat_map(|pods| pods.values())
+        .filter_map(|at| at.0.checked_add(DELETION_TIMEOUT).ok())
+        .min()
+        .map_or(Requeue::No, |expires| {
+            let left = Duration::try_from(now.duration_until(expires)).unwrap_or_default();
+            Requeue::After(left + Duration::from_secs(1))
+        })
+}
+
+/// When the pod's DisruptionTarget condition (other than the kubelet's) became True, if it
+/// is True and the pod is neither deleting nor finished.
+fn disruption_target_since(pod: &Pod) -> Option<Timestamp> {
+    if pod.metadata.deletion_timestamp.is_some() || pods::is_finished(pod) {
+        return None;
     }
-    reset_stale_disruption_targets(client, &all_pods, now).await;
+    let condition = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget"))?;
+    if condition.status != "True" || condition.reason.as_deref() == Some("TerminationByKubelet") {
+        return None;
+    }
+    Some(
+        condition
+            .last_transition_time
+            .as_ref()
+            .map_or(Timestamp::UNIX_EPOCH, |t| t.0),
+    )
 }
 
 /// Upstream's syncStalePodDisruption: a DisruptionTarget condition (other than the kubelet's)
-/// on a pod that is still not deleting two minutes later is set back to False.
-async fn reset_stale_disruption_targets(
+/// on a pod that is still not deleting two minutes later is set back to False; a younger
+/// one brings the pod's key back when it will be stale.
+async fn sync_stale_pod_disruption(
     client: &kube::Client,
-    all_pods: &[Arc<Pod>],
-    now: Timestamp,
-) {
-    for pod in all_pods {
-        if pod.metadata.deletion_timestamp.is_some() || pods::is_finished(pod) {
-            continue;
-        }
-        let stale = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget"))
-            .is_some_and(|c| {
-                c.status == "True"
-                    && c.reason.as_deref() != Some("TerminationByKubelet")
-                    && c.last_transition_time
-                        .as_ref()
-                        .and_then(|t| t.0.checked_add(STALE_DISRUPTION_TIMEOUT).ok())
-                        .is_some_and(|at| at < now)
-            });
-        let (Some(name), Some(namespace)) = (&pod.metadata.name, &pod.metadata.namespace) else {
-            continue;
-        };
-        if !stale {
-            continue;
-        }
-        let patch = json!({"status": {"conditions": [{
-            "type": "DisruptionTarget", "status": "False", "lastTransitionTime": now.to_string(),
-        }]}});
-        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        if let Err(err) = api
-            .patch_status(name, &pods::manager(MANAGER), &Patch::Strategic(&patch))
-            .await
-        {
-            tracing::info!(pod = %name, %err, "resetting a stale DisruptionTarget failed");
-        }
+    pods: &Informer<Pod>,
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(since) = pods
+        .get(namespace, name)
+        .and_then(|pod| disruption_target_since(&pod))
+    else {
+        return Ok(Requeue::No);
+    };
+    let now = Timestamp::now();
+    let stale_at = since
+        .checked_add(STALE_DISRUPTION_TIMEOUT)
+        .unwrap_or(Timestamp::MAX);
+    if stale_at >= now {
+        let left = Duration::try_from(now.duration_until(stale_at)).unwrap_or_default();
+        return Ok(Requeue::After(left + Duration::from_secs(1)));
     }
+    let patch = json!({"status": {"conditions": [{
+        "type": "DisruptionTarget", "status": "False", "lastTransitionTime": now.to_string(),
+    }]}});
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    api.patch_status(name, &pods::manager(MANAGER), &Patch::Strategic(&patch))
+        .await?;
+    Ok(Requeue::No)
 }
 
 #[cfg(test)]
@@ -580,6 +664,61 @@ mod tests {
                 condition.last_transition_time.clone()
             ),
             ("False", Time(later))
+        );
+    }
+
+    #[test]
+    fn a_pod_change_queues_the_budgets_selecting_it_before_or_after() {
+        let with_selector = |name: &str, selector: serde_json::Value| {
+            let mut b = budget(json!({"minAvailable": 1, "selector": selector}));
+            b.metadata.name = Some(name.into());
+            Arc::new(b)
+        };
+        let budgets = [
+            with_selector("web", json!({"matchLabels": {"app": "web"}})),
+            with_selector("db", json!({"matchLabels": {"app": "db"}})),
+            with_selector("everything", json!({})),
+            Arc::new(budget(json!({"minAvailable": 1}))),
+        ];
+        let web = pod("p0", true, None);
+        let mut db = web.clone();
+        db.metadata.labels = Some(BTreeMap::from([("app".into(), "db".into())]));
+        let keys = |old: Option<&Pod>, new: Option<&Pod>| {
+            budgets_selecting(&budgets, old, new)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(None, Some(&web)), ["ns/everything", "ns/web"]);
+        assert_eq!(keys(Some(&web), None), ["ns/everything", "ns/web"]);
+        assert_eq!(
+            keys(Some(&web), Some(&db)),
+            ["ns/db", "ns/everything", "ns/web"]
+        );
+    }
+
+    #[test]
+    fn an_awaited_eviction_brings_the_budget_back_when_it_expires() {
+        let now = Timestamp::from_second(1_700_000_000).expect("time");
+        let granted = |ago: i64| {
+            Time(
+                now.checked_sub(SignedDuration::from_secs(ago))
+                    .expect("time"),
+            )
+        };
+        let status = PodDisruptionBudgetStatus {
+            disrupted_pods: Some(BTreeMap::from([
+                ("p0".to_string(), granted(30)),
+                ("p1".to_string(), granted(100)),
+            ])),
+            ..Default::default()
+        };
+        assert_eq!(
+            recheck_after(&status, now),
+            Requeue::After(Duration::from_secs(21))
+        );
+        assert_eq!(
+            recheck_after(&PodDisruptionBudgetStatus::default(), now),
+            Requeue::No
         );
     }
 }
