@@ -8,21 +8,18 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, Patch};
 use serde_json::json;
 
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Index, Informer, Informers};
 use crate::pods;
 use crate::selectors;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 use flotilla_api_machinery::quantity::Quantity;
 
-/// How often every claim and volume is looked at again without a change seen (upstream's
-/// `--pvclaimbinder-sync-period` is 15 s).
-const RESYNC: Duration = Duration::from_secs(15);
 const MANAGER: &str = "persistentvolume-binder-controller";
 /// Set on a claim once the controller has finished binding it.
 pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
@@ -33,20 +30,204 @@ pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 /// Set on a volume a provisioner created (and will delete).
 const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 const ANN_BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// The index of volumes by the claim their claimRef names (`namespace/name`).
+const VOLUMES_BY_CLAIM: &str = "pvbinder-volumes-by-claim";
+/// The index of volumes by their class.
+const VOLUMES_BY_CLASS: &str = "pvbinder-volumes-by-class";
+/// The index of claims still to bind (no bind-completed annotation) by their class.
+const UNBOUND_CLAIMS_BY_CLASS: &str = "pvbinder-unbound-claims-by-class";
 
-/// Runs the controller until the task is aborted.
+/// Runs the controller until the task is aborted. As upstream, one queue of volumes and one
+/// of claims, each with one worker (two claims must not both take the last volume): a
+/// volume's change queues it and the claim its claimRef names; a claim's change queues it and
+/// the volumes bound or pre-bound to it; a volume that may be free, or a class's change,
+/// queues the claims of its class still to bind (which upstream's 15 s resync finds).
 pub async fn run(informers: Arc<Informers>) {
     let volumes = informers.get::<PersistentVolume>();
     let claims = informers.get::<PersistentVolumeClaim>();
     let classes = informers.get::<StorageClass>();
+    let volumes_by_claim = volumes.index(VOLUMES_BY_CLAIM, claim_of_volume);
+    let volumes_by_class = volumes.index(VOLUMES_BY_CLASS, |v| vec![volume_class(v).to_string()]);
+    let unbound_by_class = claims.index(UNBOUND_CLAIMS_BY_CLASS, class_of_unbound_claim);
     let client = informers.client().clone();
-    let mut triggers = Triggers::new(RESYNC).on(&volumes).on(&claims).on(&classes);
-    loop {
-        triggers.next().await;
-        if volumes.is_ready() && claims.is_ready() && classes.is_ready() {
-            sync_all(&client, &volumes, &claims, &classes).await;
+    let volume_queue = Arc::new(WorkQueue::new("volumes"));
+    let claim_queue = Arc::new(WorkQueue::new("claims"));
+
+    let (to_volumes, to_claims) = (volume_queue.clone(), claim_queue.clone());
+    let waiting = unbound_by_class.clone();
+    volumes.on_change(move |change| {
+        let keys = volume_change_keys(change.old, change.new);
+        for key in keys.volumes {
+            to_volumes.add(key);
         }
+        for key in keys.claims {
+            to_claims.add(key);
+        }
+        for class in keys.classes {
+            for claim in waiting.get(&class) {
+                to_claims.add(pods::key(&claim.metadata));
+            }
+        }
+    });
+    let (to_volumes, to_claims) = (volume_queue.clone(), claim_queue.clone());
+    let partners = volumes_by_claim.clone();
+    claims.on_change(move |change| {
+        for claim in change.objects() {
+            let key = pods::key(&claim.metadata);
+            for volume in partners.get(&key) {
+                to_volumes.add(pods::key(&volume.metadata));
+            }
+            if let Some(volume) = bound_volume(claim) {
+                to_volumes.add(format!("/{volume}"));
+            }
+            to_claims.add(key);
+        }
+    });
+    let to_claims = claim_queue.clone();
+    classes.on_change(move |change| {
+        for class in change.objects() {
+            for claim in unbound_by_class.get(class.metadata.name.as_deref().unwrap_or("")) {
+                to_claims.add(pods::key(&claim.metadata));
+            }
+        }
+    });
+
+    volumes.ready().await;
+    claims.ready().await;
+    classes.ready().await;
+    let volume_workers = run_workers(&volume_queue, 1, |key: String| {
+        sync_volume_key(&client, &volumes, &claims, key)
+    });
+    let candidates = Candidates {
+        volumes: &volumes,
+        by_claim: &volumes_by_claim,
+        by_class: &volumes_by_class,
+    };
+    let claim_workers = run_workers(&claim_queue, 1, |key: String| {
+        sync_claim_key(&client, &claims, candidates, &classes, key)
+    });
+    futures::future::join(volume_workers, claim_workers).await;
+}
+
+/// What a volume's change queues.
+#[derive(Debug, Default, PartialEq)]
+struct VolumeChangeKeys {
+    volumes: BTreeSet<String>,
+    claims: BTreeSet<String>,
+    /// Classes whose claims still to bind may take the volume now.
+    classes: BTreeSet<String>,
+}
+
+/// The keys a volume's change queues: the volume, the claims its claimRef names before and
+/// after, and (while it may be free) the class whose unbound claims may take it.
+fn volume_change_keys(
+    old: Option<&PersistentVolume>,
+    new: Option<&PersistentVolume>,
+) -> VolumeChangeKeys {
+    let mut keys = VolumeChangeKeys::default();
+    for volume in old.into_iter().chain(new) {
+        keys.volumes.insert(pods::key(&volume.metadata));
+        keys.claims.extend(claim_of_volume(volume));
     }
+    if let Some(volume) = new
+        && volume.metadata.deletion_timestamp.is_none()
+        && volume.spec.as_ref().is_none_or(|s| s.claim_ref.is_none())
+    {
+        keys.classes.insert(volume_class(volume).to_string());
+    }
+    keys
+}
+
+/// The `namespace/name` of the claim a volume's claimRef names (an index function).
+fn claim_of_volume(volume: &PersistentVolume) -> Vec<String> {
+    volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r.namespace.as_deref().unwrap_or(""),
+                r.name.as_deref().unwrap_or("")
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+/// The class of a claim not bound yet (an index function; bound claims index nothing).
+fn class_of_unbound_claim(claim: &PersistentVolumeClaim) -> Vec<String> {
+    if annotation(&claim.metadata, ANN_BIND_COMPLETED).is_some()
+        || claim.metadata.deletion_timestamp.is_some()
+    {
+        return Vec::new();
+    }
+    vec![claim_class(claim).to_string()]
+}
+
+/// The volume a claim's `spec.volumeName` names.
+fn bound_volume(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Syncs the volume `key` (`/name`).
+async fn sync_volume_key(
+    client: &kube::Client,
+    volumes: &Informer<PersistentVolume>,
+    claims: &Informer<PersistentVolumeClaim>,
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let (_, name) = pods::split_key(&key);
+    if let Some(volume) = volumes.get("", name) {
+        sync_volume(client, &volume, claims).await?;
+    }
+    Ok(Requeue::No)
+}
+
+/// Where the volumes a claim may bind to are found.
+#[derive(Clone, Copy)]
+struct Candidates<'a> {
+    volumes: &'a Informer<PersistentVolume>,
+    by_claim: &'a Index<PersistentVolume>,
+    by_class: &'a Index<PersistentVolume>,
+}
+
+impl Candidates<'_> {
+    /// The volumes of the claim's class, those pre-bound to it, and the one it names.
+    fn of(&self, claim: &PersistentVolumeClaim) -> Vec<Arc<PersistentVolume>> {
+        let mut found = self.by_class.get(claim_class(claim));
+        found.extend(self.by_claim.get(&pods::key(&claim.metadata)));
+        found.extend(bound_volume(claim).and_then(|name| self.volumes.get("", name)));
+        let mut seen = BTreeSet::new();
+        found.retain(|v| seen.insert(v.metadata.name.clone()));
+        found
+    }
+}
+
+/// Syncs the claim `key`. A volume another claim took a moment ago may still look free in
+/// the cache: binding it fails on its resourceVersion and the retry sees it taken.
+async fn sync_claim_key(
+    client: &kube::Client,
+    claims: &Informer<PersistentVolumeClaim>,
+    candidates: Candidates<'_>,
+    classes: &Informer<StorageClass>,
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(claim) = claims.get(namespace, name) else {
+        return Ok(Requeue::No);
+    };
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::No);
+    }
+    let found = candidates.of(&claim);
+    let free: Vec<&PersistentVolume> = found.iter().map(|v| &**v).collect();
+    sync_claim(client, &claim, &free, candidates.volumes, classes).await?;
+    Ok(Requeue::No)
 }
 
 fn annotation<'a>(
@@ -213,41 +394,6 @@ fn delay_binding(claim: &PersistentVolumeClaim, classes: &Informer<StorageClass>
         && classes
             .get("", class)
             .is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
-}
-
-async fn sync_all(
-    client: &kube::Client,
-    volumes: &Informer<PersistentVolume>,
-    claims: &Informer<PersistentVolumeClaim>,
-    classes: &Informer<StorageClass>,
-) {
-    let all_volumes = volumes.list();
-    for volume in &all_volumes {
-        if let Err(err) = sync_volume(client, volume, claims).await {
-            tracing::info!(volume = ?volume.metadata.name, %err, "volume sync failed; retrying");
-        }
-    }
-    // Volumes bound in this pass are taken: later claims must not see them as free.
-    let mut taken: BTreeSet<String> = BTreeSet::new();
-    for claim in claims.list() {
-        if claim.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let free: Vec<&PersistentVolume> = all_volumes
-            .iter()
-            .map(|v| &**v)
-            .filter(|v| v.metadata.name.as_ref().is_none_or(|n| !taken.contains(n)))
-            .collect();
-        match sync_claim(client, &claim, &free, volumes, classes).await {
-            Ok(Some(bound)) => {
-                taken.insert(bound);
-            }
-            Ok(None) => {}
-            Err(err) => {
-                tracing::info!(claim = ?claim.metadata.name, %err, "claim sync failed; retrying");
-            }
-        }
-    }
 }
 
 async fn set_volume_phase(
@@ -619,5 +765,28 @@ mod tests {
                 .as_deref(),
             Some("free")
         );
+    }
+
+    #[test]
+    fn a_volume_change_queues_itself_its_claim_and_the_claims_that_may_take_it() {
+        let free = pv("free", "1Gi", "slow", &["ReadWriteOnce"], json!({}));
+        let keys = volume_change_keys(None, Some(&free));
+        assert_eq!(keys.volumes, BTreeSet::from(["/free".to_string()]));
+        assert!(keys.claims.is_empty());
+        assert_eq!(keys.classes, BTreeSet::from(["slow".to_string()]));
+        let mut bound = free.clone();
+        if let Some(spec) = bound.spec.as_mut() {
+            spec.claim_ref =
+                serde_json::from_value(json!({"namespace": "ns", "name": "data", "uid": "u"})).ok();
+        }
+        // Bound: its claim, before and after; no class (it is taken).
+        let keys = volume_change_keys(Some(&bound), Some(&free));
+        assert_eq!(keys.claims, BTreeSet::from(["ns/data".to_string()]));
+        let keys = volume_change_keys(Some(&free), Some(&bound));
+        assert_eq!(keys.claims, BTreeSet::from(["ns/data".to_string()]));
+        assert!(keys.classes.is_empty());
+        let keys = volume_change_keys(Some(&bound), None);
+        assert_eq!(keys.claims, BTreeSet::from(["ns/data".to_string()]));
+        assert!(keys.classes.is_empty());
     }
 }
