@@ -8,9 +8,9 @@
 //! start only when some quota names them, so an idle cluster pays for none. Admission-time
 //! enforcement is not here (that is the API server's).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -18,24 +18,91 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota, Secret, Service,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as WireQuantity;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch};
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tokio::sync::watch;
 
 use flotilla_api_machinery::quantity::Quantity;
 use flotilla_api_machinery::quota::{
     Kind, Tracked, claim_class, claim_request, classify, pod_counts, pod_in_scope, pod_usage,
 };
 
-use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
+use crate::informers::{Change, Index, Informer, Informers};
 use crate::pods;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every quota is recounted without a change seen (upstream resyncs every 5
-/// minutes and recounts on events; the counts here come from caches, so this is cheap).
-const RESYNC: Duration = Duration::from_secs(10);
 const MANAGER: &str = "resourcequota-controller";
+/// Quotas synced at once (upstream's `--concurrent-resource-quota-syncs`).
+const CONCURRENT_SYNCS: usize = 5;
+/// How long a sync waits for a counted kind's cache to fill before trying again later.
+const CACHE_FILL_WAIT: Duration = Duration::from_secs(5);
+/// How often a quota counting kinds without a cache here (custom resources, counted by
+/// listing) is recounted: no event announces their changes to this controller.
+const LISTED_RECOUNT: Duration = Duration::from_secs(10);
+/// The name of the index of objects by namespace (the same name and function in the
+/// endpoints, disruption and storage-protection controllers, so one index serves them all).
+const BY_NAMESPACE: &str = "by-namespace";
+
+fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
+    vec![object.meta().namespace.clone().unwrap_or_default()]
+}
+
+/// Evaluates `$body` with `$k` the Rust type of the counted kind `$kind`.
+macro_rules! with_kind {
+    ($kind:expr, $k:ident => $body:expr) => {
+        match $kind {
+            Kind::Service => {
+                type $k = Service;
+                $body
+            }
+            Kind::ConfigMap => {
+                type $k = ConfigMap;
+                $body
+            }
+            Kind::Secret => {
+                type $k = Secret;
+                $body
+            }
+            Kind::PersistentVolumeClaim => {
+                type $k = PersistentVolumeClaim;
+                $body
+            }
+            Kind::ReplicationController => {
+                type $k = ReplicationController;
+                $body
+            }
+            Kind::ResourceQuota => {
+                type $k = ResourceQuota;
+                $body
+            }
+            Kind::Deployment => {
+                type $k = Deployment;
+                $body
+            }
+            Kind::ReplicaSet => {
+                type $k = ReplicaSet;
+                $body
+            }
+            Kind::StatefulSet => {
+                type $k = StatefulSet;
+                $body
+            }
+            Kind::DaemonSet => {
+                type $k = DaemonSet;
+                $body
+            }
+            Kind::Job => {
+                type $k = Job;
+                $body
+            }
+            Kind::CronJob => {
+                type $k = CronJob;
+                $body
+            }
+        }
+    };
+}
 
 /// The objects of `K` in `namespace`, from its (lazily started) cache; `None` until it has
 /// filled.
@@ -52,57 +119,13 @@ where
     let informer: Informer<K> = informers.get::<K>();
     informer.is_ready().then(|| {
         informer
-            .list()
-            .into_iter()
-            .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
-            .collect()
+            .index(BY_NAMESPACE, namespace_of::<K>)
+            .get(namespace)
     })
 }
 
-fn signal_of(informers: &Informers, kind: Kind) -> watch::Receiver<u64> {
-    match kind {
-        Kind::Service => informers.get::<Service>().signal(),
-        Kind::ConfigMap => informers.get::<ConfigMap>().signal(),
-        Kind::Secret => informers.get::<Secret>().signal(),
-        Kind::PersistentVolumeClaim => informers.get::<PersistentVolumeClaim>().signal(),
-        Kind::ReplicationController => informers.get::<ReplicationController>().signal(),
-        Kind::ResourceQuota => informers.get::<ResourceQuota>().signal(),
-        Kind::Deployment => informers.get::<Deployment>().signal(),
-        Kind::ReplicaSet => informers.get::<ReplicaSet>().signal(),
-        Kind::StatefulSet => informers.get::<StatefulSet>().signal(),
-        Kind::DaemonSet => informers.get::<DaemonSet>().signal(),
-        Kind::Job => informers.get::<Job>().signal(),
-        Kind::CronJob => informers.get::<CronJob>().signal(),
-    }
-}
-
 fn count_of(informers: &Informers, kind: Kind, namespace: &str) -> Option<usize> {
-    fn n<K>(informers: &Informers, namespace: &str) -> Option<usize>
-    where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        in_namespace::<K>(informers, namespace).map(|v| v.len())
-    }
-    match kind {
-        Kind::Service => n::<Service>(informers, namespace),
-        Kind::ConfigMap => n::<ConfigMap>(informers, namespace),
-        Kind::Secret => n::<Secret>(informers, namespace),
-        Kind::PersistentVolumeClaim => n::<PersistentVolumeClaim>(informers, namespace),
-        Kind::ReplicationController => n::<ReplicationController>(informers, namespace),
-        Kind::ResourceQuota => n::<ResourceQuota>(informers, namespace),
-        Kind::Deployment => n::<Deployment>(informers, namespace),
-        Kind::ReplicaSet => n::<ReplicaSet>(informers, namespace),
-        Kind::StatefulSet => n::<StatefulSet>(informers, namespace),
-        Kind::DaemonSet => n::<DaemonSet>(informers, namespace),
-        Kind::Job => n::<Job>(informers, namespace),
-        Kind::CronJob => n::<CronJob>(informers, namespace),
-    }
+    with_kind!(kind, K => in_namespace::<K>(informers, namespace).map(|v| v.len()))
 }
 
 /// The kind whose cache a tracked resource reads, beyond pods.
@@ -115,44 +138,157 @@ fn kind_needed(tracked: &Tracked) -> Option<Kind> {
     }
 }
 
-/// Runs the controller until the task is aborted.
+/// What the workers share.
+struct Context {
+    client: kube::Client,
+    informers: Arc<Informers>,
+    quotas: Informer<ResourceQuota>,
+    quotas_by_namespace: Index<ResourceQuota>,
+    pods_by_namespace: Index<Pod>,
+    queue: Arc<WorkQueue<String>>,
+    /// The kinds whose caches quotas have named, each watched once.
+    watched: Mutex<BTreeSet<Kind>>,
+    decreases: Mutex<Decreases>,
+}
+
+/// Runs the controller until the task is aborted: a quota's change queues it; a change to
+/// a counted object that may change usage (upstream's replenishment: a delete, a pod turning
+/// terminal, a resize) queues the quotas of its namespace. Caches of the kinds quotas name
+/// start, with their handlers, when a quota naming them is first synced.
 pub async fn run(informers: Arc<Informers>) {
     let quotas = informers.get::<ResourceQuota>();
     let pods = informers.get::<Pod>();
-    let client = informers.client().clone();
-    let mut triggers = Some(
-        Triggers::new(RESYNC)
-            .at_most_every(RELAXED_PASS_INTERVAL)
-            .on(&quotas)
-            .on(&pods),
-    );
-    let mut watched: BTreeSet<Kind> = BTreeSet::new();
-    let mut decreases = Decreases::default();
-    loop {
-        if let Some(t) = triggers.as_mut() {
-            let wake = (!decreases.is_empty()).then_some(DECREASE_CONFIRMATION);
-            t.next_within(wake).await;
-        }
-        if !(quotas.is_ready() && pods.is_ready()) {
-            continue;
-        }
-        // Start (and wake on) the caches the quotas now name.
-        for quota in quotas.list() {
-            for resource in quota
-                .spec
-                .iter()
-                .flat_map(|s| s.hard.iter().flatten())
-                .map(|(k, _)| k)
-            {
-                if let Some(kind) = classify(resource).as_ref().and_then(kind_needed)
-                    && watched.insert(kind)
-                {
-                    triggers = triggers.map(|t| t.on_signal(signal_of(&informers, kind)));
-                }
+    let context = Context {
+        client: informers.client().clone(),
+        informers: informers.clone(),
+        quotas_by_namespace: quotas.index(BY_NAMESPACE, namespace_of::<ResourceQuota>),
+        pods_by_namespace: pods.index(BY_NAMESPACE, namespace_of::<Pod>),
+        quotas: quotas.clone(),
+        queue: Arc::new(WorkQueue::new("resource_quota_primary")),
+        watched: Mutex::default(),
+        decreases: Mutex::default(),
+    };
+    let on_quota = context.queue.clone();
+    quotas.on_change(move |change| {
+        if quota_needs_sync(change) {
+            for quota in change.objects() {
+                on_quota.add(pods::key(&quota.metadata));
             }
         }
-        sync_all(&client, &informers, &quotas, &pods, &mut decreases).await;
+    });
+    let on_pod = context.queue.clone();
+    let pod_quotas = context.quotas_by_namespace.clone();
+    pods.on_change(move |change| {
+        if pod_usage_changed(change.old, change.new) {
+            enqueue_namespace(&on_pod, &pod_quotas, change);
+        }
+    });
+    // Without both caches filled a count would be zero, not unknown.
+    quotas.ready().await;
+    pods.ready().await;
+    let context = &context;
+    run_workers(&context.queue, CONCURRENT_SYNCS, |key: String| {
+        sync_key(context, key)
+    })
+    .await
+}
+
+/// Queues the quotas of the changed object's namespace.
+fn enqueue_namespace<K: kube::Resource>(
+    queue: &WorkQueue<String>,
+    quotas: &Index<ResourceQuota>,
+    change: &Change<'_, K>,
+) {
+    let Some(object) = change.new.or(change.old) else {
+        return;
+    };
+    for quota in quotas.get(object.meta().namespace.as_deref().unwrap_or("")) {
+        queue.add(pods::key(&quota.metadata));
     }
+}
+
+/// Upstream's quota handlers: a new or deleted quota, a changed spec, or a status whose
+/// `hard` does not show the spec's yet.
+fn quota_needs_sync(change: &Change<'_, ResourceQuota>) -> bool {
+    let (Some(old), Some(new)) = (change.old, change.new) else {
+        return true;
+    };
+    let hard = |q: &ResourceQuota| q.spec.as_ref().and_then(|s| s.hard.clone());
+    old.spec != new.spec || new.status.as_ref().and_then(|s| s.hard.clone()) != hard(new)
+}
+
+/// Whether a pod's change may change what quotas count of it: it came or went, turned
+/// terminal, started deleting, or changed what it requests or which scopes hold for it.
+fn pod_usage_changed(old: Option<&Pod>, new: Option<&Pod>) -> bool {
+    let (Some(old), Some(new)) = (old, new) else {
+        return true;
+    };
+    let view = |pod: &Pod| {
+        let spec = pod.spec.as_ref();
+        (
+            pods::is_finished(pod),
+            pod.metadata.deletion_timestamp.clone(),
+            pod.metadata.deletion_grace_period_seconds,
+            spec.and_then(|s| s.active_deadline_seconds),
+            spec.and_then(|s| s.priority_class_name.clone()),
+            spec.and_then(|s| s.overhead.clone()),
+            spec.map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .map(|c| c.resources.clone())
+                    .collect::<Vec<_>>()
+            }),
+        )
+    };
+    view(old) != view(new)
+}
+
+/// Whether a change to a counted object of another kind may change usage: it came or went,
+/// or (Services, claims) what is counted of it changed.
+fn object_usage_changed<K: serde::Serialize>(kind: Kind, old: Option<&K>, new: Option<&K>) -> bool {
+    let (Some(old), Some(new)) = (old, new) else {
+        return true;
+    };
+    match kind {
+        Kind::Service | Kind::PersistentVolumeClaim => {
+            let spec = |o: &K| serde_json::to_value(o).ok().map(|v| v["spec"].clone());
+            spec(old) != spec(new)
+        }
+        _ => false,
+    }
+}
+
+/// Starts the cache of `kind` (once) with a handler queueing the quotas of a changed
+/// object's namespace.
+fn watch_kind(context: &Context, kind: Kind) {
+    if !context
+        .watched
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(kind)
+    {
+        return;
+    }
+    let queue = context.queue.clone();
+    let quotas = context.quotas_by_namespace.clone();
+    with_kind!(kind, K => {
+        let informer = context.informers.get::<K>();
+        informer.index(BY_NAMESPACE, namespace_of::<K>);
+        informer.on_change(move |change| {
+            if object_usage_changed(kind, change.old, change.new) {
+                enqueue_namespace(&queue, &quotas, change);
+            }
+        });
+    })
+}
+
+/// Waits (a while) for the cache of `kind` to fill.
+async fn kind_ready(informers: &Informers, kind: Kind) -> bool {
+    with_kind!(kind, K => {
+        let informer = informers.get::<K>();
+        tokio::time::timeout(CACHE_FILL_WAIT, informer.ready()).await.is_ok()
+    })
 }
 
 /// How long a lower count must hold before it replaces `status.used`. Admission charges a
@@ -162,8 +298,7 @@ pub async fn run(informers: Arc<Informers>) {
 const DECREASE_CONFIRMATION: Duration = Duration::from_secs(1);
 
 /// Lower counts seen once, by quota (namespace, name): the count and when it was first seen.
-type Decreases =
-    std::collections::HashMap<(String, String), (BTreeMap<String, String>, std::time::Instant)>;
+type Decreases = HashMap<(String, String), (BTreeMap<String, String>, Instant)>;
 
 /// Whether `used` may replace `current`: at once when nothing in it went down, else only
 /// once the same lower count has been seen for [`DECREASE_CONFIRMATION`].
@@ -193,7 +328,7 @@ fn confirmed(
         }
         Some((seen, _)) if seen == used => false,
         _ => {
-            decreases.insert(key, (used.clone(), std::time::Instant::now()));
+            decreases.insert(key, (used.clone(), Instant::now()));
             false
         }
     }
@@ -323,82 +458,192 @@ fn canonical(values: &BTreeMap<String, WireQuantity>) -> BTreeMap<String, String
         .collect()
 }
 
-async fn sync_all(
-    client: &kube::Client,
-    informers: &Informers,
-    quotas: &Informer<ResourceQuota>,
-    pods: &Informer<Pod>,
-    decreases: &mut Decreases,
-) {
+/// Recounts the quota `key` and writes its status when it changed. A lower count waits for
+/// its confirmation, and a deleting pod's grace period ending lowers usage: both bring the
+/// key back after their time, which no event announces.
+async fn sync_key(context: &Context, key: String) -> Result<Requeue, kube::Error> {
+    let (namespace, name) = pods::split_key(&key);
+    let decreases_key = (namespace.to_string(), name.to_string());
+    let Some(quota) = context.quotas.get(namespace, name) else {
+        context
+            .decreases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&decreases_key);
+        return Ok(Requeue::No);
+    };
+    let hard_resources: Vec<&String> = quota
+        .spec
+        .iter()
+        .flat_map(|s| s.hard.iter().flatten())
+        .map(|(k, _)| k)
+        .collect();
+    // Start (and wake on) the caches the quota names.
+    let kinds: BTreeSet<Kind> = hard_resources
+        .iter()
+        .filter_map(|r| classify(r).as_ref().and_then(kind_needed))
+        .collect();
+    for kind in &kinds {
+        watch_kind(context, *kind);
+    }
+    for kind in &kinds {
+        if !kind_ready(&context.informers, *kind).await {
+            return Ok(Requeue::After(CACHE_FILL_WAIT));
+        }
+    }
     let now = Timestamp::now();
-    let all_pods = pods.list();
-    for quota in quotas.list() {
-        let (Some(name), Some(namespace)) = (&quota.metadata.name, &quota.metadata.namespace)
-        else {
-            continue;
-        };
-        let namespace_pods: Vec<&Pod> = all_pods
-            .iter()
-            .map(|p| &**p)
-            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .collect();
-        let listed = count_by_listing(client, &quota, namespace).await;
-        let Some(used) = usage(informers, &quota, &namespace_pods, now, &listed) else {
-            continue;
-        };
-        let hard = canonical(
-            &quota
-                .spec
-                .as_ref()
-                .and_then(|s| s.hard.clone())
-                .unwrap_or_default(),
-        );
-        let used: BTreeMap<String, String> =
-            used.into_iter().map(|(k, q)| (k, q.to_string())).collect();
-        let status = quota.status.as_ref();
-        let current_hard = canonical(&status.and_then(|s| s.hard.clone()).unwrap_or_default());
-        let current_used = canonical(&status.and_then(|s| s.used.clone()).unwrap_or_default());
-        if status.is_some() && current_hard == hard && current_used == used {
-            decreases.remove(&(namespace.clone(), name.clone()));
-            continue;
+    let namespace_pods = context.pods_by_namespace.get(namespace);
+    let namespace_pods: Vec<&Pod> = namespace_pods.iter().map(|p| &**p).collect();
+    let listed = count_by_listing(&context.client, &quota, namespace).await;
+    let mut requeue = if hard_resources.iter().any(|r| classify(r).is_none()) {
+        Requeue::After(LISTED_RECOUNT)
+    } else {
+        Requeue::No
+    };
+    if let Some(end) = next_grace_end(&namespace_pods, now) {
+        requeue = earliest(requeue, end);
+    }
+    let Some(used) = usage(&context.informers, &quota, &namespace_pods, now, &listed) else {
+        return Ok(Requeue::After(CACHE_FILL_WAIT));
+    };
+    let hard = canonical(
+        &quota
+            .spec
+            .as_ref()
+            .and_then(|s| s.hard.clone())
+            .unwrap_or_default(),
+    );
+    let used: BTreeMap<String, String> =
+        used.into_iter().map(|(k, q)| (k, q.to_string())).collect();
+    let status = quota.status.as_ref();
+    let current_hard = canonical(&status.and_then(|s| s.hard.clone()).unwrap_or_default());
+    let current_used = canonical(&status.and_then(|s| s.used.clone()).unwrap_or_default());
+    if status.is_some() && current_hard == hard && current_used == used {
+        context
+            .decreases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&decreases_key);
+        return Ok(requeue);
+    }
+    if current_hard == hard
+        && !confirmed(
+            &mut context.decreases.lock().unwrap_or_else(|p| p.into_inner()),
+            decreases_key,
+            &used,
+            &current_used,
+        )
+    {
+        return Ok(earliest(requeue, DECREASE_CONFIRMATION));
+    }
+    // A merge patch: resources no longer in spec.hard are removed with nulls.
+    let with_removals = |next: &BTreeMap<String, String>, current: &BTreeMap<String, String>| {
+        let mut map = serde_json::Map::new();
+        for key in current.keys().filter(|k| !next.contains_key(*k)) {
+            map.insert(key.clone(), serde_json::Value::Null);
         }
-        if current_hard == hard
-            && !confirmed(
-                decreases,
-                (namespace.clone(), name.clone()),
-                &used,
-                &current_used,
+        for (key, value) in next {
+            map.insert(key.clone(), json!(value));
+        }
+        serde_json::Value::Object(map)
+    };
+    // Against the resourceVersion counted from: a create charged since then fails the
+    // write, and the retry counts again.
+    let patch = json!({
+        "metadata": {"resourceVersion": quota.metadata.resource_version},
+        "status": {
+            "hard": with_removals(&hard, &current_hard),
+            "used": with_removals(&used, &current_used),
+        },
+    });
+    let api: Api<ResourceQuota> = Api::namespaced(context.client.clone(), namespace);
+    api.patch_status(name, &pods::manager(MANAGER), &Patch::Merge(&patch))
+        .await?;
+    Ok(requeue)
+}
+
+/// The sooner of `requeue` and `after`.
+fn earliest(requeue: Requeue, after: Duration) -> Requeue {
+    match requeue {
+        Requeue::After(at) if at <= after => requeue,
+        _ => Requeue::After(after),
+    }
+}
+
+/// How long until the first deleting pod still counted stops counting (its grace period
+/// ends), just after.
+fn next_grace_end(namespace_pods: &[&Pod], now: Timestamp) -> Option<Duration> {
+    namespace_pods
+        .iter()
+        .filter(|p| pod_counts(p, now))
+        .filter_map(|p| {
+            let at = p.metadata.deletion_timestamp.as_ref()?;
+            let grace = p.metadata.deletion_grace_period_seconds?;
+            at.0.checked_add(SignedDuration::from_secs(grace)).ok()
+        })
+        .min()
+        .map(|end| {
+            Duration::try_from(now.duration_until(end)).unwrap_or_default() + Duration::from_secs(1)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn only_pod_changes_that_may_change_usage_queue_the_quotas() {
+        let running = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Running"},
+        }));
+        assert!(pod_usage_changed(None, Some(&running)));
+        assert!(pod_usage_changed(Some(&running), None));
+        let mut ready = running.clone();
+        ready.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
+        assert!(!pod_usage_changed(Some(&running), Some(&ready)));
+        let mut done = running.clone();
+        done.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).expect("status"));
+        assert!(pod_usage_changed(Some(&running), Some(&done)));
+        let mut resized = running.clone();
+        resized.spec = Some(
+            serde_json::from_value(
+                json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}),
             )
-        {
-            continue;
-        }
-        // A merge patch: resources no longer in spec.hard are removed with nulls.
-        let with_removals = |next: &BTreeMap<String, String>,
-                             current: &BTreeMap<String, String>| {
-            let mut map = serde_json::Map::new();
-            for key in current.keys().filter(|k| !next.contains_key(*k)) {
-                map.insert(key.clone(), serde_json::Value::Null);
-            }
-            for (key, value) in next {
-                map.insert(key.clone(), json!(value));
-            }
-            serde_json::Value::Object(map)
-        };
-        // Against the resourceVersion counted from: a create charged since then fails the
-        // write, and the next pass counts again.
-        let patch = json!({
-            "metadata": {"resourceVersion": quota.metadata.resource_version},
-            "status": {
-                "hard": with_removals(&hard, &current_hard),
-                "used": with_removals(&used, &current_used),
-            },
-        });
-        let api: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
-        let outcome = api
-            .patch_status(name, &pods::manager(MANAGER), &Patch::Merge(&patch))
-            .await;
-        if let Err(err) = outcome {
-            tracing::info!(quota = %name, %err, "quota status update failed; retrying");
-        }
+            .expect("spec"),
+        );
+        assert!(pod_usage_changed(Some(&running), Some(&resized)));
+    }
+
+    #[test]
+    fn a_deleting_pod_brings_the_quota_back_when_its_grace_period_ends() {
+        let now = Timestamp::from_second(1_700_000_000).expect("time");
+        let deleting = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns",
+                "deletionTimestamp": "2023-11-14T22:13:10Z", "deletionGracePeriodSeconds": 30},
+        }));
+        // 2023-11-14T22:13:20Z is `now`: 20 s of the grace period are left.
+        assert_eq!(
+            next_grace_end(&[&deleting], now),
+            Some(Duration::from_secs(21))
+        );
+        let running = pod(json!({"metadata": {"name": "q", "namespace": "ns"}}));
+        assert_eq!(next_grace_end(&[&running], now), None);
+        assert_eq!(
+            earliest(
+                Requeue::After(Duration::from_secs(10)),
+                Duration::from_secs(1)
+            ),
+            Requeue::After(Duration::from_secs(1))
+        );
+        assert_eq!(
+            earliest(Requeue::No, Duration::from_secs(5)),
+            Requeue::After(Duration::from_secs(5))
+        );
     }
 }
