@@ -8,6 +8,11 @@
 //! `Failed` once no pod is terminating. Finished Jobs with `ttlSecondsAfterFinished` are deleted
 //! (upstream's TTL-after-finished controller). Pods are not adopted by selector: a Job owns the
 //! pods whose controller reference names it.
+//!
+//! A change to a Job or to a pod it controls queues the Job's key; a pod still carrying the
+//! tracking finalizer that no live Job controls (or whose Job was deleted) queues the pod on a
+//! second queue, upstream's orphan queue, whose worker releases it. Deadlines, pod-failure
+//! backoffs and TTLs, which no event announces, requeue the Job after their time.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,17 +20,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch, PostParams, Preconditions, PropagationPolicy};
 use serde_json::json;
 
 use crate::expectations::Expectations;
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Change, Index, Informer, Informers};
 use crate::pods;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every Job is looked at again without a change seen.
-const RESYNC: Duration = Duration::from_secs(10);
 const MANAGER: &str = "job-controller";
 /// The `spec.managedBy` value naming this controller (the default when unset).
 const JOB_CONTROLLER: &str = "kubernetes.io/job-controller";
@@ -40,26 +44,177 @@ const MAX_POD_FAILURE_BACKOFF: SignedDuration = SignedDuration::from_secs(360);
 const MAX_CREATES_PER_SYNC: usize = 500;
 /// Upstream's MaxUncountedPods: finished pods recorded before the counters are flushed.
 const MAX_UNCOUNTED_PODS: usize = 500;
+/// Jobs synced at once (upstream's `--concurrent-job-syncs`).
+const CONCURRENT_SYNCS: usize = 5;
 
-/// Runs the controller until the task is aborted.
+/// Runs the controller until the task is aborted: handlers queue keys (Jobs on one queue,
+/// orphaned tracked pods on another), workers sync one key at a time each.
 pub async fn run(informers: Arc<Informers>) {
     let jobs = informers.get::<Job>();
     let pods = informers.get::<Pod>();
-    let controller = Controller {
+    let owned = pods.index(pods::BY_CONTROLLER_UID, pods::controller_uid::<Pod>);
+    let controller = Arc::new(Controller {
         client: informers.client().clone(),
         expectations: Expectations::default(),
         finalizer_removals: Mutex::default(),
-    };
-    let mut triggers = Triggers::new(RESYNC).on(&jobs).on(&pods);
-    let mut wake: Option<Duration> = None;
-    loop {
-        // A Job's deadline, pod backoff or TTL may fall before the next change or resync.
-        triggers.next_within(wake.take()).await;
-        // Only with both caches filled: an empty pod cache would mean "create every pod".
-        if jobs.is_ready() && pods.is_ready() {
-            wake = controller.sync_all(&jobs, &pods).await;
+    });
+    let queue = Arc::new(WorkQueue::new("job"));
+    let orphans = Arc::new(WorkQueue::new("job_orphan_pod"));
+
+    let on_job = queue.clone();
+    let orphaned_by_delete = orphans.clone();
+    let job_pods = owned.clone();
+    let forgetful = controller.clone();
+    jobs.on_change(move |change| {
+        for job in change.objects() {
+            on_job.add(pods::key(&job.metadata));
+        }
+        if let (Some(gone), None) = (change.old, change.new) {
+            // Upstream's cleanupPodFinalizers: its pods still tracked have nobody to count
+            // them now.
+            let uid = gone.metadata.uid.as_deref().unwrap_or("");
+            forgetful.forget_removals(uid);
+            for pod in job_pods.get(uid) {
+                if has_tracking_finalizer(&pod) {
+                    orphaned_by_delete.add(pods::key(&pod.metadata));
+                }
+            }
+        }
+    });
+    let on_pod = queue.clone();
+    let on_orphan = orphans.clone();
+    let seen = controller.clone();
+    let live_jobs = jobs.clone();
+    pods.on_change(move |change| {
+        observe_owned(&seen.expectations, change, "Job");
+        let keys = pod_change_keys(change, |namespace, owner| {
+            live_jobs
+                .get(namespace, &owner.name)
+                .is_some_and(|job| job.metadata.uid.as_deref() == Some(owner.uid.as_str()))
+        });
+        for job in keys.jobs {
+            on_pod.add(job);
+        }
+        if let Some(pod) = keys.orphan {
+            on_orphan.add(pod);
+        }
+    });
+
+    // Only with both caches filled: an empty pod cache would mean "create every pod".
+    jobs.ready().await;
+    pods.ready().await;
+    let client = controller.client.clone();
+    futures::future::join(
+        run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+            controller.sync_key(&jobs, &pods, &owned, key)
+        }),
+        run_workers(&orphans, 1, |key: String| {
+            sync_orphan_pod(&client, &jobs, &pods, key)
+        }),
+    )
+    .await;
+}
+
+/// What a pod's change queues.
+#[derive(Debug, Default, PartialEq)]
+struct PodKeys {
+    /// The Jobs controlling the pod before and after the change.
+    jobs: Vec<String>,
+    /// The pod itself, for the orphan queue.
+    orphan: Option<String>,
+}
+
+/// Upstream's addPod/updatePod/deletePod as keys: the Job that controls the pod (before and
+/// after, when its controller changed), and the pod for the orphan queue when it still
+/// carries the tracking finalizer but no live Job controls it (`resolves` tells whether the
+/// Job a controller reference names exists with that uid).
+fn pod_change_keys(
+    change: &Change<'_, Pod>,
+    resolves: impl Fn(&str, &OwnerReference) -> bool,
+) -> PodKeys {
+    let mut keys = PodKeys::default();
+    for pod in change.objects() {
+        if let Some(job) = pods::controller_key(&pod.metadata, "Job")
+            && !keys.jobs.contains(&job)
+        {
+            keys.jobs.push(job);
         }
     }
+    if let Some(pod) = change.new.filter(|p| has_tracking_finalizer(p)) {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+        let controlled = pods::controller_of(&pod.metadata, "Job")
+            .is_some_and(|owner| resolves(namespace, owner));
+        if !controlled {
+            keys.orphan = Some(pods::key(&pod.metadata));
+        }
+    }
+    keys
+}
+
+/// Lowers the expectations of a pod's `kind` controller as its creates and deletes are seen
+/// (upstream's CreationObserved / DeletionObserved in the pod handlers). The Job, StatefulSet
+/// and DaemonSet controllers share it.
+pub(crate) fn observe_owned(expectations: &Expectations, change: &Change<'_, Pod>, kind: &str) {
+    let Some(pod) = change.new.or(change.old) else {
+        return;
+    };
+    let (Some(owner), Some(name)) = (
+        pods::controller_key(&pod.metadata, kind),
+        pod.metadata.name.as_deref(),
+    ) else {
+        return;
+    };
+    match (change.old, change.new) {
+        (None, Some(_)) => expectations.seen_created(&owner, name),
+        (_, None) => expectations.seen_deleted(&owner, name),
+        (Some(old), Some(new)) => {
+            if old.metadata.deletion_timestamp.is_none()
+                && new.metadata.deletion_timestamp.is_some()
+            {
+                expectations.seen_deleted(&owner, name);
+            }
+        }
+    }
+}
+
+/// Upstream's syncOrphanPod: releases the pod `key` from the tracking finalizer unless a live
+/// Job still controls it (one another controller manages, or one not finished, which counts
+/// it itself).
+async fn sync_orphan_pod(
+    client: &kube::Client,
+    jobs: &Informer<Job>,
+    pods: &Informer<Pod>,
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(pod) = pods.get(namespace, name) else {
+        return Ok(Requeue::No);
+    };
+    if !has_tracking_finalizer(&pod) {
+        return Ok(Requeue::No);
+    }
+    let controller = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    if let Some(owner) = controller {
+        if owner.kind != "Job" || owner.api_version != "batch/v1" {
+            return Ok(Requeue::No);
+        }
+        let job = jobs
+            .get(namespace, &owner.name)
+            .filter(|j| j.metadata.uid.as_deref() == Some(owner.uid.as_str()));
+        if let Some(job) = job {
+            let managed_by = job.spec.as_ref().and_then(|s| s.managed_by.as_deref());
+            if managed_by.is_some_and(|m| m != JOB_CONTROLLER) || finish_time(&job).is_none() {
+                return Ok(Requeue::No);
+            }
+        }
+    }
+    remove_tracking_finalizer(client, &pod).await?;
+    Ok(Requeue::No)
 }
 
 struct Controller {
@@ -72,60 +227,46 @@ struct Controller {
 }
 
 impl Controller {
-    /// One pass over every Job; returns when the earliest Job wants to be looked at again.
-    async fn sync_all(&self, jobs: &Informer<Job>, pods: &Informer<Pod>) -> Option<Duration> {
-        let all_pods = pods.list();
-        let all_jobs = jobs.list();
-        let mut owned: HashMap<&str, Vec<&Pod>> = HashMap::new();
-        let mut orphans: Vec<&Pod> = Vec::new();
-        let job_uids: HashSet<&str> = all_jobs
-            .iter()
-            .filter_map(|j| j.metadata.uid.as_deref())
-            .collect();
-        for pod in &all_pods {
-            match pods::controller_of(&pod.metadata, "Job") {
-                Some(owner) if job_uids.contains(owner.uid.as_str()) => {
-                    owned.entry(owner.uid.as_str()).or_default().push(pod);
-                }
-                _ => orphans.push(pod),
-            }
-        }
-        // Pods whose Job is gone keep nothing from going away (upstream's orphan pods).
-        for pod in orphans.into_iter().filter(|p| has_tracking_finalizer(p)) {
-            if let Err(err) = remove_tracking_finalizer(&self.client, pod).await {
-                tracing::info!(pod = %pods::key(&pod.metadata), %err, "removing the job-tracking finalizer failed; retrying");
-            }
-        }
-        self.forget_gone(&job_uids);
-        let mut wake: Option<Duration> = None;
-        for job in &all_jobs {
-            let key = pods::key(&job.metadata);
-            let namespace = job.metadata.namespace.as_deref().unwrap_or("");
-            let uid = job.metadata.uid.as_deref().unwrap_or("");
-            let mine = owned.remove(uid).unwrap_or_default();
-            let caught_up = self.expectations.satisfied(
-                &key,
-                |name| pods.get(namespace, name).is_some(),
-                |name| {
-                    pods.get(namespace, name)
-                        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-                },
-            );
-            match self.sync(job, &mine, caught_up).await {
-                Ok(Some(after)) => wake = Some(wake.map_or(after, |w| w.min(after))),
-                Ok(None) => {}
-                Err(err) => tracing::info!(job = %key, %err, "job sync failed; retrying"),
-            }
-        }
-        wake
+    /// Syncs the Job `key` from the caches; returns when it wants to be looked at again.
+    async fn sync_key(
+        &self,
+        jobs: &Informer<Job>,
+        pods: &Informer<Pod>,
+        owned: &Index<Pod>,
+        key: String,
+    ) -> Result<Requeue, kube::Error> {
+        let (namespace, name) = pods::split_key(&key);
+        let Some(job) = jobs.get(namespace, name) else {
+            self.expectations.forget(&key);
+            return Ok(Requeue::No);
+        };
+        let uid = job.metadata.uid.as_deref().unwrap_or("");
+        let mine = owned.get(uid);
+        let mine: Vec<&Pod> = mine.iter().map(|p| &**p).collect();
+        let caught_up = self.expectations.satisfied(
+            &key,
+            |name| pods.get(namespace, name).is_some(),
+            |name| {
+                pods.get(namespace, name)
+                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+            },
+        );
+        let after = self.sync(&job, &mine, caught_up).await?;
+        // Unseen writes hold creates back; their pods' events queue the Job again, the
+        // expectations' timeout is the backstop.
+        let backstop = (!caught_up).then(|| self.expectations.remaining(&key));
+        Ok(match after.into_iter().chain(backstop).min() {
+            Some(after) => Requeue::After(after),
+            None => Requeue::No,
+        })
     }
 
-    fn forget_gone(&self, job_uids: &HashSet<&str>) {
-        let mut removals = self
-            .finalizer_removals
+    /// Forgets the finalizer removals recorded for the Job `uid` (it was deleted).
+    fn forget_removals(&self, uid: &str) {
+        self.finalizer_removals
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        removals.retain(|uid, _| job_uids.contains(uid.as_str()));
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
     }
 
     /// The pods of `job_uid` whose finalizer removal is not visible yet; prunes those seen.
@@ -1537,6 +1678,48 @@ mod tests {
         assert_eq!(plan.delete, vec!["pi-a".to_string()]);
         assert_eq!(types(&plan.status), vec!["Suspended=JobSuspended"]);
         assert_eq!(plan.status.start_time, None);
+    }
+
+    #[test]
+    fn a_pod_change_queues_its_job_and_an_orphaned_tracked_pod_itself() {
+        let mut owned = pod("a", "Running", true, None);
+        owned.metadata.owner_references = Some(vec![pods::controller_reference(
+            "batch/v1",
+            "Job",
+            &job(Some(1), 1, false).metadata,
+        )]);
+        let added = Change {
+            old: None,
+            new: Some(&owned),
+        };
+        assert_eq!(
+            pod_change_keys(&added, |_, owner| owner.uid == "job-uid"),
+            PodKeys {
+                jobs: vec!["default/pi".into()],
+                orphan: None,
+            }
+        );
+        // Its Job is gone: the pod also goes on the orphan queue to lose the finalizer.
+        let orphaned = pod_change_keys(&added, |_, _| false);
+        assert_eq!(orphaned.jobs, vec!["default/pi".to_string()]);
+        assert_eq!(orphaned.orphan.as_deref(), Some("default/pi-a"));
+        // A deleted pod queues its Job; there is no pod left to release.
+        let deleted = Change {
+            old: Some(&owned),
+            new: None,
+        };
+        assert_eq!(pod_change_keys(&deleted, |_, _| false).orphan, None);
+        assert_eq!(
+            pod_change_keys(&deleted, |_, _| false).jobs,
+            vec!["default/pi".to_string()]
+        );
+        // A pod of no Job, without the finalizer, queues nothing.
+        let stray = pod("b", "Running", false, None);
+        let touched = Change {
+            old: Some(&stray),
+            new: Some(&stray),
+        };
+        assert_eq!(pod_change_keys(&touched, |_, _| true), PodKeys::default());
     }
 
     #[test]
