@@ -20,35 +20,72 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Change, Index, Informer, Informers};
 use crate::job::JobRef;
 use crate::pods;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every CronJob is looked at again without a change seen; schedule times are
-/// waited for precisely, this only catches what no watch reported.
-const RESYNC: Duration = Duration::from_secs(30);
 const MANAGER: &str = "cronjob-controller";
 /// The annotation carrying a Job's scheduled time (RFC 3339 in the CronJob's time zone).
 pub const SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
 /// Upstream's nextScheduleDelta: wake a moment after the schedule time, not just before.
 const NEXT_SCHEDULE_DELTA: Duration = Duration::from_millis(100);
 
-/// Runs the controller until the task is aborted.
+/// CronJobs synced at once (upstream's `--concurrent-cron-job-syncs`).
+const CONCURRENT_SYNCS: usize = 5;
+
+/// Runs the controller until the task is aborted: a change to a CronJob, or to a Job it
+/// controls, queues the CronJob's key; a sync requeues it for just after its next schedule
+/// time, which no event announces.
 pub async fn run(informers: Arc<Informers>) {
     let cronjobs = informers.get::<CronJob>();
     let jobs = informers.get::<Job>();
-    let controller = Controller {
+    let children = jobs.index(pods::BY_CONTROLLER_UID, pods::controller_uid::<Job>);
+    let controller = Arc::new(Controller {
         client: informers.client().clone(),
         recorded: Mutex::default(),
-    };
-    let mut triggers = Triggers::new(RESYNC).on(&cronjobs).on(&jobs);
-    let mut wake: Option<Duration> = None;
-    loop {
-        triggers.next_within(wake.take()).await;
-        if cronjobs.is_ready() && jobs.is_ready() {
-            wake = controller.sync_all(&cronjobs, &jobs).await;
+    });
+    let queue = Arc::new(WorkQueue::new("cronjob"));
+    let on_cronjob = queue.clone();
+    let forgetful = controller.clone();
+    cronjobs.on_change(move |change| {
+        for cronjob in change.objects() {
+            on_cronjob.add(pods::key(&cronjob.metadata));
+        }
+        if let (Some(gone), None) = (change.old, change.new) {
+            forgetful
+                .recorded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(gone.metadata.uid.as_deref().unwrap_or(""));
+        }
+    });
+    let on_job = queue.clone();
+    jobs.on_change(move |change| {
+        for key in job_change_keys(change) {
+            on_job.add(key);
+        }
+    });
+    cronjobs.ready().await;
+    jobs.ready().await;
+    run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        controller.sync_key(&cronjobs, &children, key)
+    })
+    .await
+}
+
+/// Upstream's addJob/updateJob/deleteJob as keys: the CronJobs controlling the Job before and
+/// after the change.
+fn job_change_keys(change: &Change<'_, Job>) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for job in change.objects() {
+        if let Some(key) = pods::controller_key(&job.metadata, "CronJob")
+            && !keys.contains(&key)
+        {
+            keys.push(key);
         }
     }
+    keys
 }
 
 struct Controller {
@@ -72,41 +109,23 @@ enum SyncError {
 }
 
 impl Controller {
-    async fn sync_all(
+    /// Syncs the CronJob `key` from the caches.
+    async fn sync_key(
         &self,
         cronjobs: &Informer<CronJob>,
-        jobs: &Informer<Job>,
-    ) -> Option<Duration> {
-        let all_jobs = jobs.list();
-        let mut children: HashMap<&str, Vec<&Job>> = HashMap::new();
-        for job in &all_jobs {
-            if let Some(owner) = pods::controller_of(&job.metadata, "CronJob") {
-                children.entry(owner.uid.as_str()).or_default().push(job);
-            }
-        }
-        let all = cronjobs.list();
-        let uids: HashSet<&str> = all
-            .iter()
-            .filter_map(|c| c.metadata.uid.as_deref())
-            .collect();
-        self.recorded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|uid, _| uids.contains(uid.as_str()));
-        let mut wake: Option<Duration> = None;
-        for cronjob in &all {
-            let uid = cronjob.metadata.uid.as_deref().unwrap_or("");
-            let mine = children.remove(uid).unwrap_or_default();
-            match self.sync(cronjob, &mine).await {
-                Ok(Some(after)) => wake = Some(wake.map_or(after, |w| w.min(after))),
-                Ok(None) => {}
-                Err(err) => tracing::info!(
-                    cronjob = %pods::key(&cronjob.metadata), err = %err,
-                    source = ?std::error::Error::source(&err), "cronjob sync failed; retrying"
-                ),
-            }
-        }
-        wake
+        children: &Index<Job>,
+        key: String,
+    ) -> Result<Requeue, SyncError> {
+        let (namespace, name) = pods::split_key(&key);
+        let Some(cronjob) = cronjobs.get(namespace, name) else {
+            return Ok(Requeue::No);
+        };
+        let mine = children.get(cronjob.metadata.uid.as_deref().unwrap_or(""));
+        let mine: Vec<&Job> = mine.iter().map(|j| &**j).collect();
+        Ok(match self.sync(&cronjob, &mine).await? {
+            Some(after) => Requeue::After(after),
+            None => Requeue::No,
+        })
     }
 
     /// Records an event, once per CronJob for `once` events already recorded.
@@ -437,7 +456,8 @@ impl Controller {
                     .is_some_and(|o| Some(&o.uid) == cronjob.metadata.uid.as_ref());
                 let uid = existing.metadata.uid.as_deref().unwrap_or("");
                 if !ours || is_active(status, uid) {
-                    return Ok((None, changed));
+                    // No resync comes back to it: the next schedule time is looked at.
+                    return Ok((requeue(status), changed));
                 }
                 existing
             }
@@ -1090,6 +1110,44 @@ mod tests {
                 .most_recent(&never, utc("2024-01-15T10:01:20Z"), true)
                 .is_ok_and(|r| r.time.is_none())
         );
+    }
+
+    #[test]
+    fn a_job_change_queues_the_cronjobs_controlling_it() {
+        let owner = |name: &str| ObjectMeta {
+            name: Some(name.into()),
+            uid: Some(format!("{name}-uid")),
+            ..Default::default()
+        };
+        let job =
+            |owners: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>| Job {
+                metadata: ObjectMeta {
+                    name: Some("report-28421881".into()),
+                    namespace: Some("ops".into()),
+                    owner_references: Some(owners),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+        let before = job(vec![pods::controller_reference(
+            "batch/v1",
+            "CronJob",
+            &owner("report"),
+        )]);
+        let after = job(vec![pods::controller_reference(
+            "batch/v1",
+            "CronJob",
+            &owner("digest"),
+        )]);
+        let keys = |old, new| job_change_keys(&Change { old, new });
+        assert_eq!(keys(None, Some(&before)), vec!["ops/report"]);
+        assert_eq!(keys(Some(&before), Some(&before)), vec!["ops/report"]);
+        assert_eq!(keys(Some(&before), None), vec!["ops/report"]);
+        assert_eq!(
+            keys(Some(&before), Some(&after)),
+            vec!["ops/report", "ops/digest"]
+        );
+        assert!(keys(None, Some(&job(vec![]))).is_empty());
     }
 
     #[test]
