@@ -35,8 +35,6 @@ use tokio::sync::Notify;
 use crate::config::CloudSettings;
 use crate::provider::Volumes;
 
-/// How often everything is looked at again without a change seen (upstream's resync).
-const RESYNC: Duration = Duration::from_secs(10);
 /// Pause after a change before a pass, so a burst of watch events makes one pass.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// external-provisioner's and external-attacher's default retry back-off bounds.
@@ -180,16 +178,12 @@ pub async fn run(client: kube::Client, cloud: Arc<dyn Volumes>, settings: Arc<Cl
         loop {
             sync_all(&context).await;
             // A short tick while the back-off holds work (attach in progress, retries), else
-            // wait for a change or the resync.
-            let _ = tokio::time::timeout(
-                if context.backoff.is_empty() {
-                    RESYNC
-                } else {
-                    IN_PROGRESS
-                },
-                notify.notified(),
-            )
-            .await;
+            // wait for a change only: an idle cluster's volume loop never wakes on a timer.
+            if context.backoff.is_empty() {
+                notify.notified().await;
+            } else {
+                let _ = tokio::time::timeout(IN_PROGRESS, notify.notified()).await;
+            }
             tokio::time::sleep(DEBOUNCE).await;
         }
     };

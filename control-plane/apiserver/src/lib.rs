@@ -197,6 +197,11 @@ impl ApiServer {
         self.metrics.render()
     }
 
+    /// Adds another component's process-wide metrics to [`ApiServer::render_metrics`].
+    pub fn add_metrics_source(&self, render: fn() -> String) {
+        self.metrics.add_source(render);
+    }
+
     /// How many initial states open watches are sending from (one per key prefix and
     /// second, however many watches share it).
     pub fn watch_snapshots_live(&self) -> usize {
@@ -337,7 +342,10 @@ impl ApiServer {
                 None => return ApiError::unauthorized().into_response(),
             },
         };
-        if let Err(refused) = tenant.limiter.admit(&self.limits) {
+        // The tenant's own control loops, hosted here, spend none of its request budget: their
+        // work follows from writes the budget already limited, and throttling them would slow
+        // the cluster's reactions, not its users (as for seats below).
+        if !hosted_loop && let Err(refused) = tenant.limiter.admit(&self.limits) {
             return refused.into_response();
         }
         // A cluster created before its default objects grew gets them on first use.

@@ -19,9 +19,19 @@ struct Histogram {
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     latency: Mutex<BTreeMap<String, Histogram>>,
+    /// Other components' metrics in the same process (the controllers' work queues), which
+    /// the apiserver does not depend on: each renders its own text.
+    others: Mutex<Vec<fn() -> String>>,
 }
 
 impl Metrics {
+    /// Adds another component's metrics to what [`Metrics::render`] writes.
+    pub fn add_source(&self, render: fn() -> String) {
+        if let Ok(mut others) = self.others.lock() {
+            others.push(render);
+        }
+    }
+
     /// Records one finished request.
     pub fn observe(&self, verb: &str, code: u16, elapsed: Duration) {
         if let Ok(mut requests) = self.requests.lock() {
@@ -74,6 +84,11 @@ impl Metrics {
                     "apiserver_request_duration_seconds_count{{verb=\"{verb}\"}} {}\n",
                     h.total
                 ));
+            }
+        }
+        if let Ok(others) = self.others.lock() {
+            for render in others.iter() {
+                out.push_str(&render());
             }
         }
         out

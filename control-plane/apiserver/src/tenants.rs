@@ -341,6 +341,15 @@ impl Tenants {
         }
     }
 
+    /// The storage prefix under which tenant records live (one key per tenant), for those
+    /// that watch the set of tenants.
+    pub const RECORDS_PREFIX: &'static str = TENANT_RECORDS;
+
+    /// The tenant id a record's key names.
+    pub fn record_id(key: &str) -> Option<&str> {
+        key.strip_prefix(TENANT_RECORDS)
+    }
+
     /// The ids of every tenant in storage.
     pub async fn ids(&self) -> Result<Vec<String>, ApiError> {
         let mut ids = Vec::new();

@@ -13,6 +13,7 @@ mod join;
 mod localnodes;
 pub mod placement;
 mod private_files;
+mod replicas;
 mod service;
 mod simulator;
 mod standalone;

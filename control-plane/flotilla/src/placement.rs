@@ -1,36 +1,44 @@
-//! Where each cluster's control loops run when several replicas serve one etcd: the replica
-//! holding the cluster's `kube-system/kube-controller-manager` Lease (upstream's leader
-//! election record, so `kubectl -n kube-system get lease` shows the holder). Every replica
-//! renews the leases it holds and takes over expired ones, so a dead replica's clusters move
-//! within one lease duration.
+//! Where each cluster's control loops run when several replicas serve one store. Each
+//! replica renews one lease of its own ([`crate::replicas`]); the clusters are assigned to the
+//! live replicas by rendezvous hashing, so an idle fleet costs one store write per replica per
+//! renewal, not one per cluster. A cluster's `kube-system/kube-controller-manager` Lease
+//! (upstream's leader-election record, so `kubectl -n kube-system get lease` shows who runs its
+//! loops) is written only on handover: the new owner takes it once the previous holder has
+//! released it, or its replica is no longer live, or the holder names an earlier life of a
+//! replica — so one cluster's loops never run on two replicas at once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use flotilla_apiserver::ApiServer;
 use flotilla_apiserver::authn::UserInfo;
-use futures::StreamExt;
+use flotilla_apiserver::tenants::Tenants;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::replicas::{Member, Membership, owner};
 
 /// The Lease of a cluster's control loops (upstream kube-controller-manager's name).
 const LEASE_NAME: &str = "kube-controller-manager";
 const LEASE_NAMESPACE: &str = "kube-system";
-/// Clusters whose leases are looked at concurrently in one pass.
-const CONCURRENT_LEASES: usize = 16;
+/// Clusters whose leases are taken or released concurrently.
+const CONCURRENT_LEASES: usize = 32;
 
 /// How this replica takes part.
 #[derive(Clone)]
 pub struct PlacementConfig {
-    /// This replica's identity in the leases (unique among replicas).
+    /// This replica's identity (unique among replicas).
     pub identity: String,
-    /// How long a lease holds without renewal (upstream's default: 15 s).
+    /// How long a replica's lease holds without renewal (upstream's default: 15 s).
     pub lease_duration: Duration,
-    /// How often held leases are renewed and free ones tried (upstream retries every 2 s).
+    /// How often this replica renews its lease and looks at the membership.
     pub retry_period: Duration,
     /// What the root-CA publisher publishes.
     pub root_ca_pem: String,
@@ -38,6 +46,9 @@ pub struct PlacementConfig {
     pub management: Arc<flotilla_management::Management>,
     /// How long a node pool's instance may run without its Node.
     pub node_join_timeout: Duration,
+    /// Whether the store admits only this process (the embedded store), so that every other
+    /// replica record is an earlier run's and need not be waited out.
+    pub sole_replica: bool,
 }
 
 /// Who the control loops act as: the controller manager, with the masters' group so every
@@ -52,85 +63,307 @@ fn controller_user() -> UserInfo {
 /// Runs placement until the task is aborted.
 pub fn spawn(server: Arc<ApiServer>, router: Router, config: PlacementConfig) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
-        let mut ticker = tokio::time::interval(config.retry_period);
-        loop {
-            ticker.tick().await;
-            let ids = match server.tenants.ids().await {
-                Ok(ids) => ids,
-                Err(err) => {
-                    tracing::warn!(err = %err.message, "listing clusters for placement failed");
-                    continue;
-                }
-            };
-            let outcomes: Vec<(String, bool)> = futures::stream::iter(ids)
-                .map(|id| {
-                    let client = crate::inprocess::client(router.clone(), &id, controller_user());
-                    let config = &config;
-                    async move {
-                        let held = match hold(&client, config).await {
-                            Ok(held) => held,
-                            Err(err) => {
-                                tracing::debug!(cluster = %id, %err, "lease not held");
-                                false
-                            }
-                        };
-                        (id, held)
-                    }
-                })
-                .buffer_unordered(CONCURRENT_LEASES)
-                .collect()
-                .await;
-            let mut held_now = Vec::new();
-            for (id, held) in outcomes {
-                if held {
-                    held_now.push(id.clone());
-                    if running.contains_key(&id) {
-                        continue;
-                    }
-                    // The cluster's own client CA signs its nodes' certificates, as the
-                    // kube-controller-manager's --cluster-signing-cert-file does upstream.
-                    let cluster_signing = server.tenants.get(&id).await.map(|tenant| {
-                        flotilla_controller_manager::certificates::ClusterSigning {
-                            cert_pem: tenant.record.client_ca.cert_pem.clone(),
-                            key_pem: tenant.record.client_ca.key_pem.clone(),
-                            max_duration:
-                                flotilla_controller_manager::certificates::DEFAULT_MAX_DURATION,
-                        }
-                    });
-                    tracing::info!(cluster = %id, replica = %config.identity, "running the cluster's control loops");
-                    let client = crate::inprocess::client(router.clone(), &id, controller_user());
-                    let controllers = flotilla_controller_manager::Config {
-                        root_ca_pem: config.root_ca_pem.clone(),
-                        cluster_signing,
-                    };
-                    let cloud = crate::cloud::hosted(
-                        client.clone(),
-                        config.management.clone(),
-                        id.clone(),
-                        config.node_join_timeout,
-                    );
-                    running.insert(
-                        id.clone(),
-                        tokio::spawn(cluster_loops(client, controllers, cloud)),
-                    );
-                }
-            }
-            running.retain(|id, task| {
-                let keep = held_now.contains(id);
-                if !keep {
-                    tracing::info!(cluster = %id, "control loops stopped: lease lost or cluster gone");
-                    task.abort();
-                }
-                keep
-            });
-        }
+        let mut placement = Placement {
+            membership: Membership::new(
+                config.identity.clone(),
+                config.lease_duration,
+                config.retry_period,
+                config.sole_replica,
+            ),
+            clusters: Clusters::default(),
+            running: HashMap::new(),
+            server,
+            router,
+            config,
+        };
+        placement.run().await;
     })
 }
 
-/// Upstream's `tryAcquireOrRenew` on the cluster's Lease: `true` when this replica holds it.
-async fn hold(client: &kube::Client, config: &PlacementConfig) -> Result<bool, kube::Error> {
-    hold_lease(client, LEASE_NAME, &config.identity, config.lease_duration).await
+/// The clusters that exist, followed through a watch of their records rather than listed on
+/// every tick (a listing reads every record).
+#[derive(Default)]
+struct Clusters {
+    ids: BTreeSet<String>,
+    changes: Option<flotilla_storage::WatchStream>,
+}
+
+impl Clusters {
+    /// Lists the clusters and starts following changes, when not following already.
+    async fn follow(&mut self, server: &ApiServer) {
+        if self.changes.is_some() {
+            return;
+        }
+        let storage = server.store().storage();
+        let Ok(revision) = storage.current_revision().await else {
+            return;
+        };
+        // Listed after the revision is taken: a cluster created in between is in both.
+        let Ok(ids) = server.tenants.ids().await else {
+            return;
+        };
+        match storage.watch(Tenants::RECORDS_PREFIX, revision + 1).await {
+            Ok(changes) => {
+                self.ids = ids.into_iter().collect();
+                self.changes = Some(changes);
+            }
+            Err(err) => tracing::warn!(%err, "following the clusters for placement"),
+        }
+    }
+
+    /// Applies one batch of changes, or forgets the watch when it failed.
+    fn apply(
+        &mut self,
+        batch: Option<Result<flotilla_storage::WatchResponse, flotilla_storage::StorageError>>,
+    ) {
+        let Some(Ok(batch)) = batch else {
+            self.changes = None;
+            return;
+        };
+        for event in batch.events {
+            let Some(id) = Tenants::record_id(&event.kv.key) else {
+                continue;
+            };
+            match event.kind {
+                flotilla_storage::EventKind::Put => self.ids.insert(id.to_string()),
+                flotilla_storage::EventKind::Delete => self.ids.remove(id),
+            };
+        }
+    }
+}
+
+struct Placement {
+    membership: Membership,
+    clusters: Clusters,
+    /// The loops this replica runs, by cluster, with the holder string they run under.
+    running: HashMap<String, JoinHandle<()>>,
+    server: Arc<ApiServer>,
+    router: Router,
+    config: PlacementConfig,
+}
+
+impl Placement {
+    async fn run(&mut self) {
+        let mut ticker = tokio::time::interval(self.config.retry_period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let tick = match self.clusters.changes.as_mut() {
+                Some(changes) => tokio::select! {
+                    _ = ticker.tick() => true,
+                    batch = changes.next() => {
+                        self.clusters.apply(batch);
+                        false
+                    }
+                },
+                None => {
+                    ticker.tick().await;
+                    true
+                }
+            };
+            if tick {
+                let storage = self.server.store().storage().clone();
+                if let Err(err) = self.membership.renew_and_observe(&*storage).await {
+                    tracing::warn!(%err, "renewing this replica's lease");
+                }
+                self.clusters.follow(&self.server).await;
+            }
+            self.place().await;
+        }
+    }
+
+    /// Starts the loops of the clusters this replica owns and can take, and stops the
+    /// others'.
+    async fn place(&mut self) {
+        let now = Instant::now();
+        let live = self.membership.live(now);
+        let me = self.membership.me();
+        let holding = self.membership.holds_lease(now);
+        let mine = |cluster: &str| holding && owner(cluster, &live).is_some_and(|m| *m == me);
+
+        let leaving: Vec<String> = self
+            .running
+            .keys()
+            .filter(|id| !self.clusters.ids.contains(*id) || !mine(id))
+            .cloned()
+            .collect();
+        for id in &leaving {
+            if let Some(task) = self.running.remove(id) {
+                task.abort();
+                tracing::info!(cluster = %id, replica = %me.identity, "control loops stopped: the cluster moved or is gone");
+            }
+        }
+        // Released only while this replica still holds its lease: otherwise another may
+        // already have taken them, and the record is theirs.
+        if holding {
+            let releases: Vec<BoxFuture<'static, ()>> = leaving
+                .iter()
+                .filter(|id| self.clusters.ids.contains(*id))
+                .map(|id| {
+                    let client =
+                        crate::inprocess::client(self.router.clone(), id, controller_user());
+                    let holder = me.holder();
+                    async move {
+                        if let Err(err) = release(&client, &holder).await {
+                            tracing::debug!(%err, "releasing a cluster's lease");
+                        }
+                    }
+                    .boxed()
+                })
+                .collect();
+            futures::stream::iter(releases)
+                .buffer_unordered(CONCURRENT_LEASES)
+                .collect::<Vec<()>>()
+                .await;
+        }
+
+        let wanted: Vec<String> = self
+            .clusters
+            .ids
+            .iter()
+            .filter(|id| !self.running.contains_key(*id) && mine(id))
+            .cloned()
+            .collect();
+        let live = Arc::new(live);
+        let takes: Vec<BoxFuture<'static, (String, bool)>> = wanted
+            .into_iter()
+            .map(|id| {
+                let client = crate::inprocess::client(self.router.clone(), &id, controller_user());
+                let (me, live, lease_duration) =
+                    (me.clone(), live.clone(), self.config.lease_duration);
+                async move {
+                    let taken = take(&client, &me, &live, lease_duration)
+                        .await
+                        .unwrap_or_else(|err| {
+                            tracing::debug!(cluster = %id, %err, "cluster's lease not taken");
+                            false
+                        });
+                    (id, taken)
+                }
+                .boxed()
+            })
+            .collect();
+        let taken: Vec<(String, bool)> = futures::stream::iter(takes)
+            .buffer_unordered(CONCURRENT_LEASES)
+            .collect()
+            .await;
+        for (id, taken) in taken {
+            if taken {
+                self.start(&id).await;
+            }
+        }
+    }
+
+    async fn start(&mut self, id: &str) {
+        // The cluster's own client CA signs its nodes' certificates, as the
+        // kube-controller-manager's --cluster-signing-cert-file does upstream.
+        let cluster_signing = self.server.tenants.get(id).await.map(|tenant| {
+            flotilla_controller_manager::certificates::ClusterSigning {
+                cert_pem: tenant.record.client_ca.cert_pem.clone(),
+                key_pem: tenant.record.client_ca.key_pem.clone(),
+                max_duration: flotilla_controller_manager::certificates::DEFAULT_MAX_DURATION,
+            }
+        });
+        tracing::info!(cluster = %id, replica = %self.config.identity, "running the cluster's control loops");
+        let client = crate::inprocess::client(self.router.clone(), id, controller_user());
+        let controllers = flotilla_controller_manager::Config {
+            root_ca_pem: self.config.root_ca_pem.clone(),
+            cluster_signing,
+        };
+        let cloud = crate::cloud::hosted(
+            client.clone(),
+            self.config.management.clone(),
+            id.to_string(),
+            self.config.node_join_timeout,
+        );
+        self.running.insert(
+            id.to_string(),
+            tokio::spawn(cluster_loops(client, controllers, cloud)),
+        );
+    }
+}
+
+/// Takes the cluster's Lease for `me` when it is free: absent, released, already `me`'s,
+/// or held by a replica that is not live or by an earlier life of one. `true` when held.
+async fn take(
+    client: &kube::Client,
+    me: &Member,
+    live: &[Member],
+    lease_duration: Duration,
+) -> Result<bool, kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let holder = me.holder();
+    let duration_seconds = i32::try_from(lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+    let Some(mut lease) = leases.get_opt(LEASE_NAME).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(LEASE_NAME.into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder),
+                lease_duration_seconds: Some(duration_seconds),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return conflict_is_loss(leases.create(&PostParams::default(), &lease).await);
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let current = spec.holder_identity.clone().unwrap_or_default();
+    if current == holder {
+        return Ok(true);
+    }
+    if !is_free(&current, live) {
+        return Ok(false);
+    }
+    spec.holder_identity = Some(holder);
+    spec.acquire_time = Some(now.clone());
+    spec.renew_time = Some(now);
+    spec.lease_duration_seconds = Some(duration_seconds);
+    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    // The replace carries the resourceVersion read: a replica that wrote in between wins.
+    conflict_is_loss(
+        leases
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await,
+    )
+}
+
+/// Whether a cluster Lease held by `holder` may be taken: nobody holds it, or its holder is
+/// not a live replica in its current life (a holder written by the per-cluster renewals of
+/// earlier releases names no generation, and is free too).
+fn is_free(holder: &str, live: &[Member]) -> bool {
+    if holder.is_empty() {
+        return true;
+    }
+    match Member::parse_holder(holder) {
+        Some(held_by) => !live.contains(&held_by),
+        None => true,
+    }
+}
+
+/// Upstream's release of a lease on shutdown: the holder cleared, so the next owner need
+/// not wait. Only a Lease `holder` still holds is touched.
+async fn release(client: &kube::Client, holder: &str) -> Result<(), kube::Error> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let Some(mut lease) = leases.get_opt(LEASE_NAME).await? else {
+        return Ok(());
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(holder) {
+        return Ok(());
+    }
+    spec.holder_identity = Some(String::new());
+    spec.lease_duration_seconds = Some(1);
+    conflict_is_loss(
+        leases
+            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .await,
+    )
+    .map(|_| ())
 }
 
 /// Upstream's `tryAcquireOrRenew` on `kube-system/{name}` for `identity`: `true` when held.

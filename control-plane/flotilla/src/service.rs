@@ -261,6 +261,8 @@ async fn start(
         .clone()
         .unwrap_or_else(|| default_replica_id(local));
     if placement_options.enabled {
+        // The controllers' queues are reported with the service's metrics (the operator's).
+        server.add_metrics_source(flotilla_controller_manager::workqueue::render_metrics);
         placement::spawn(
             server.clone(),
             server.router(),
@@ -272,6 +274,7 @@ async fn start(
                 root_ca_pem: ca.cert_pem.clone(),
                 management: management.clone(),
                 node_join_timeout: placement_options.node_join_timeout,
+                sole_replica: placement_options.sole_replica,
             },
         );
     }
@@ -313,6 +316,8 @@ struct PlacementOptions {
     enabled: bool,
     /// How long a node pool's instance may run without its Node.
     node_join_timeout: Duration,
+    /// The store admits one process (the embedded store): no other replica can be live.
+    sole_replica: bool,
 }
 
 /// `host_port_random`: unique among replicas, and names the replica for a reader.
@@ -434,6 +439,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             lease_duration: DEFAULT_LEASE,
             enabled: !args.external_control_loops,
             node_join_timeout: Duration::from_secs(args.node_join_timeout_seconds),
+            sole_replica: args.etcd.is_empty(),
         },
         networks,
     )
@@ -745,6 +751,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         lease_duration: Duration::from_secs(args.lease_duration_seconds.max(1)),
         enabled: !args.external_control_loops,
         node_join_timeout: Duration::from_secs(args.node_join_timeout_seconds),
+        sole_replica: false,
     };
     let started = start(
         storage,

@@ -14,7 +14,7 @@ pub mod queue;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered};
@@ -177,6 +177,14 @@ fn apply_event<K: Resource>(
     }
 }
 
+/// Sleeps for `wait`, or forever when there is nothing to wait for.
+async fn sleep_or_never(wait: Option<Duration>) {
+    match wait {
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Runs the scheduler on `client`'s cluster until the task is aborted.
 pub async fn run(client: kube::Client) {
     let mut updates = futures::stream::select_all([
@@ -205,7 +213,7 @@ pub async fn run(client: kube::Client) {
                     None => return,
                 },
                 Some(done) = io.next(), if !io.is_empty() => scheduler.handle_io(done),
-                () = tokio::time::sleep(wait) => {}
+                () = sleep_or_never(wait) => {}
             }
         }
         // Everything that already arrived is applied before the next cycle.

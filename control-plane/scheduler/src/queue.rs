@@ -345,15 +345,18 @@ impl SchedulingQueue {
         }
     }
 
-    /// How long until [`Self::flush`] has something to do.
-    pub fn next_wakeup(&self, now: Instant) -> Duration {
+    /// How long until [`Self::flush`] has something to do; `None` when no pod waits out a
+    /// backoff or sits unschedulable, so an idle scheduler sleeps until an event.
+    pub fn next_wakeup(&self, now: Instant) -> Option<Duration> {
         let backoff = self
             .backoff
             .peek()
             .map(|Reverse((expiry, _, _))| expiry.saturating_duration_since(now));
-        backoff
-            .unwrap_or(UNSCHEDULABLE_FLUSH_PERIOD)
-            .min(UNSCHEDULABLE_FLUSH_PERIOD)
+        let flush = (!self.unschedulable.is_empty()).then_some(UNSCHEDULABLE_FLUSH_PERIOD);
+        match (backoff, flush) {
+            (Some(backoff), Some(flush)) => Some(backoff.min(flush)),
+            (backoff, flush) => backoff.or(flush),
+        }
     }
 
     /// Pods waiting (not in flight) with their nominated node, for the nominator.
@@ -375,6 +378,19 @@ mod tests {
         }))
         .expect("pod");
         Arc::new(PodInfo::new(Arc::new(pod)))
+    }
+
+    #[test]
+    fn an_empty_queue_never_wakes_the_scheduler() {
+        let start = Instant::now();
+        let mut queue = SchedulingQueue::default();
+        assert_eq!(queue.next_wakeup(start), None);
+        queue.add_or_update(pod("p", 0), start);
+        assert_eq!(
+            queue.next_wakeup(start),
+            None,
+            "an active pod needs no timer"
+        );
     }
 
     #[test]
