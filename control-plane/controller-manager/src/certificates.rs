@@ -20,10 +20,11 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Informer, Informers};
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every request is looked at again without a change seen.
-const RESYNC: Duration = Duration::from_secs(30);
+/// Requests handled at once (upstream's certificate controllers run five workers).
+const CONCURRENT_SYNCS: usize = 5;
 /// `kubernetes.io/kube-apiserver-client-kubelet`: kubelets' client certificates.
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// `kubernetes.io/kubelet-serving`: kubelets' serving certificates.
@@ -280,18 +281,45 @@ fn usages(csr: &CertificateSigningRequest) -> Vec<String> {
 pub async fn run_approver(informers: Arc<Informers>) {
     let csrs = informers.get::<CertificateSigningRequest>();
     let client = informers.client().clone();
-    let mut triggers = Triggers::new(RESYNC).on(&csrs);
-    loop {
-        triggers.next().await;
-        if !csrs.is_ready() {
-            continue;
-        }
-        for csr in csrs.list() {
-            if let Err(err) = approve(&client, &csr).await {
-                tracing::warn!(csr = ?csr.metadata.name, %err, "approving failed; retried on resync");
+    on_each_request(&csrs, "csrapproving", |csr| {
+        let client = &client;
+        async move { approve(client, &csr).await }
+    })
+    .await
+}
+
+/// Queues each request's name on every change to it, and runs `handle` on the request the
+/// cache holds for each name taken from the queue (upstream's certificate controller base:
+/// one queue, a few workers, errors retried with back-off).
+async fn on_each_request<'a, F, Fut>(
+    csrs: &'a Informer<CertificateSigningRequest>,
+    name: &'static str,
+    handle: F,
+) where
+    F: Fn(Arc<CertificateSigningRequest>) -> Fut + 'a,
+    Fut: std::future::Future<Output = Result<(), kube::Error>> + 'a,
+{
+    let queue = Arc::new(WorkQueue::new(name));
+    let on_change = queue.clone();
+    csrs.on_change(move |change| {
+        for csr in change.objects() {
+            if let Some(name) = &csr.metadata.name {
+                on_change.add(name.clone());
             }
         }
-    }
+    });
+    csrs.ready().await;
+    run_workers(&queue, CONCURRENT_SYNCS, |name: String| {
+        let csr = csrs.get("", &name);
+        let handled = csr.map(&handle);
+        async move {
+            if let Some(handled) = handled {
+                handled.await?;
+            }
+            Ok::<_, kube::Error>(Requeue::No)
+        }
+    })
+    .await
 }
 
 /// sarapprove's `handle`.
@@ -514,18 +542,11 @@ fn ca_expiry(cert_pem: &str) -> Result<time::OffsetDateTime, SignError> {
 pub async fn run_signer(informers: Arc<Informers>, ca: ClusterSigning) {
     let csrs: Informer<CertificateSigningRequest> = informers.get();
     let client = informers.client().clone();
-    let mut triggers = Triggers::new(RESYNC).on(&csrs);
-    loop {
-        triggers.next().await;
-        if !csrs.is_ready() {
-            continue;
-        }
-        for csr in csrs.list() {
-            if let Err(err) = sign_one(&client, &ca, &csr).await {
-                tracing::warn!(csr = ?csr.metadata.name, %err, "signing failed; retried on resync");
-            }
-        }
-    }
+    on_each_request(&csrs, "csrsigning", |csr| {
+        let (client, ca) = (&client, &ca);
+        async move { sign_one(client, ca, &csr).await }
+    })
+    .await
 }
 
 /// The signer's `handle`.

@@ -380,6 +380,12 @@ impl Triggers {
         }
     }
 
+    /// Wakes on changes only (and on the wake-ups [`Triggers::next_within`] is given): no
+    /// periodic resync, so an idle cluster's loop never runs.
+    pub fn on_changes_only() -> Self {
+        Self::new(Duration::MAX)
+    }
+
     /// Starts passes at most once per `interval`.
     pub fn at_most_every(mut self, interval: Duration) -> Self {
         self.min_interval = interval;

@@ -71,7 +71,7 @@ impl Default for Config {
 pub async fn run(informers: Arc<Informers>, config: Config) {
     futures::join!(
         monitor_nodes(informers.clone(), config.clone()),
-        evict_by_taints(informers, config.node_monitor_period),
+        evict_by_taints(informers),
     );
 }
 
@@ -262,16 +262,22 @@ async fn monitor_nodes(informers: Arc<Informers>, config: Config) {
     let pods = informers.get::<Pod>();
     let client = informers.client().clone();
     let mut health: HashMap<String, NodeHealth> = HashMap::new();
-    let mut triggers = Triggers::new(config.node_monitor_period)
+    let mut triggers = Triggers::on_changes_only()
         .at_most_every(RELAXED_PASS_INTERVAL)
         .on(&nodes)
         .on(&leases)
         .on(&pods);
+    // Silence is what the monitor looks for, so it looks every period while there are nodes;
+    // a cluster without nodes (an idle one) wakes only on a change.
+    let mut have_nodes = false;
     loop {
-        triggers.next().await;
+        triggers
+            .next_within(have_nodes.then_some(config.node_monitor_period))
+            .await;
         if nodes.is_ready() && leases.is_ready() && pods.is_ready() {
             monitor_pass(&client, &config, &nodes, &leases, &pods, &mut health).await;
         }
+        have_nodes = !nodes.list().is_empty();
     }
 }
 
@@ -473,25 +479,22 @@ fn due(
     }
 }
 
-async fn evict_by_taints(informers: Arc<Informers>, resync: Duration) {
+async fn evict_by_taints(informers: Arc<Informers>) {
     let nodes = informers.get::<Node>();
     let pods = informers.get::<Pod>();
     let client = informers.client().clone();
     let mut clock = EvictionClock::new();
-    let mut triggers = Triggers::new(resync)
+    let mut triggers = Triggers::on_changes_only()
         .at_most_every(RELAXED_PASS_INTERVAL)
         .on(&nodes)
         .on(&pods);
     let mut next_due: Option<Timestamp> = None;
     loop {
-        let wait = next_due
-            .map(|at| at.duration_since(Timestamp::now()))
-            .and_then(|d| Duration::try_from(d).ok())
-            .unwrap_or(resync);
-        tokio::select! {
-            () = triggers.next() => {}
-            () = tokio::time::sleep(wait) => {}
-        }
+        // A change, or the next eviction falling due; nothing else wakes it.
+        let wait = next_due.map(|at| {
+            Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO)
+        });
+        triggers.next_within(wait).await;
         if nodes.is_ready() && pods.is_ready() {
             next_due = eviction_pass(&client, &nodes, &pods, &mut clock).await;
         }
