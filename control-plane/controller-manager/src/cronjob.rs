@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 
-use crate::informers::{Change, Index, Informer, Informers};
+use crate::informers::{Index, Informer, Informers};
 use crate::job::JobRef;
 use crate::pods;
 use crate::workqueue::{Requeue, WorkQueue, run_workers};
@@ -62,7 +62,8 @@ pub async fn run(informers: Arc<Informers>) {
     });
     let on_job = queue.clone();
     jobs.on_change(move |change| {
-        for key in job_change_keys(change) {
+        // Upstream's addJob/updateJob/deleteJob: the CronJobs controlling it before and after.
+        for key in crate::job::controller_keys(change, "CronJob") {
             on_job.add(key);
         }
     });
@@ -72,20 +73,6 @@ pub async fn run(informers: Arc<Informers>) {
         controller.sync_key(&cronjobs, &children, key)
     })
     .await
-}
-
-/// Upstream's addJob/updateJob/deleteJob as keys: the CronJobs controlling the Job before and
-/// after the change.
-fn job_change_keys(change: &Change<'_, Job>) -> Vec<String> {
-    let mut keys: Vec<String> = Vec::new();
-    for job in change.objects() {
-        if let Some(key) = pods::controller_key(&job.metadata, "CronJob")
-            && !keys.contains(&key)
-        {
-            keys.push(key);
-        }
-    }
-    keys
 }
 
 struct Controller {
@@ -1139,7 +1126,9 @@ mod tests {
             "CronJob",
             &owner("digest"),
         )]);
-        let keys = |old, new| job_change_keys(&Change { old, new });
+        let keys = |old, new| {
+            crate::job::controller_keys(&crate::informers::Change { old, new }, "CronJob")
+        };
         assert_eq!(keys(None, Some(&before)), vec!["ops/report"]);
         assert_eq!(keys(Some(&before), Some(&before)), vec!["ops/report"]);
         assert_eq!(keys(Some(&before), None), vec!["ops/report"]);

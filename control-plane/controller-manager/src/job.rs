@@ -132,20 +132,34 @@ fn pod_change_keys(
     change: &Change<'_, Pod>,
     resolves: impl Fn(&str, &OwnerReference) -> bool,
 ) -> PodKeys {
-    let mut keys = PodKeys::default();
-    for pod in change.objects() {
-        if let Some(job) = pods::controller_key(&pod.metadata, "Job")
-            && !keys.jobs.contains(&job)
-        {
-            keys.jobs.push(job);
-        }
-    }
+    let mut keys = PodKeys {
+        jobs: controller_keys(change, "Job"),
+        orphan: None,
+    };
     if let Some(pod) = change.new.filter(|p| has_tracking_finalizer(p)) {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
         let controlled = pods::controller_of(&pod.metadata, "Job")
             .is_some_and(|owner| resolves(namespace, owner));
         if !controlled {
             keys.orphan = Some(pods::key(&pod.metadata));
+        }
+    }
+    keys
+}
+
+/// The keys of the `kind` controllers of a changed object, before and after the change (both
+/// when its controller changed): what an owned object's handler queues. The Job, CronJob,
+/// StatefulSet and DaemonSet controllers share it.
+pub(crate) fn controller_keys<K: kube::Resource>(
+    change: &Change<'_, K>,
+    kind: &str,
+) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for object in change.objects() {
+        if let Some(key) = pods::controller_key(object.meta(), kind)
+            && !keys.contains(&key)
+        {
+            keys.push(key);
         }
     }
     keys

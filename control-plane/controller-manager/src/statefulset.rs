@@ -5,11 +5,16 @@
 //! in ControllerRevisions, RollingUpdate (highest ordinal first, down to `partition`) and
 //! OnDelete updates; the claims' retention policy as owner references; status.
 //!
-//! Each pass plans a StatefulSet's pod actions with the pure [`plan`] and then performs them.
+//! A change to a StatefulSet, to a pod or ControllerRevision it controls, or the deletion of
+//! a claim one of its pods waits for queues the set's key; each sync plans the set's pod
+//! actions with the pure [`plan`] and then performs them. Ready pods becoming available after
+//! `minReadySeconds`, which no event announces, requeue the set after that time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{
@@ -22,19 +27,23 @@ use serde_json::{Value, json};
 
 use crate::expectations::Expectations;
 use crate::history::{self, CONTROLLER_REVISION_HASH_LABEL, REVISION_HASH_LABEL};
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Index, Informer, Informers};
+use crate::job::{controller_keys, observe_owned};
 use crate::pods;
 use crate::replicaset::is_available;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every StatefulSet is looked at again without a change seen.
-const RESYNC: Duration = Duration::from_secs(5);
 const MANAGER: &str = "statefulset-controller";
 /// The pod label with the pod's own name (`apps.StatefulSetPodNameLabel`), for per-pod Services.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 /// The pod label with the pod's ordinal (`apps.PodIndexLabel`).
 pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
-/// How many name collisions creating one revision tolerates before giving up for this pass.
+/// How many name collisions creating one revision tolerates before giving up for this sync.
 const MAX_COLLISIONS: i32 = 16;
+/// StatefulSets synced at once (upstream's `--concurrent-statefulset-syncs`).
+const CONCURRENT_SYNCS: usize = 5;
+/// How long after a pod's availability time its set looks again, so the sync finds it passed.
+const AVAILABILITY_DELTA: Duration = Duration::from_millis(100);
 
 /// Why a StatefulSet's sync stopped early.
 #[derive(Debug)]
@@ -80,91 +89,180 @@ impl From<kube::Error> for SyncError {
     }
 }
 
-/// The caches one pass reads.
+/// The caches a sync reads.
 struct Caches {
     sets: Informer<StatefulSet>,
     pods: Informer<Pod>,
     claims: Informer<PersistentVolumeClaim>,
-    revisions: Informer<ControllerRevision>,
+    /// Pods by their controller's uid.
+    owned_pods: Index<Pod>,
+    /// ControllerRevisions by their controller's uid.
+    owned_revisions: Index<ControllerRevision>,
 }
 
-/// Runs the controller until the task is aborted.
+/// Runs the controller until the task is aborted: handlers queue StatefulSet keys, workers
+/// sync one key at a time each.
 pub async fn run(informers: Arc<Informers>) {
+    let sets = informers.get::<StatefulSet>();
+    let pods = informers.get::<Pod>();
+    let claims = informers.get::<PersistentVolumeClaim>();
+    let revisions = informers.get::<ControllerRevision>();
     let caches = Caches {
-        sets: informers.get::<StatefulSet>(),
-        pods: informers.get::<Pod>(),
-        claims: informers.get::<PersistentVolumeClaim>(),
-        revisions: informers.get::<ControllerRevision>(),
+        owned_pods: pods.index(pods::BY_CONTROLLER_UID, pods::controller_uid::<Pod>),
+        owned_revisions: revisions.index(
+            pods::BY_CONTROLLER_UID,
+            pods::controller_uid::<ControllerRevision>,
+        ),
+        sets: sets.clone(),
+        pods: pods.clone(),
+        claims: claims.clone(),
     };
     let client = informers.client().clone();
-    let expectations = Expectations::default();
-    let mut triggers = Triggers::new(RESYNC)
-        .on(&caches.sets)
-        .on(&caches.pods)
-        .on(&caches.claims)
-        .on(&caches.revisions);
-    loop {
-        triggers.next().await;
-        // Only with every cache filled: an empty pod cache would mean "create every ordinal".
-        if caches.sets.is_ready()
-            && caches.pods.is_ready()
-            && caches.claims.is_ready()
-            && caches.revisions.is_ready()
-        {
-            sync_all(&client, &caches, &expectations).await;
+    let queue = Arc::new(WorkQueue::new("statefulset"));
+    let expectations = Arc::new(Expectations::default());
+
+    let on_set = queue.clone();
+    sets.on_change(move |change| {
+        for set in change.objects() {
+            on_set.add(pods::key(&set.metadata));
         }
-    }
+    });
+    let on_pod = queue.clone();
+    let seen = expectations.clone();
+    pods.on_change(move |change| {
+        observe_owned(&seen, change, "StatefulSet");
+        for key in controller_keys(change, "StatefulSet") {
+            on_pod.add(key);
+        }
+    });
+    let on_revision = queue.clone();
+    revisions.on_change(move |change| {
+        for key in controller_keys(change, "StatefulSet") {
+            on_revision.add(key);
+        }
+    });
+    // A pod whose claim is being deleted waits for it to go (upstream only retries).
+    let on_claim = queue.clone();
+    let claim_sets = sets.clone();
+    claims.on_change(move |change| {
+        if let (Some(claim), None) = (change.old, change.new) {
+            for key in sets_of_deleted_claim(claim, &claim_sets.list()) {
+                on_claim.add(key);
+            }
+        }
+    });
+
+    // Only with every cache filled: an empty pod cache would mean "create every ordinal".
+    sets.ready().await;
+    pods.ready().await;
+    claims.ready().await;
+    revisions.ready().await;
+    run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        sync_key(&client, &caches, &expectations, key)
+    })
+    .await
 }
 
-async fn sync_all(client: &kube::Client, caches: &Caches, expectations: &Expectations) {
-    let all_pods = caches.pods.list();
-    let mut owned_pods: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
-    for pod in &all_pods {
-        if let Some(owner) = pods::controller_of(&pod.metadata, "StatefulSet") {
-            owned_pods.entry(owner.uid.as_str()).or_default().push(pod);
-        }
+/// The keys of the StatefulSets of `claim`'s namespace one of whose claims it is (named
+/// `<template>-<set>-<ordinal>`): the sets a deleted claim may have held back.
+fn sets_of_deleted_claim(claim: &PersistentVolumeClaim, sets: &[Arc<StatefulSet>]) -> Vec<String> {
+    let namespace = claim.metadata.namespace.as_deref();
+    let claim_name = claim.metadata.name.as_deref().unwrap_or("");
+    sets.iter()
+        .filter(|set| set.metadata.namespace.as_deref() == namespace)
+        .filter(|set| {
+            let set_name = set.metadata.name.as_deref().unwrap_or("");
+            set.spec
+                .iter()
+                .flat_map(|s| s.volume_claim_templates.iter().flatten())
+                .filter_map(|t| t.metadata.name.as_deref())
+                .any(|template| {
+                    claim_name
+                        .strip_prefix(&format!("{template}-{set_name}-"))
+                        .is_some_and(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit()))
+                })
+        })
+        .map(|set| pods::key(&set.metadata))
+        .collect()
+}
+
+/// Syncs the StatefulSet `key` from the caches.
+async fn sync_key(
+    client: &kube::Client,
+    caches: &Caches,
+    expectations: &Expectations,
+    key: String,
+) -> Result<Requeue, SyncError> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(set) = caches.sets.get(namespace, name) else {
+        expectations.forget(&key);
+        return Ok(Requeue::No);
+    };
+    let caught_up = expectations.satisfied(
+        &key,
+        |name| caches.pods.get(namespace, name).is_some(),
+        |name| {
+            caches
+                .pods
+                .get(namespace, name)
+                .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+        },
+    );
+    if !caught_up {
+        // Its pods' events queue it again; the timeout is the backstop.
+        return Ok(Requeue::After(expectations.remaining(&key)));
     }
-    let all_revisions = caches.revisions.list();
-    let mut owned_revisions: BTreeMap<&str, Vec<ControllerRevision>> = BTreeMap::new();
-    for revision in &all_revisions {
-        if let Some(owner) = pods::controller_of(&revision.metadata, "StatefulSet") {
-            owned_revisions
-                .entry(owner.uid.as_str())
-                .or_default()
-                .push(revision.as_ref().clone());
-        }
+    let uid = set.metadata.uid.as_deref().unwrap_or("");
+    let set_name = set.metadata.name.as_deref().unwrap_or("");
+    let owned = caches.owned_pods.get(uid);
+    // Upstream releases pods whose names do not parse as `<set>-<ordinal>`; they are simply
+    // not members here.
+    let members: Vec<&Pod> = owned
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| ordinal_of(set_name, p).is_some())
+        .collect();
+    let revisions: Vec<ControllerRevision> = caches
+        .owned_revisions
+        .get(uid)
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    sync(client, caches, &set, &members, revisions, expectations).await
+}
+
+/// How long until the first of `pods` that is Ready but not yet available (Ready for less
+/// than `min_ready_seconds`) becomes available, and a moment more: when its owner must look
+/// again though no event will announce it (upstream's `enqueueAfter(minReadySeconds)`).
+/// `None` when no pod is waiting for that. The DaemonSet controller shares it.
+pub(crate) fn until_available(
+    pods: &[&Pod],
+    min_ready_seconds: i32,
+    now: Timestamp,
+) -> Option<Duration> {
+    if min_ready_seconds <= 0 {
+        return None;
     }
-    for set in caches.sets.list() {
-        let key = pods::key(&set.metadata);
-        let namespace = set.metadata.namespace.as_deref().unwrap_or("");
-        let caught_up = expectations.satisfied(
-            &key,
-            |name| caches.pods.get(namespace, name).is_some(),
-            |name| {
-                caches
-                    .pods
-                    .get(namespace, name)
-                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-            },
-        );
-        if !caught_up {
-            continue;
-        }
-        let uid = set.metadata.uid.as_deref().unwrap_or("");
-        let set_name = set.metadata.name.as_deref().unwrap_or("");
-        // Upstream releases pods whose names do not parse as `<set>-<ordinal>`; they are
-        // simply not members here.
-        let members: Vec<&Pod> = owned_pods
-            .remove(uid)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| ordinal_of(set_name, p).is_some())
-            .collect();
-        let revisions = owned_revisions.remove(uid).unwrap_or_default();
-        if let Err(err) = sync(client, caches, &set, &members, revisions, expectations).await {
-            tracing::info!(statefulset = %key, %err, "statefulset sync failed; retrying");
-        }
-    }
+    pods.iter()
+        .filter_map(|pod| {
+            let since = pod
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready" && c.status == "True")?
+                .last_transition_time
+                .as_ref()?
+                .0;
+            let available_at = since
+                .checked_add(SignedDuration::from_secs(i64::from(min_ready_seconds)))
+                .ok()?;
+            (available_at > now).then(|| Duration::try_from(now.duration_until(available_at)))
+        })
+        .filter_map(Result::ok)
+        .min()
+        .map(|wait| wait + AVAILABILITY_DELTA)
 }
 
 /// One StatefulSet: revisions, claims' owners, pod actions, status, history.
@@ -175,12 +273,12 @@ async fn sync(
     members: &[&Pod],
     mut revisions: Vec<ControllerRevision>,
     expectations: &Expectations,
-) -> Result<(), SyncError> {
+) -> Result<Requeue, SyncError> {
     let (Some(name), Some(namespace)) = (&set.metadata.name, &set.metadata.namespace) else {
-        return Ok(());
+        return Ok(Requeue::No);
     };
     let Some(spec) = &set.spec else {
-        return Ok(());
+        return Ok(Requeue::No);
     };
     let key = pods::key(&set.metadata);
     let revision_api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
@@ -259,7 +357,8 @@ async fn sync(
     for stale in history::revisions_to_delete(&revisions, &live, limit) {
         pods::delete(&revision_api, &stale, &DeleteParams::default()).await?;
     }
-    outcome
+    outcome?;
+    Ok(until_available(members, min_ready, Timestamp::now()).map_or(Requeue::No, Requeue::After))
 }
 
 /// Upstream `getStatefulSetRevisions`: the update revision is the set's template (an equal
@@ -408,7 +507,7 @@ async fn perform(
                             format!("create Pod {pod_name} in StatefulSet {set_name} successful");
                         record_event(client, set, "Normal", "SuccessfulCreate", &message).await;
                     }
-                    // Made by an earlier pass the cache has not shown yet.
+                    // Made by an earlier sync the cache has not shown yet.
                     Err(kube::Error::Api(status)) if status.code == 409 => {}
                     Err(err) => {
                         let message = format!(
@@ -877,7 +976,7 @@ pub enum Action {
     },
 }
 
-/// A pass's actions, in order.
+/// A sync's actions, in order.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     /// What to do, in this order.
@@ -1033,7 +1132,7 @@ pub fn plan(set: &StatefulSet, members: &[&Pod], update: &str) -> Plan {
     let update_min = partition.unwrap_or(0).max(0) as usize;
     for slot in slots.iter().skip(update_min).rev() {
         match slot {
-            // Being created in this pass (in Parallel mode): not yet available.
+            // Being created in this sync (in Parallel mode): not yet available.
             Slot::Missing { .. } => return plan,
             Slot::Member(pod) => {
                 if revision_of(pod) != update && !is_terminating(pod) {
@@ -1322,6 +1421,61 @@ mod tests {
         complete_rolling_update(&s, &mut status);
         assert_eq!(status.current_revision.as_deref(), Some("new"));
         assert_eq!(status.current_replicas, Some(3));
+    }
+
+    #[test]
+    fn a_ready_pod_requeues_its_set_when_min_ready_seconds_have_passed() {
+        let ready_at = |pod: &mut Pod, at: &str| {
+            let conditions = pod.status.as_mut().and_then(|s| s.conditions.as_mut());
+            for condition in conditions.into_iter().flatten() {
+                condition.last_transition_time = at
+                    .parse()
+                    .ok()
+                    .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+            }
+        };
+        let now: Timestamp = "2025-01-01T00:00:03Z".parse().expect("time");
+        let mut early = pod(0, "r1", "ready");
+        ready_at(&mut early, "2025-01-01T00:00:00Z");
+        let mut later = pod(1, "r1", "ready");
+        ready_at(&mut later, "2025-01-01T00:00:02Z");
+        let mut long_ago = pod(2, "r1", "ready");
+        ready_at(&mut long_ago, "2024-12-31T00:00:00Z");
+        let pending = pod(3, "r1", "pending");
+        let all = [&early, &later, &long_ago, &pending];
+        assert_eq!(
+            until_available(&all, 10, now),
+            Some(Duration::from_secs(7) + AVAILABILITY_DELTA),
+            "the earliest to become available"
+        );
+        assert_eq!(until_available(&[&long_ago, &pending], 10, now), None);
+        assert_eq!(until_available(&all, 0, now), None);
+    }
+
+    #[test]
+    fn a_deleted_claim_queues_the_set_it_belongs_to() {
+        let web = Arc::new(set(json!({})));
+        let other = Arc::new(set(json!({"metadata": {"name": "db"}})));
+        let elsewhere = Arc::new(set(json!({"metadata": {"namespace": "prod"}})));
+        let sets = [web, other, elsewhere];
+        let claim = |name: &str| PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            sets_of_deleted_claim(&claim("www-web-2"), &sets),
+            vec!["default/web"]
+        );
+        assert_eq!(
+            sets_of_deleted_claim(&claim("www-db-0"), &sets),
+            vec!["default/db"]
+        );
+        assert!(sets_of_deleted_claim(&claim("www-web-x"), &sets).is_empty());
+        assert!(sets_of_deleted_claim(&claim("data-web-0"), &sets).is_empty());
     }
 
     #[test]
