@@ -20,7 +20,8 @@ use crate::selection::Selection;
 use crate::store::{Store, Tenant, decode};
 use crate::table::{IncludeObject, table};
 
-/// How often a bookmark is sent when the client allows them (upstream: about once a minute).
+/// How long after a watch's revision moves without an event a bookmark follows, when the
+/// client allows them (upstream: about once a minute).
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 /// How old an initial state may be and still start another watch (as upstream's watch cache
 /// serves `resourceVersion=0` from a state a little behind the store): the watch continues
@@ -316,16 +317,22 @@ pub async fn start(
         };
         let deadline = tokio::time::sleep(options.timeout);
         tokio::pin!(deadline);
-        let mut bookmarks = tokio::time::interval(BOOKMARK_INTERVAL);
-        bookmarks.tick().await;
         let mut last_revision = start_after;
+        // The revision the client knows (from an event or a bookmark). A bookmark is sent
+        // about a minute after the revision moves past it without an event, and never when
+        // nothing moved: it would tell the client nothing, and an idle watch then has no
+        // timer at all (thousands of idle clusters' watches would each wake every minute).
+        let mut client_revision = start_after;
+        let mut bookmark_due: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = &mut deadline => return,
-                _ = bookmarks.tick(), if options.allow_bookmarks => {
+                _ = sleep_until_some(bookmark_due), if options.allow_bookmarks => {
+                    bookmark_due = None;
                     if !send(encoder.bookmark(last_revision, false)).await {
                         return;
                     }
+                    client_revision = last_revision;
                 }
                 batch = live.next() => {
                     let response = match batch {
@@ -357,8 +364,12 @@ pub async fn start(
                         if !send(encoder.event(kind, object)).await {
                             return;
                         }
+                        client_revision = revision;
                     }
                     last_revision = last_revision.max(response.revision);
+                    if last_revision > client_revision && bookmark_due.is_none() {
+                        bookmark_due = Some(tokio::time::Instant::now() + BOOKMARK_INTERVAL);
+                    }
                 }
             }
         }
@@ -369,6 +380,14 @@ pub async fn start(
             Ok(bytes)
         }),
     ))
+}
+
+/// Sleeps until `due`, or forever when there is none.
+async fn sleep_until_some(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Maps one storage event to a watch event under the selection: objects moving into the

@@ -308,7 +308,7 @@ impl Informers {
         // object: dropped before caching (upstream's informers do the same transform).
         let events = watcher::watcher(
             Api::<K>::all(self.client.clone()),
-            watcher::Config::default(),
+            watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS),
         )
         .modify(|object| {
             object.meta_mut().managed_fields = None;
@@ -347,6 +347,11 @@ impl Drop for Informers {
         }
     }
 }
+
+/// How long each watch call lasts before the informer watches anew: upstream's server-side
+/// default (`--min-request-timeout`, 30 min) rather than kube-runtime's 290 s, as every
+/// re-watch costs the server a request; bookmarks keep a quiet connection from looking idle.
+const WATCH_TIMEOUT_SECONDS: u32 = 1800;
 
 /// How often, at most, a loop starts a pass while changes keep coming.
 pub const PASS_INTERVAL: Duration = Duration::from_millis(100);
