@@ -8,7 +8,8 @@
 //!   its kubeconfig and connecting with it — the steps a user takes;
 //! - **memory**: the resident set of the `flotilla serve` process with no clusters, then 1,
 //!   100 and 1000 idle clusters, and the increment per cluster;
-//! - **idle cost**: the CPU the service uses with the 1000 clusters idle;
+//! - **idle cost**: the CPU the service uses with the 1000 clusters idle, and the store writes
+//!   per second meanwhile (etcd's revision before and after);
 //! - **noisy neighbour**: the latency of cluster B's single reader (100 GETs/s of one
 //!   ConfigMap) alone, and while cluster A is flooded with ConfigMap creates by many clients,
 //!   which wait out a 429's Retry-After as client-go does, in alternating rounds (so a drift
@@ -22,7 +23,9 @@
 //! The references, in the same run: memory against the empty service; B's latency under the
 //! flood or the worst bodies against B alone. It prints figures, ratios and the issues'
 //! targets; it never asserts. `FLOTILLA_BENCH_NOISY_ONLY=1` measures the two noisy-neighbour
-//! parts alone (no fleet of 1000 clusters).
+//! parts alone (no fleet of 1000 clusters); `FLOTILLA_BENCH_FLEET_ONLY=1` the fleet alone (no
+//! noisy-neighbour parts); `FLOTILLA_BENCH_IDLE_SECONDS=N` measures the idle fleet for N s
+//! (default 6).
 
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 #[allow(dead_code)] // shared with the storage tests; this bench needs only start and endpoint
@@ -349,7 +352,7 @@ fn send_worst_bodies(
         .collect()
 }
 
-async fn run(service: &Service) -> anyhow::Result<()> {
+async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
     let client = account(service, "bench").await?;
     let empty = service.rss()?;
 
@@ -368,69 +371,84 @@ async fn run(service: &Service) -> anyhow::Result<()> {
     ready.sort();
     let mut fleet = READY_SAMPLES;
 
-    // Noisy neighbour, before the fleet grows: A = ready-0 floods, B = ready-1 reads.
-    let ((a, _), (b, b_kubeconfig)) = (&clients[0], &clients[1]);
-    Api::<ConfigMap>::namespaced(b.clone(), "default")
-        .create(&PostParams::default(), &config_map("probe".into()))
-        .await?;
-    eprintln!("noisy neighbour: B alone, then B while A is flooded by {FLOOD_CLIENTS} clients…");
-    let probe_b = || {
-        let kubeconfig = b_kubeconfig.clone();
-        tokio::task::spawn_blocking(move || probe_apart(kubeconfig))
-    };
-    let (mut alone, mut flooded) = (Vec::new(), Vec::new());
-    let (mut flood_done, mut flood_refused, mut flood_secs) = (0, 0, 0.0);
-    for round in 0..PROBE_ROUNDS {
-        alone.extend(probe_b().await??);
-        let stop = Arc::new(AtomicBool::new(false));
-        let (done, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let flooders = flood(round, a, &stop, &done, &refused);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let flood_started = Instant::now();
-        let done_before = done.load(Ordering::Relaxed);
-        let refused_before = refused.load(Ordering::Relaxed);
-        flooded.extend(probe_b().await??);
-        flood_secs += flood_started.elapsed().as_secs_f64();
-        flood_done += done.load(Ordering::Relaxed) - done_before;
-        flood_refused += refused.load(Ordering::Relaxed) - refused_before;
-        stop.store(true, Ordering::Relaxed);
-        for flooder in flooders {
-            let _ = flooder.await;
-        }
-    }
-    alone.sort();
-    flooded.sort();
+    let fleet_only = std::env::var_os("FLOTILLA_BENCH_FLEET_ONLY").is_some();
+    let noisy = if fleet_only {
+        None
+    } else {
+        Some({
+            // Noisy neighbour, before the fleet grows: A = ready-0 floods, B = ready-1 reads.
+            let ((a, _), (b, b_kubeconfig)) = (&clients[0], &clients[1]);
+            Api::<ConfigMap>::namespaced(b.clone(), "default")
+                .create(&PostParams::default(), &config_map("probe".into()))
+                .await?;
+            eprintln!(
+                "noisy neighbour: B alone, then B while A is flooded by {FLOOD_CLIENTS} clients…"
+            );
+            let probe_b = || {
+                let kubeconfig = b_kubeconfig.clone();
+                tokio::task::spawn_blocking(move || probe_apart(kubeconfig))
+            };
+            let (mut alone, mut flooded) = (Vec::new(), Vec::new());
+            let (mut flood_done, mut flood_refused, mut flood_secs) = (0, 0, 0.0);
+            for round in 0..PROBE_ROUNDS {
+                alone.extend(probe_b().await??);
+                let stop = Arc::new(AtomicBool::new(false));
+                let (done, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+                let flooders = flood(round, a, &stop, &done, &refused);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let flood_started = Instant::now();
+                let done_before = done.load(Ordering::Relaxed);
+                let refused_before = refused.load(Ordering::Relaxed);
+                flooded.extend(probe_b().await??);
+                flood_secs += flood_started.elapsed().as_secs_f64();
+                flood_done += done.load(Ordering::Relaxed) - done_before;
+                flood_refused += refused.load(Ordering::Relaxed) - refused_before;
+                stop.store(true, Ordering::Relaxed);
+                for flooder in flooders {
+                    let _ = flooder.await;
+                }
+            }
+            alone.sort();
+            flooded.sort();
 
-    // Worst bodies: B alone, then B while A's clients send the costliest bodies.
-    eprintln!(
-        "worst bodies: B alone, then B while {WORST_BODY_CLIENTS} clients of A send 3 MiB of nested YAML…"
-    );
-    let (mut alone_again, mut attacked) = (Vec::new(), Vec::new());
-    let (mut bodies_answered, mut attack_secs) = (0, 0.0);
-    for _ in 0..PROBE_ROUNDS {
-        alone_again.extend(probe_b().await??);
-        let stop = Arc::new(AtomicBool::new(false));
-        let answered = Arc::new(AtomicU64::new(0));
-        let senders = send_worst_bodies(a, &stop, &answered);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let started = Instant::now();
-        let before = answered.load(Ordering::Relaxed);
-        attacked.extend(probe_b().await??);
-        attack_secs += started.elapsed().as_secs_f64();
-        bodies_answered += answered.load(Ordering::Relaxed) - before;
-        stop.store(true, Ordering::Relaxed);
-        for sender in senders {
-            let _ = sender.await;
-        }
-    }
-    alone_again.sort();
-    attacked.sort();
-    let worst = (alone_again, attacked, bodies_answered as f64 / attack_secs);
-    if std::env::var_os("FLOTILLA_BENCH_NOISY_ONLY").is_some() {
-        report_noisy(&alone, &flooded, (flood_done, flood_refused, flood_secs));
-        report_worst(&worst);
-        return Ok(());
-    }
+            // Worst bodies: B alone, then B while A's clients send the costliest bodies.
+            eprintln!(
+                "worst bodies: B alone, then B while {WORST_BODY_CLIENTS} clients of A send 3 MiB of nested YAML…"
+            );
+            let (mut alone_again, mut attacked) = (Vec::new(), Vec::new());
+            let (mut bodies_answered, mut attack_secs) = (0, 0.0);
+            for _ in 0..PROBE_ROUNDS {
+                alone_again.extend(probe_b().await??);
+                let stop = Arc::new(AtomicBool::new(false));
+                let answered = Arc::new(AtomicU64::new(0));
+                let senders = send_worst_bodies(a, &stop, &answered);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let started = Instant::now();
+                let before = answered.load(Ordering::Relaxed);
+                attacked.extend(probe_b().await??);
+                attack_secs += started.elapsed().as_secs_f64();
+                bodies_answered += answered.load(Ordering::Relaxed) - before;
+                stop.store(true, Ordering::Relaxed);
+                for sender in senders {
+                    let _ = sender.await;
+                }
+            }
+            alone_again.sort();
+            attacked.sort();
+            let worst = (alone_again, attacked, bodies_answered as f64 / attack_secs);
+            if std::env::var_os("FLOTILLA_BENCH_NOISY_ONLY").is_some() {
+                report_noisy(&alone, &flooded, (flood_done, flood_refused, flood_secs));
+                report_worst(&worst);
+                return Ok(());
+            }
+            (
+                alone,
+                flooded,
+                (flood_done, flood_refused, flood_secs),
+                worst,
+            )
+        })
+    };
 
     // Memory with a growing fleet of idle clusters.
     let mut memory = vec![(0usize, empty)];
@@ -453,34 +471,54 @@ async fn run(service: &Service) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_secs(3)).await;
         memory.push((size.max(fleet), service.rss()?));
     }
-    // What an idle fleet costs: lease renewals and the control loops' watches.
+    // What an idle fleet costs: the replica's lease renewal and whatever the clusters' loops
+    // and watches still do when nothing changes; store writes counted by etcd's revision.
+    let idle_run = std::env::var("FLOTILLA_BENCH_IDLE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(IDLE_RUN, Duration::from_secs);
+    let revision_before = etcd_revision(etcd)?;
     let (cpu_before, idle_started) = (service.cpu(), Instant::now());
-    tokio::time::sleep(IDLE_RUN).await;
-    let idle_cores =
-        (service.cpu() - cpu_before).as_secs_f64() / idle_started.elapsed().as_secs_f64();
+    tokio::time::sleep(idle_run).await;
+    let idle_secs = idle_started.elapsed().as_secs_f64();
+    let idle_cores = (service.cpu() - cpu_before).as_secs_f64() / idle_secs;
+    let writes_per_second = (etcd_revision(etcd)? - revision_before) as f64 / idle_secs;
     // The first reading above the empty service may have been taken with more clusters
     // than asked for (the create → ready samples); the table says how many.
-    report(
-        &ready,
-        &memory,
-        &alone,
-        &flooded,
-        (flood_done, flood_refused, flood_secs),
-    );
-    report_worst(&worst);
+    match &noisy {
+        Some((alone, flooded, flood, worst)) => {
+            report(&ready, &memory, alone, flooded, *flood);
+            report_worst(worst);
+        }
+        None => report_ready_and_memory(&ready, &memory),
+    }
     println!(
-        "\nidle fleet of {fleet} clusters: flotilla serve uses {idle_cores:.2} cores (lease renewals; the control loops' watches per cluster)"
+        "\nidle fleet of {fleet} clusters over {idle_secs:.0} s: flotilla serve uses {idle_cores:.3} cores; the store takes {writes_per_second:.2} writes/s (targets at 10,000 clusters: ≤ 0.1 core, ≤ 10 writes/s)"
     );
     Ok(())
 }
 
-fn report(
-    ready: &[Duration],
-    memory: &[(usize, u64)],
-    alone: &[Duration],
-    flooded: &[Duration],
-    (flood_done, flood_refused, flood_secs): (u64, u64, f64),
-) {
+/// etcd's current revision (every write moves it by one), through its JSON gateway.
+fn etcd_revision(endpoint: &str) -> anyhow::Result<i64> {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "-X", "POST", "-d", "{}"])
+        .arg(format!("{endpoint}/v3/maintenance/status"))
+        .output()
+        .context("curl (for etcd's revision)")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "etcd status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    status["header"]["revision"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .or_else(|| status["header"]["revision"].as_i64())
+        .with_context(|| format!("no revision in {status}"))
+}
+
+fn report_ready_and_memory(ready: &[Duration], memory: &[(usize, u64)]) {
     let (ready_p50, ready_p99) = (percentile(ready, 0.5), percentile(ready, 0.99));
     println!(
         "\ncreate → ready ({} clusters, POST /v1/clusters → ACTIVE → kubeconfig → namespaces listed)",
@@ -514,9 +552,10 @@ fn report(
         _ => f64::NAN,
     };
     println!("  increment between the last two sizes: {increment:.3} MiB per idle cluster");
-
-    report_noisy(alone, flooded, (flood_done, flood_refused, flood_secs));
-    println!("\ntargets:");
+    println!(
+        "  ≤ {TARGET_MIB_PER_TENANT} MiB per idle cluster: {increment:.3} MiB — {}",
+        verdict(increment <= TARGET_MIB_PER_TENANT)
+    );
     println!(
         "  create → ready p50 < {} and p99 < {}: {} / {} — {}",
         ms(TARGET_READY_P50),
@@ -525,12 +564,19 @@ fn report(
         ms(ready_p99),
         verdict(ready_p50 < TARGET_READY_P50 && ready_p99 < TARGET_READY_P99)
     );
+}
+
+fn report(
+    ready: &[Duration],
+    memory: &[(usize, u64)],
+    alone: &[Duration],
+    flooded: &[Duration],
+    (flood_done, flood_refused, flood_secs): (u64, u64, f64),
+) {
+    report_ready_and_memory(ready, memory);
+    report_noisy(alone, flooded, (flood_done, flood_refused, flood_secs));
     println!(
-        "  ≤ {TARGET_MIB_PER_TENANT} MiB per idle cluster: {increment:.3} MiB — {}",
-        verdict(increment <= TARGET_MIB_PER_TENANT)
-    );
-    println!(
-        "  B's p99 under A's flood within {TARGET_NOISY_RATIO}× of B alone: {:.2}× — {}",
+        "\n  B's p99 under A's flood within {TARGET_NOISY_RATIO}× of B alone: {:.2}× — {}",
         noisy_ratio(alone, flooded),
         verdict(noisy_ratio(alone, flooded) <= TARGET_NOISY_RATIO)
     );
@@ -600,7 +646,7 @@ fn main() {
             .enable_all()
             .build()?;
         let began = Instant::now();
-        runtime.block_on(run(&service))?;
+        runtime.block_on(run(&service, &etcd.endpoint()))?;
         println!("\n(measured in {:.0} s)", began.elapsed().as_secs_f64());
         Ok(())
     })();
