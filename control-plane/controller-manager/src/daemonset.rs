@@ -5,8 +5,13 @@
 //! and changing; template history in ControllerRevisions; RollingUpdate (maxUnavailable,
 //! maxSurge) and OnDelete updates; status.
 //!
-//! The decisions — eligibility, what each node needs, which pods a rolling update replaces,
-//! the status counts — are pure functions below; the loop performs them.
+//! A change to a DaemonSet or to a pod or ControllerRevision it controls queues the set's key;
+//! so does a node's: an added node queues the sets that should run on it, a changed one the
+//! sets whose verdict on it changed (upstream's addNode/updateNode), a deleted one every set
+//! (their pods there are deleted; upstream leaves that to pod GC). The decisions —
+//! eligibility, what each node needs, which pods a rolling update replaces, the status counts —
+//! are pure functions below; a sync performs them. Pods waiting out `minReadySeconds`, which no
+//! event announces, requeue the set after that time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,13 +31,16 @@ use serde_json::json;
 
 use crate::expectations::Expectations;
 use crate::history::{self, CONTROLLER_REVISION_HASH_LABEL};
-use crate::informers::{Informer, Informers, Triggers};
+use crate::informers::{Change, Index, Informer, Informers};
+use crate::job::{controller_keys, observe_owned};
 use crate::pods;
 use crate::replicaset::is_available;
+use crate::statefulset::until_available;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
-/// How often every DaemonSet is looked at again without a change seen.
-const RESYNC: Duration = Duration::from_secs(5);
 const MANAGER: &str = "daemonset-controller";
+/// DaemonSets synced at once (upstream's `--concurrent-daemonset-syncs`).
+const CONCURRENT_SYNCS: usize = 2;
 /// The largest batch of pod creates in flight at once (upstream's burst).
 const MAX_BATCH: usize = 500;
 /// The pod label with the DaemonSet's template generation (`extensions.DaemonSetTemplateGenerationKey`).
@@ -46,7 +54,7 @@ pub enum SyncError {
     /// An API request failed.
     Api(kube::Error),
     /// The revision name for the template is taken by other data: the collision count was
-    /// bumped and the next pass tries the new name.
+    /// bumped and the next sync tries the new name.
     HashCollision {
         /// The revision name that collided.
         revision: String,
@@ -79,90 +87,162 @@ impl From<kube::Error> for SyncError {
     }
 }
 
+/// The caches a sync reads.
 struct Caches {
     sets: Informer<DaemonSet>,
     pods: Informer<Pod>,
     nodes: Informer<Node>,
-    revisions: Informer<ControllerRevision>,
+    /// Pods by their controller's uid.
+    owned_pods: Index<Pod>,
+    /// ControllerRevisions by their controller's uid.
+    owned_revisions: Index<ControllerRevision>,
 }
 
-/// Runs the controller until the task is aborted.
+/// Runs the controller until the task is aborted: handlers queue DaemonSet keys, workers sync
+/// one key at a time each.
 pub async fn run(informers: Arc<Informers>) {
+    let sets = informers.get::<DaemonSet>();
+    let pods = informers.get::<Pod>();
+    let nodes = informers.get::<Node>();
+    let revisions = informers.get::<ControllerRevision>();
     let caches = Caches {
-        sets: informers.get::<DaemonSet>(),
-        pods: informers.get::<Pod>(),
-        nodes: informers.get::<Node>(),
-        revisions: informers.get::<ControllerRevision>(),
+        owned_pods: pods.index(pods::BY_CONTROLLER_UID, pods::controller_uid::<Pod>),
+        owned_revisions: revisions.index(
+            pods::BY_CONTROLLER_UID,
+            pods::controller_uid::<ControllerRevision>,
+        ),
+        sets: sets.clone(),
+        pods: pods.clone(),
+        nodes: nodes.clone(),
     };
     let client = informers.client().clone();
-    let expectations = Expectations::default();
-    let mut triggers = Triggers::new(RESYNC)
-        .on(&caches.sets)
-        .on(&caches.pods)
-        .on(&caches.nodes)
-        .on(&caches.revisions);
-    loop {
-        triggers.next().await;
-        if caches.sets.is_ready()
-            && caches.pods.is_ready()
-            && caches.nodes.is_ready()
-            && caches.revisions.is_ready()
-        {
-            sync_all(&client, &caches, &expectations).await;
+    let queue = Arc::new(WorkQueue::new("daemonset"));
+    let expectations = Arc::new(Expectations::default());
+
+    let on_set = queue.clone();
+    sets.on_change(move |change| {
+        for set in change.objects() {
+            on_set.add(pods::key(&set.metadata));
         }
-    }
+    });
+    let on_pod = queue.clone();
+    let seen = expectations.clone();
+    pods.on_change(move |change| {
+        observe_owned(&seen, change, "DaemonSet");
+        for key in controller_keys(change, "DaemonSet") {
+            on_pod.add(key);
+        }
+    });
+    let on_revision = queue.clone();
+    revisions.on_change(move |change| {
+        for key in controller_keys(change, "DaemonSet") {
+            on_revision.add(key);
+        }
+    });
+    let on_node = queue.clone();
+    let node_sets = sets.clone();
+    nodes.on_change(move |change| {
+        if !node_change_matters(change) {
+            return;
+        }
+        for key in sets_for_node_change(change, &node_sets.list()) {
+            on_node.add(key);
+        }
+    });
+
+    sets.ready().await;
+    pods.ready().await;
+    nodes.ready().await;
+    revisions.ready().await;
+    run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        sync_key(&client, &caches, &expectations, key)
+    })
+    .await
 }
 
-async fn sync_all(client: &kube::Client, caches: &Caches, expectations: &Expectations) {
-    let all_pods = caches.pods.list();
-    let mut owned_pods: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
-    for pod in &all_pods {
-        if let Some(owner) = pods::controller_of(&pod.metadata, "DaemonSet") {
-            owned_pods.entry(owner.uid.as_str()).or_default().push(pod);
-        }
-    }
-    let all_revisions = caches.revisions.list();
-    let mut owned_revisions: BTreeMap<&str, Vec<ControllerRevision>> = BTreeMap::new();
-    for revision in &all_revisions {
-        if let Some(owner) = pods::controller_of(&revision.metadata, "DaemonSet") {
-            owned_revisions
-                .entry(owner.uid.as_str())
-                .or_default()
-                .push(revision.as_ref().clone());
-        }
-    }
-    let mut nodes: Vec<Node> = caches.nodes.list().iter().map(|n| (**n).clone()).collect();
-    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    for set in caches.sets.list() {
-        let key = pods::key(&set.metadata);
-        let namespace = set.metadata.namespace.as_deref().unwrap_or("");
-        let caught_up = expectations.satisfied(
-            &key,
-            |name| caches.pods.get(namespace, name).is_some(),
-            |name| {
-                caches
-                    .pods
-                    .get(namespace, name)
-                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-            },
-        );
-        let uid = set.metadata.uid.as_deref().unwrap_or("");
-        let mine = owned_pods.remove(uid).unwrap_or_default();
-        let revisions = owned_revisions.remove(uid).unwrap_or_default();
-        let outcome = sync(
-            client,
-            &set,
-            &mine,
-            revisions,
-            &nodes,
-            caught_up,
-            expectations,
-        )
-        .await;
-        if let Err(err) = outcome {
-            tracing::info!(daemonset = %key, %err, "daemonset sync failed; retrying");
-        }
-    }
+/// Whether a node's change may change where daemon pods run: it was added or deleted, or its
+/// name, labels or taints changed ([`should_run`] reads nothing else). Status heartbeats
+/// queue nothing.
+fn node_change_matters(change: &Change<'_, Node>) -> bool {
+    let (Some(old), Some(new)) = (change.old, change.new) else {
+        return true;
+    };
+    let taints = |n: &Node| n.spec.as_ref().and_then(|s| s.taints.clone());
+    old.metadata.name != new.metadata.name
+        || old.metadata.labels != new.metadata.labels
+        || taints(old) != taints(new)
+}
+
+/// The keys of the DaemonSets a node's change concerns: for an added node, those that should
+/// run a pod there; for a changed one, those whose verdict ([`should_run`]) changed; for a
+/// deleted one, all of them (this controller deletes their pods bound there).
+fn sets_for_node_change(change: &Change<'_, Node>, sets: &[Arc<DaemonSet>]) -> Vec<String> {
+    let verdict = |node: &Node, set: &DaemonSet| {
+        set.spec
+            .as_ref()
+            .map_or((false, false), |spec| should_run(node, &spec.template))
+    };
+    sets.iter()
+        .filter(|set| match (change.old, change.new) {
+            (None, Some(new)) => verdict(new, set).0,
+            (Some(old), Some(new)) => verdict(old, set) != verdict(new, set),
+            (Some(_), None) => true,
+            (None, None) => false,
+        })
+        .map(|set| pods::key(&set.metadata))
+        .collect()
+}
+
+/// Syncs the DaemonSet `key` from the caches.
+async fn sync_key(
+    client: &kube::Client,
+    caches: &Caches,
+    expectations: &Expectations,
+    key: String,
+) -> Result<Requeue, SyncError> {
+    let (namespace, name) = pods::split_key(&key);
+    let Some(set) = caches.sets.get(namespace, name) else {
+        expectations.forget(&key);
+        return Ok(Requeue::No);
+    };
+    let caught_up = expectations.satisfied(
+        &key,
+        |name| caches.pods.get(namespace, name).is_some(),
+        |name| {
+            caches
+                .pods
+                .get(namespace, name)
+                .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+        },
+    );
+    let uid = set.metadata.uid.as_deref().unwrap_or("");
+    let owned = caches.owned_pods.get(uid);
+    let mine: Vec<&Pod> = owned.iter().map(|p| &**p).collect();
+    let revisions: Vec<ControllerRevision> = caches
+        .owned_revisions
+        .get(uid)
+        .iter()
+        .map(|r| (**r).clone())
+        .collect();
+    // Upstream lists every node per sync too: what each needs is decided against all of them.
+    let nodes = caches.nodes.list();
+    let after = sync(
+        client,
+        &set,
+        &mine,
+        revisions,
+        &nodes,
+        caught_up,
+        expectations,
+    )
+    .await?;
+    // Unseen writes hold pod changes back; their pods' events queue the set again, the
+    // expectations' timeout is the backstop.
+    let backstop = (!caught_up).then(|| expectations.remaining(&key));
+    Ok(match after.into_iter().chain(backstop).min() {
+        Some(after) => Requeue::After(after),
+        None => Requeue::No,
+    })
 }
 
 /// One DaemonSet (upstream `syncDaemonSet`): history, then — once earlier writes are seen —
@@ -172,15 +252,15 @@ async fn sync(
     set: &DaemonSet,
     owned: &[&Pod],
     revisions: Vec<ControllerRevision>,
-    nodes: &[Node],
+    nodes: &[Arc<Node>],
     caught_up: bool,
     expectations: &Expectations,
-) -> Result<(), SyncError> {
+) -> Result<Option<Duration>, SyncError> {
     let (Some(name), Some(namespace)) = (&set.metadata.name, &set.metadata.namespace) else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(spec) = &set.spec else {
-        return Ok(());
+        return Ok(None);
     };
     let key = pods::key(&set.metadata);
     let revision_api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
@@ -188,7 +268,7 @@ async fn sync(
     let (hash, old_revisions) =
         construct_history(client, &revision_api, &pod_api, set, revisions, owned).await?;
     if set.metadata.deletion_timestamp.is_some() {
-        return Ok(());
+        return Ok(None);
     }
     let generation = template_generation(set);
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
@@ -338,7 +418,13 @@ async fn sync(
         sets.patch_status(name, &pods::manager(MANAGER), &Patch::Merge(&patch))
             .await?;
     }
-    Ok(())
+    // Pods become available minReadySeconds after turning Ready, which no event announces:
+    // the status counts, and a surge's old pod waiting for its replacement, look again then.
+    Ok(until_available(
+        owned,
+        min_ready,
+        k8s_openapi::jiff::Timestamp::now(),
+    ))
 }
 
 /// Upstream `constructHistory`: the revision storing the current template (created when
@@ -430,7 +516,7 @@ fn revision_hash(revision: &ControllerRevision) -> String {
 }
 
 /// Upstream `snapshot`: a revision `<set>-<hash>` of the template; a name taken by other data
-/// bumps `status.collisionCount` so the next pass hashes to a new name.
+/// bumps `status.collisionCount` so the next sync hashes to a new name.
 async fn snapshot(
     client: &kube::Client,
     api: &Api<ControllerRevision>,
@@ -1383,6 +1469,59 @@ mod tests {
     }
 
     #[test]
+    fn a_node_change_queues_the_daemonsets_it_concerns() {
+        let set = |name: &str, spec: Value| -> Arc<DaemonSet> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "kube-system"},
+                    "spec": {"selector": {"matchLabels": {"app": "d"}},
+                             "template": {"metadata": {"labels": {"app": "d"}}, "spec": spec}},
+                }))
+                .expect("test fixture"),
+            )
+        };
+        let sets = [
+            set("everywhere", json!({"containers": []})),
+            set(
+                "gpu",
+                json!({"containers": [], "nodeSelector": {"gpu": "true"}}),
+            ),
+        ];
+        let plain = node("n1", json!({}));
+        let gpu = node(
+            "n1",
+            json!({"metadata": {"name": "n1", "labels": {"gpu": "true"}}}),
+        );
+        let tainted = node(
+            "n1",
+            json!({"spec": {"taints": [{"key": "dedicated", "effect": "NoExecute"}]}}),
+        );
+        let keys = |old: Option<&Node>, new: Option<&Node>| {
+            let change = Change { old, new };
+            if node_change_matters(&change) {
+                sets_for_node_change(&change, &sets)
+            } else {
+                Vec::new()
+            }
+        };
+        // Added: the sets that should run there.
+        assert_eq!(keys(None, Some(&plain)), vec!["kube-system/everywhere"]);
+        // A label the gpu set selects: only its verdict changed.
+        assert_eq!(keys(Some(&plain), Some(&gpu)), vec!["kube-system/gpu"]);
+        // An untolerated NoExecute taint: every set that ran there must leave.
+        assert_eq!(
+            keys(Some(&plain), Some(&tainted)),
+            vec!["kube-system/everywhere"]
+        );
+        // A status heartbeat changes nothing that matters.
+        let mut heartbeat = plain.clone();
+        heartbeat.metadata.resource_version = Some("2".into());
+        assert!(keys(Some(&plain), Some(&heartbeat)).is_empty());
+        // Deleted: every set, whose pods bound there this controller deletes.
+        assert_eq!(keys(Some(&gpu), None).len(), 2);
+    }
+
+    #[test]
     fn daemon_pods_are_pinned_to_their_node_with_default_tolerations() {
         let set: DaemonSet = serde_json::from_value(json!({
             "metadata": {"name": "d", "namespace": "kube-system", "uid": "u",
@@ -1440,7 +1579,7 @@ mod tests {
                 (false, vec!["b"]),
             ),
             (
-                "failed goes, recreated next pass",
+                "failed goes, recreated next sync",
                 true,
                 true,
                 vec![&failed],
