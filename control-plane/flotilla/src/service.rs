@@ -18,7 +18,7 @@ use flotilla_apiserver::storage::envelope::KeyEncryptionKey;
 use flotilla_apiserver::{ApiServer, ServerOptions};
 use flotilla_management::model::{CreateClusterRequest, HealthIssue};
 use flotilla_management::{Management, PublicEndpoint};
-use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
+use flotilla_storage::{EmbeddedStorage, EtcdStorage, FanOut, Storage};
 use k8s_openapi::api::core::v1::Event;
 use tokio::net::TcpListener;
 
@@ -51,7 +51,9 @@ async fn open_storage(
         let storage = EtcdStorage::connect(etcd, None)
             .await
             .context("connecting to etcd")?;
-        return Ok(Arc::new(storage));
+        // Watches of one prefix (a cluster's kind, watched by its scheduler, controllers,
+        // kubelets and users alike) share one etcd watch.
+        return Ok(Arc::new(FanOut::new(storage)));
     }
     let Some(dir) = data_dir else {
         bail!("no storage: give --etcd or --data-dir");

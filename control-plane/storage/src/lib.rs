@@ -10,8 +10,10 @@
 
 mod embedded;
 mod etcd;
+mod fanout;
 mod types;
 
 pub use embedded::{EmbeddedConfig, EmbeddedStorage};
 pub use etcd::EtcdStorage;
+pub use fanout::FanOut;
 pub use types::*;
