@@ -63,7 +63,7 @@ pub async fn run(informers: Arc<Informers>) {
     let on_job = queue.clone();
     jobs.on_change(move |change| {
         // Upstream's addJob/updateJob/deleteJob: the CronJobs controlling it before and after.
-        for key in crate::job::controller_keys(change, "CronJob") {
+        for key in pods::controller_keys(change, "CronJob") {
             on_job.add(key);
         }
     });
@@ -1126,9 +1126,8 @@ mod tests {
             "CronJob",
             &owner("digest"),
         )]);
-        let keys = |old, new| {
-            crate::job::controller_keys(&crate::informers::Change { old, new }, "CronJob")
-        };
+        let keys =
+            |old, new| pods::controller_keys(&crate::informers::Change { old, new }, "CronJob");
         assert_eq!(keys(None, Some(&before)), vec!["ops/report"]);
         assert_eq!(keys(Some(&before), Some(&before)), vec!["ops/report"]);
         assert_eq!(keys(Some(&before), None), vec!["ops/report"]);

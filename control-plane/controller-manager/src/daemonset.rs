@@ -32,7 +32,6 @@ use serde_json::json;
 use crate::expectations::Expectations;
 use crate::history::{self, CONTROLLER_REVISION_HASH_LABEL};
 use crate::informers::{Change, Index, Informer, Informers};
-use crate::job::{controller_keys, observe_owned};
 use crate::pods;
 use crate::replicaset::is_available;
 use crate::statefulset::until_available;
@@ -128,14 +127,14 @@ pub async fn run(informers: Arc<Informers>) {
     let on_pod = queue.clone();
     let seen = expectations.clone();
     pods.on_change(move |change| {
-        observe_owned(&seen, change, "DaemonSet");
-        for key in controller_keys(change, "DaemonSet") {
+        seen.observe_owned(change, "DaemonSet");
+        for key in pods::controller_keys(change, "DaemonSet") {
             on_pod.add(key);
         }
     });
     let on_revision = queue.clone();
     revisions.on_change(move |change| {
-        for key in controller_keys(change, "DaemonSet") {
+        for key in pods::controller_keys(change, "DaemonSet") {
             on_revision.add(key);
         }
     });

@@ -79,7 +79,7 @@ pub async fn run(informers: Arc<Informers>) {
     let deployments = informers.get::<Deployment>();
     let sets = informers.get::<ReplicaSet>();
     let pods = informers.get::<Pod>();
-    let sets_by_namespace = sets.index(BY_NAMESPACE, namespace_of::<ReplicaSet>);
+    let sets_by_namespace = sets.by_namespace();
     let pods_by_owner = pods.index(pods::BY_CONTROLLER_UID, pods::controller_uid::<Pod>);
     let client = informers.client().clone();
     let queue = Arc::new(WorkQueue::new("deployment"));
@@ -141,13 +141,6 @@ pub async fn run(informers: Arc<Informers>) {
         sync_key(&client, caches, &expectations, &unseen, key)
     })
     .await
-}
-
-/// The name of the index of objects by namespace.
-const BY_NAMESPACE: &str = "namespace";
-
-fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
-    vec![object.meta().namespace.clone().unwrap_or_default()]
 }
 
 /// The keys of the Deployments in an orphan ReplicaSet's namespace whose selector matches it.

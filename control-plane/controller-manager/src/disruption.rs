@@ -33,14 +33,6 @@ const MANAGER: &str = "disruption-controller";
 pub const DISRUPTION_ALLOWED: &str = "DisruptionAllowed";
 /// Budgets synced at once (upstream runs one worker per queue).
 const CONCURRENT_SYNCS: usize = 2;
-/// The name of the index of objects by namespace (the same name and function in the
-/// endpoints, quota and storage-protection controllers, so one index serves them all).
-const BY_NAMESPACE: &str = "by-namespace";
-
-fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
-    vec![object.meta().namespace.clone().unwrap_or_default()]
-}
-
 /// Runs the controller until the task is aborted: a change to a budget, or to a pod it
 /// selects (before or after the change), queues the budget's key; a pod with a
 /// DisruptionTarget condition queues itself on a second queue, whose worker resets the
@@ -53,10 +45,8 @@ pub async fn run(informers: Arc<Informers>) {
         deployments: informers.get::<Deployment>(),
         stateful_sets: informers.get::<StatefulSet>(),
     };
-    let budgets_by_namespace = caches
-        .budgets
-        .index(BY_NAMESPACE, namespace_of::<PodDisruptionBudget>);
-    let pods_by_namespace = caches.pods.index(BY_NAMESPACE, namespace_of::<Pod>);
+    let budgets_by_namespace = caches.budgets.by_namespace();
+    let pods_by_namespace = caches.pods.by_namespace();
     let client = informers.client().clone();
     let queue = Arc::new(WorkQueue::new("disruption"));
     let stale_queue = Arc::new(WorkQueue::new("stale_pod_disruption"));

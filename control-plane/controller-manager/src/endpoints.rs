@@ -21,14 +21,6 @@ const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
 const MANAGED: &str = "endpoints.flotilla.io/managed";
 /// Services synced at once (upstream's `--concurrent-endpoint-syncs`).
 const CONCURRENT_SYNCS: usize = 5;
-/// The name of the index of objects by namespace (the same name and function in the
-/// disruption, quota and storage-protection controllers, so one index serves them all).
-const BY_NAMESPACE: &str = "by-namespace";
-
-fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
-    vec![object.meta().namespace.clone().unwrap_or_default()]
-}
-
 /// Runs both controllers until the task is aborted: a change to a Service, to its Endpoints,
 /// or to a pod it selects (before or after the change) queues the Service's key (upstream's
 /// handlers); workers sync one Service at a time each.
@@ -36,8 +28,8 @@ pub async fn run(informers: Arc<Informers>) {
     let services = informers.get::<Service>();
     let pods = informers.get::<Pod>();
     let endpoints = informers.get::<Endpoints>();
-    let services_by_namespace = services.index(BY_NAMESPACE, namespace_of::<Service>);
-    let pods_by_namespace = pods.index(BY_NAMESPACE, namespace_of::<Pod>);
+    let services_by_namespace = services.by_namespace();
+    let pods_by_namespace = pods.by_namespace();
     let client = informers.client().clone();
     let queue = Arc::new(WorkQueue::new("endpoint"));
 

@@ -6,6 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::informers::Change;
+
 /// How long unobserved writes hold an owner back (upstream: five minutes).
 const EXPECTATION_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -47,6 +51,31 @@ impl Expectations {
     /// Records that the caches show `owner`'s object `name` deleted or terminating.
     pub fn seen_deleted(&self, owner: &str, name: &str) {
         self.observe(owner, |p| p.deletes.remove(name));
+    }
+
+    /// Lowers the expectations of a pod's `kind` controller as its creates and deletes are seen
+    /// (upstream's CreationObserved / DeletionObserved in the pod handlers).
+    pub fn observe_owned(&self, change: &Change<'_, Pod>, kind: &str) {
+        let Some(pod) = change.new.or(change.old) else {
+            return;
+        };
+        let (Some(owner), Some(name)) = (
+            crate::pods::controller_key(&pod.metadata, kind),
+            pod.metadata.name.as_deref(),
+        ) else {
+            return;
+        };
+        match (change.old, change.new) {
+            (None, Some(_)) => self.seen_created(&owner, name),
+            (_, None) => self.seen_deleted(&owner, name),
+            (Some(old), Some(new)) => {
+                if old.metadata.deletion_timestamp.is_none()
+                    && new.metadata.deletion_timestamp.is_some()
+                {
+                    self.seen_deleted(&owner, name);
+                }
+            }
+        }
     }
 
     fn observe(&self, owner: &str, change: impl FnOnce(&mut Pending) -> bool) {

@@ -154,6 +154,13 @@ where
         handlers.push(Box::new(handler));
     }
 
+    /// The cache's objects by namespace (shared by every controller that asks).
+    pub fn by_namespace(&self) -> Index<K> {
+        self.index("namespace", |object| {
+            vec![object.meta().namespace.clone().unwrap_or_default()]
+        })
+    }
+
     /// The index `name` of this cache, built from `values` on first use and shared by every
     /// controller that asks for it by the same name.
     pub fn index(&self, name: &'static str, values: fn(&K) -> Vec<String>) -> Index<K> {

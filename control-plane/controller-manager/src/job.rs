@@ -86,7 +86,7 @@ pub async fn run(informers: Arc<Informers>) {
     let seen = controller.clone();
     let live_jobs = jobs.clone();
     pods.on_change(move |change| {
-        observe_owned(&seen.expectations, change, "Job");
+        seen.expectations.observe_owned(change, "Job");
         let keys = pod_change_keys(change, |namespace, owner| {
             live_jobs
                 .get(namespace, &owner.name)
@@ -133,7 +133,7 @@ fn pod_change_keys(
     resolves: impl Fn(&str, &OwnerReference) -> bool,
 ) -> PodKeys {
     let mut keys = PodKeys {
-        jobs: controller_keys(change, "Job"),
+        jobs: pods::controller_keys(change, "Job"),
         orphan: None,
     };
     if let Some(pod) = change.new.filter(|p| has_tracking_finalizer(p)) {
@@ -145,50 +145,6 @@ fn pod_change_keys(
         }
     }
     keys
-}
-
-/// The keys of the `kind` controllers of a changed object, before and after the change (both
-/// when its controller changed): what an owned object's handler queues. The Job, CronJob,
-/// StatefulSet and DaemonSet controllers share it.
-pub(crate) fn controller_keys<K: kube::Resource>(
-    change: &Change<'_, K>,
-    kind: &str,
-) -> Vec<String> {
-    let mut keys: Vec<String> = Vec::new();
-    for object in change.objects() {
-        if let Some(key) = pods::controller_key(object.meta(), kind)
-            && !keys.contains(&key)
-        {
-            keys.push(key);
-        }
-    }
-    keys
-}
-
-/// Lowers the expectations of a pod's `kind` controller as its creates and deletes are seen
-/// (upstream's CreationObserved / DeletionObserved in the pod handlers). The Job, StatefulSet
-/// and DaemonSet controllers share it.
-pub(crate) fn observe_owned(expectations: &Expectations, change: &Change<'_, Pod>, kind: &str) {
-    let Some(pod) = change.new.or(change.old) else {
-        return;
-    };
-    let (Some(owner), Some(name)) = (
-        pods::controller_key(&pod.metadata, kind),
-        pod.metadata.name.as_deref(),
-    ) else {
-        return;
-    };
-    match (change.old, change.new) {
-        (None, Some(_)) => expectations.seen_created(&owner, name),
-        (_, None) => expectations.seen_deleted(&owner, name),
-        (Some(old), Some(new)) => {
-            if old.metadata.deletion_timestamp.is_none()
-                && new.metadata.deletion_timestamp.is_some()
-            {
-                expectations.seen_deleted(&owner, name);
-            }
-        }
-    }
 }
 
 /// Upstream's syncOrphanPod: releases the pod `key` from the tracking finalizer unless a live

@@ -5,6 +5,8 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, PatchParams};
 
+use crate::informers::Change;
+
 /// Whether `pod` counts toward its owner's replicas: not terminating, not finished.
 pub fn is_active(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && !is_finished(pod)
@@ -74,6 +76,20 @@ pub fn controller_key(metadata: &ObjectMeta, kind: &str) -> Option<String> {
         metadata.namespace.as_deref().unwrap_or(""),
         owner.name
     ))
+}
+
+/// The keys of the `kind` controllers of a changed object, before and after the change (both
+/// when its controller changed): what an owned object's handler queues.
+pub fn controller_keys<K: kube::Resource>(change: &Change<'_, K>, kind: &str) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for object in change.objects() {
+        if let Some(key) = controller_key(object.meta(), kind)
+            && !keys.contains(&key)
+        {
+            keys.push(key);
+        }
+    }
+    keys
 }
 
 /// Splits a `namespace/name` key (namespace empty for cluster-scoped objects).

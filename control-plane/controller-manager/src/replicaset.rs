@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, Patch, PostParams};
 use serde_json::json;
 
 use crate::expectations::Expectations;
-use crate::informers::{Change, Index, Informer, Informers};
+use crate::informers::{Index, Informer, Informers};
 use crate::pods;
 use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
@@ -42,7 +42,7 @@ pub async fn run(informers: Arc<Informers>) {
     let pod_queue = queue.clone();
     let seen = expectations.clone();
     pods.on_change(move |change| {
-        observe_pod(&seen, change);
+        seen.observe_owned(change, "ReplicaSet");
         for pod in change.objects() {
             if let Some(owner) = pods::controller_key(&pod.metadata, "ReplicaSet") {
                 pod_queue.add(owner);
@@ -56,30 +56,6 @@ pub async fn run(informers: Arc<Informers>) {
         sync_key(&client, &sets, &owned, &expectations, key)
     })
     .await
-}
-
-/// Lowers the expectations of a pod's controller as its creates and deletes are seen.
-pub(crate) fn observe_pod(expectations: &Expectations, change: &Change<'_, Pod>) {
-    let Some(pod) = change.new.or(change.old) else {
-        return;
-    };
-    let (Some(owner), Some(name)) = (
-        pods::controller_key(&pod.metadata, "ReplicaSet"),
-        pod.metadata.name.as_deref(),
-    ) else {
-        return;
-    };
-    match (change.old, change.new) {
-        (None, Some(_)) => expectations.seen_created(&owner, name),
-        (_, None) => expectations.seen_deleted(&owner, name),
-        (Some(old), Some(new)) => {
-            if old.metadata.deletion_timestamp.is_none()
-                && new.metadata.deletion_timestamp.is_some()
-            {
-                expectations.seen_deleted(&owner, name);
-            }
-        }
-    }
 }
 
 /// Syncs the ReplicaSet `key` from the caches.

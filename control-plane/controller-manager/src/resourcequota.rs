@@ -40,14 +40,6 @@ const CACHE_FILL_WAIT: Duration = Duration::from_secs(5);
 /// How often a quota counting kinds without a cache here (custom resources, counted by
 /// listing) is recounted: no event announces their changes to this controller.
 const LISTED_RECOUNT: Duration = Duration::from_secs(10);
-/// The name of the index of objects by namespace (the same name and function in the
-/// endpoints, disruption and storage-protection controllers, so one index serves them all).
-const BY_NAMESPACE: &str = "by-namespace";
-
-fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
-    vec![object.meta().namespace.clone().unwrap_or_default()]
-}
-
 /// Evaluates `$body` with `$k` the Rust type of the counted kind `$kind`.
 macro_rules! with_kind {
     ($kind:expr, $k:ident => $body:expr) => {
@@ -117,11 +109,9 @@ where
         + 'static,
 {
     let informer: Informer<K> = informers.get::<K>();
-    informer.is_ready().then(|| {
-        informer
-            .index(BY_NAMESPACE, namespace_of::<K>)
-            .get(namespace)
-    })
+    informer
+        .is_ready()
+        .then(|| informer.by_namespace().get(namespace))
 }
 
 fn count_of(informers: &Informers, kind: Kind, namespace: &str) -> Option<usize> {
@@ -161,8 +151,8 @@ pub async fn run(informers: Arc<Informers>) {
     let context = Context {
         client: informers.client().clone(),
         informers: informers.clone(),
-        quotas_by_namespace: quotas.index(BY_NAMESPACE, namespace_of::<ResourceQuota>),
-        pods_by_namespace: pods.index(BY_NAMESPACE, namespace_of::<Pod>),
+        quotas_by_namespace: quotas.by_namespace(),
+        pods_by_namespace: pods.by_namespace(),
         quotas: quotas.clone(),
         queue: Arc::new(WorkQueue::new("resource_quota_primary")),
         watched: Mutex::default(),
@@ -274,7 +264,7 @@ fn watch_kind(context: &Context, kind: Kind) {
     let quotas = context.quotas_by_namespace.clone();
     with_kind!(kind, K => {
         let informer = context.informers.get::<K>();
-        informer.index(BY_NAMESPACE, namespace_of::<K>);
+        informer.by_namespace();
         informer.on_change(move |change| {
             if object_usage_changed(kind, change.old, change.new) {
                 enqueue_namespace(&queue, &quotas, change);

@@ -28,7 +28,6 @@ use serde_json::{Value, json};
 use crate::expectations::Expectations;
 use crate::history::{self, CONTROLLER_REVISION_HASH_LABEL, REVISION_HASH_LABEL};
 use crate::informers::{Index, Informer, Informers};
-use crate::job::{controller_keys, observe_owned};
 use crate::pods;
 use crate::replicaset::is_available;
 use crate::workqueue::{Requeue, WorkQueue, run_workers};
@@ -130,14 +129,14 @@ pub async fn run(informers: Arc<Informers>) {
     let on_pod = queue.clone();
     let seen = expectations.clone();
     pods.on_change(move |change| {
-        observe_owned(&seen, change, "StatefulSet");
-        for key in controller_keys(change, "StatefulSet") {
+        seen.observe_owned(change, "StatefulSet");
+        for key in pods::controller_keys(change, "StatefulSet") {
             on_pod.add(key);
         }
     });
     let on_revision = queue.clone();
     revisions.on_change(move |change| {
-        for key in controller_keys(change, "StatefulSet") {
+        for key in pods::controller_keys(change, "StatefulSet") {
             on_revision.add(key);
         }
     });

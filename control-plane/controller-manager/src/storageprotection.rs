@@ -20,14 +20,6 @@ use crate::workqueue::{Requeue, WorkQueue, run_workers};
 pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 /// The volume finalizer StorageObjectInUseProtection admission adds.
 pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
-/// The name of the index of objects by namespace (the same name and function in the
-/// endpoints, disruption and quota controllers, so one index serves them all).
-const BY_NAMESPACE: &str = "by-namespace";
-
-fn namespace_of<K: kube::Resource>(object: &K) -> Vec<String> {
-    vec![object.meta().namespace.clone().unwrap_or_default()]
-}
-
 /// Runs both controllers until the task is aborted: a claim or volume being deleted queues
 /// itself, and a pod that stops using claims (deleted, finished or not scheduled) queues
 /// them (upstream's handlers); one worker each releases what nothing uses any more.
@@ -35,7 +27,7 @@ pub async fn run(informers: Arc<Informers>) {
     let claims = informers.get::<PersistentVolumeClaim>();
     let volumes = informers.get::<PersistentVolume>();
     let pod_cache = informers.get::<Pod>();
-    let pods_by_namespace = pod_cache.index(BY_NAMESPACE, namespace_of::<Pod>);
+    let pods_by_namespace = pod_cache.by_namespace();
     let client = informers.client().clone();
     let claim_queue = Arc::new(WorkQueue::new("pvcprotection"));
     let volume_queue = Arc::new(WorkQueue::new("pvprotection"));
