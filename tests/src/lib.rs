@@ -717,11 +717,37 @@ pub struct Serve {
     dir: tempfile::TempDir,
     etcd: String,
     args: Vec<String>,
+    /// `RUST_LOG` and the file standard error goes to, when its log is kept.
+    log: Option<(String, PathBuf)>,
     /// The port it listens on (loopback).
     pub port: u16,
 }
 
 impl Serve {
+    /// [`Serve::start_with`], its standard error kept in `log_file` (JSON lines) under the
+    /// `RUST_LOG` filter `filter`, for tests that read what it did and when.
+    pub fn start_logging(
+        etcd: &str,
+        args: &[&str],
+        filter: &str,
+        log_file: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let mut serve = Serve {
+            process: None,
+            dir: tempfile::tempdir()?,
+            etcd: etcd.to_string(),
+            port: free_port()?,
+            args: args
+                .iter()
+                .map(|a| a.to_string())
+                .chain(["--log-format".to_string(), "json".to_string()])
+                .collect(),
+            log: Some((filter.to_string(), log_file)),
+        };
+        serve.launch()?;
+        Ok(serve)
+    }
+
     /// Starts `flotilla serve --etcd ETCD` on a free loopback port and waits until it serves.
     pub fn start(etcd: &str) -> anyhow::Result<Self> {
         Self::start_with(etcd, &[])
@@ -735,6 +761,7 @@ impl Serve {
             etcd: etcd.to_string(),
             port: free_port()?,
             args: args.iter().map(|a| a.to_string()).collect(),
+            log: None,
         };
         serve.launch()?;
         Ok(serve)
@@ -743,6 +770,16 @@ impl Serve {
     fn launch(&mut self) -> anyhow::Result<()> {
         let operator = self.operator_config();
         let _ = std::fs::remove_file(&operator);
+        let (filter, stderr) = match &self.log {
+            Some((filter, file)) => (
+                filter.as_str(),
+                Stdio::from(
+                    std::fs::File::create(file)
+                        .with_context(|| format!("creating {}", file.display()))?,
+                ),
+            ),
+            None => ("warn", Stdio::inherit()),
+        };
         let child = Command::new(flotilla_bin()?)
             .arg("serve")
             .arg("--etcd")
@@ -754,9 +791,9 @@ impl Serve {
             .arg("--key-encryption-key-file")
             .arg(shared_key_encryption_key(&self.etcd))
             .args(&self.args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", filter)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .context("starting flotilla serve")?;
         self.process = Some(Process { child });

@@ -1356,3 +1356,131 @@ fn a_cluster_at_its_watch_limit_gets_429() -> anyhow::Result<()> {
     })?;
     Ok(())
 }
+
+/// When replicas join and leave, each cluster's control loops move between them and never run
+/// on two at once: every replica's log of starting and stopping a cluster's loops, read
+/// afterwards, shows no overlap. A third replica joining takes over some clusters (the others
+/// release them first); the first replica killed has its clusters taken once its lease lapses.
+#[test]
+fn control_loops_move_between_replicas_and_never_run_on_two_at_once() -> anyhow::Result<()> {
+    const CLUSTERS: usize = 16;
+    let etcd = Etcd::start()?;
+    let logs = tempfile::tempdir()?;
+    let lease = ["--lease-duration-seconds", "2"];
+    let filter = "warn,flotilla::placement=info";
+    let log_of = |name: &str| logs.path().join(format!("{name}.log"));
+    let mut a = Serve::start_logging(&etcd.endpoint, &lease, filter, log_of("a"))?;
+    let b = Serve::start_logging(&etcd.endpoint, &lease, filter, log_of("b"))?;
+    let x = a.account("x")?;
+    for i in 0..CLUSTERS {
+        x.ok(&["cluster", "create", &format!("c{i}"), "--wait"])?;
+    }
+    let wait_for = |what: &str, mut done: Box<dyn FnMut() -> anyhow::Result<bool> + '_>| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        while !done()? {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    };
+    let names = ["a", "b", "c"];
+    let running_somewhere = |replicas: &[&str]| -> anyhow::Result<usize> {
+        let mut running = std::collections::BTreeSet::new();
+        for name in replicas {
+            for (cluster, intervals) in loop_intervals(&log_of(name))? {
+                if intervals.last().is_some_and(|(_, end)| end.is_none()) {
+                    running.insert(cluster);
+                }
+            }
+        }
+        Ok(running.len())
+    };
+    wait_for(
+        "every cluster's loops to run",
+        Box::new(|| Ok(running_somewhere(&names[..2])? == CLUSTERS)),
+    )?;
+
+    // A third replica: some clusters move to it.
+    let _c = Serve::start_logging(&etcd.endpoint, &lease, filter, log_of("c"))?;
+    wait_for(
+        "the new replica to take some clusters",
+        Box::new(|| Ok(!loop_intervals(&log_of("c"))?.is_empty())),
+    )?;
+    // The first dies: its clusters go to the others once its lease lapses.
+    a.kill();
+    let killed_at = time::OffsetDateTime::now_utc();
+    wait_for(
+        "the survivors to run every cluster",
+        Box::new(|| Ok(running_somewhere(&names[1..])? == CLUSTERS)),
+    )?;
+
+    // No cluster's loops ran on two replicas at once.
+    let mut by_cluster: std::collections::BTreeMap<String, Vec<(&str, Interval)>> =
+        Default::default();
+    for name in names {
+        for (cluster, intervals) in loop_intervals(&log_of(name))? {
+            for (start, end) in intervals {
+                // The killed replica's loops ended with it.
+                let end = end.or((name == "a").then_some(killed_at));
+                by_cluster
+                    .entry(cluster.clone())
+                    .or_default()
+                    .push((name, (start, end)));
+            }
+        }
+    }
+    ensure!(by_cluster.len() == CLUSTERS, "{by_cluster:?}");
+    let mut moves = 0;
+    for (cluster, mut runs) in by_cluster {
+        runs.sort_by_key(|(_, (start, _))| *start);
+        moves += runs.len() - 1;
+        for pair in runs.windows(2) {
+            let ((first, (_, first_end)), (second, (second_start, _))) = (&pair[0], &pair[1]);
+            ensure!(
+                first_end.is_some_and(|end| end <= *second_start),
+                "cluster {cluster}: {first}'s loops were still running when {second}'s started: {runs:?}"
+            );
+        }
+    }
+    ensure!(moves > 0, "no cluster moved");
+    Ok(())
+}
+
+/// When a replica started and stopped a cluster's loops: (start, end), end `None` while they
+/// still run.
+type Interval = (time::OffsetDateTime, Option<time::OffsetDateTime>);
+
+/// Each cluster's intervals of running loops in one replica's JSON log.
+fn loop_intervals(
+    log: &std::path::Path,
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<Interval>>> {
+    let mut intervals: std::collections::BTreeMap<String, Vec<Interval>> = Default::default();
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    for line in text.lines() {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        // The JSON log flattens an event's fields into the line.
+        let (Some(message), Some(cluster), Some(at)) = (
+            entry["message"].as_str(),
+            entry["cluster"].as_str(),
+            entry["timestamp"].as_str(),
+        ) else {
+            continue;
+        };
+        let at = time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+            .with_context(|| format!("timestamp {at}"))?;
+        let runs = intervals.entry(cluster.to_string()).or_default();
+        if message.starts_with("running the cluster's control loops") {
+            runs.push((at, None));
+        } else if message.starts_with("control loops stopped")
+            && let Some(open) = runs.last_mut().filter(|(_, end)| end.is_none())
+        {
+            open.1 = Some(at);
+        }
+    }
+    Ok(intervals)
+}
