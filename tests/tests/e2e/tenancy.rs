@@ -1370,7 +1370,7 @@ fn control_loops_move_between_replicas_and_never_run_on_two_at_once() -> anyhow:
     let filter = "warn,flotilla::placement=info";
     let log_of = |name: &str| logs.path().join(format!("{name}.log"));
     let mut a = Serve::start_logging(&etcd.endpoint, &lease, filter, log_of("a"))?;
-    let b = Serve::start_logging(&etcd.endpoint, &lease, filter, log_of("b"))?;
+    let _b = Serve::start_logging(&etcd.endpoint, &lease, filter, log_of("b"))?;
     let x = a.account("x")?;
     for i in 0..CLUSTERS {
         x.ok(&["cluster", "create", &format!("c{i}"), "--wait"])?;
