@@ -834,13 +834,16 @@ impl Store {
             let mut compare_current = current.clone();
             meta::remove_at(&mut compare_current, &["metadata", "resourceVersion"]);
             meta::remove_at(&mut updated, &["metadata", "resourceVersion"]);
+            // Validating admission decides before the no-op check, as upstream's registry
+            // calls it inside GuaranteedUpdate's update function: an update that would change
+            // nothing is still refused to whoever may not make it.
+            if let Some(validation) = validation {
+                validation.validate(&updated, &current).await?;
+            }
             // A write that changes nothing is not a write (no new resourceVersion), but a
             // managedFields timestamp alone does not count as a change either.
             if without_managed_times(&updated) == without_managed_times(&compare_current) {
                 return Ok(current);
-            }
-            if let Some(validation) = validation {
-                validation.validate(&updated, &current).await?;
             }
             let finalize = should_delete_during_update(&compare_current, &updated);
             if dry_run {
