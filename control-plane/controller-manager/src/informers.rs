@@ -1,21 +1,18 @@
 //! Shared informers: one watch-fed cache per resource type per cluster, read by every
 //! controller that needs it (upstream's SharedInformerFactory). Each delivers every change,
 //! old and new object, to the handlers controllers register (which enqueue keys on their work
-//! queues), keeps the indexes they ask for, and bumps a change signal for loops that still
-//! run passes. Dropping the [`Informers`] stops its watches.
+//! queues), and keeps the indexes they ask for. Dropping the [`Informers`] stops its watches.
 
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The caches of one cluster, created on first use.
@@ -28,7 +25,6 @@ pub struct Informers {
 /// One resource type's cache, its change handlers and indexes, and its change signal.
 pub struct Informer<K: kube::Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
-    changes: watch::Receiver<u64>,
     dispatch: Arc<Dispatch<K>>,
 }
 
@@ -36,7 +32,6 @@ impl<K: kube::Resource<DynamicType = ()> + 'static> Clone for Informer<K> {
     fn clone(&self) -> Self {
         Self {
             store: self.store.clone(),
-            changes: self.changes.clone(),
             dispatch: self.dispatch.clone(),
         }
     }
@@ -116,11 +111,6 @@ where
             key = key.within(namespace);
         }
         self.store.get(&key)
-    }
-
-    /// The cache's change signal, for loops that erase the cached type.
-    pub fn signal(&self) -> watch::Receiver<u64> {
-        self.changes.clone()
     }
 
     /// Whether the first list has filled the cache: before that, an empty cache means
@@ -306,7 +296,6 @@ impl Informers {
             return existing.clone();
         }
         let (store, mut writer) = reflector::store::<K>();
-        let (signal, changes) = watch::channel(0u64);
         let dispatch = Arc::new(Dispatch {
             handlers: Mutex::default(),
             indexes: Mutex::default(),
@@ -329,7 +318,6 @@ impl Informers {
             while let Some(event) = events.next().await {
                 if let Ok(event) = event {
                     task_dispatch.apply(&mut writer, &task_store, &mut relisted, event);
-                    signal.send_modify(|count| *count = count.wrapping_add(1));
                 }
             }
         });
@@ -337,11 +325,7 @@ impl Informers {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(task);
-        let informer = Informer {
-            store,
-            changes,
-            dispatch,
-        };
+        let informer = Informer { store, dispatch };
         caches.insert(TypeId::of::<K>(), Arc::new(informer.clone()));
         informer
     }
@@ -360,129 +344,70 @@ impl Drop for Informers {
 /// re-watch costs the server a request; bookmarks keep a quiet connection from looking idle.
 const WATCH_TIMEOUT_SECONDS: u32 = 1800;
 
-/// How often, at most, a loop starts a pass while changes keep coming.
-pub const PASS_INTERVAL: Duration = Duration::from_millis(100);
-/// The same for loops whose work is not urgent to the second (garbage collection, disruption
-/// budgets, quota usage, node lifecycle).
-pub const RELAXED_PASS_INTERVAL: Duration = Duration::from_secs(1);
-
-/// What a controller waits on between passes: a change in any of its caches, or its resync
-/// period elapsing. Changes made while a pass runs are coalesced into the next one.
-///
-/// A pass walks whole caches, so on a busy cluster (a change every few milliseconds) a loop
-/// would start pass after pass, each costing time in proportion to the cluster's size. Passes
-/// are therefore spaced by at least [`PASS_INTERVAL`] (or what [`Triggers::at_most_every`]
-/// sets): the first change after a quiet spell still starts one at once, while changes
-/// arriving sooner wait and are coalesced into one pass.
-pub struct Triggers {
-    changes: Vec<watch::Receiver<u64>>,
-    resync: Duration,
-    min_interval: Duration,
-    last_pass: Option<tokio::time::Instant>,
-}
-
-impl Triggers {
-    /// Wakes on changes to the given informers' caches and every `resync`.
-    pub fn new(resync: Duration) -> Self {
-        Self {
-            changes: Vec::new(),
-            resync,
-            min_interval: PASS_INTERVAL,
-            last_pass: None,
-        }
-    }
-
-    /// Wakes on changes only (and on the wake-ups [`Triggers::next_within`] is given): no
-    /// periodic resync, so an idle cluster's loop never runs.
-    pub fn on_changes_only() -> Self {
-        Self::new(Duration::MAX)
-    }
-
-    /// Starts passes at most once per `interval`.
-    pub fn at_most_every(mut self, interval: Duration) -> Self {
-        self.min_interval = interval;
-        self
-    }
-
-    /// Also wakes on changes to `informer`.
-    pub fn on<K: kube::Resource<DynamicType = ()> + 'static>(
-        mut self,
-        informer: &Informer<K>,
-    ) -> Self {
-        self.changes.push(informer.changes.clone());
-        self
-    }
-
-    /// Also wakes on `signal` (an [`Informer::signal`]).
-    pub fn on_signal(mut self, signal: watch::Receiver<u64>) -> Self {
-        self.changes.push(signal);
-        self
-    }
-
-    /// Waits for the next reason to run a pass.
-    pub async fn next(&mut self) {
-        self.next_within(None).await
-    }
-
-    /// As [`Triggers::next`], but also wakes after `wake` when that comes before the resync
-    /// (a deadline, backoff or schedule time the loop is waiting for).
-    pub async fn next_within(&mut self, wake: Option<Duration>) {
-        let limit = wake.map_or(self.resync, |wake| wake.min(self.resync));
-        let waits: Vec<_> = self
-            .changes
-            .iter_mut()
-            .map(|changes| Box::pin(changes.changed()))
-            .collect();
-        if waits.is_empty() {
-            tokio::time::sleep(limit).await;
-            return;
-        }
-        match tokio::time::timeout(limit, futures::future::select_all(waits)).await {
-            // A cache's watch ended (its informers are being dropped): do not spin.
-            Ok((Err(_), _, _)) => tokio::time::sleep(self.resync).await,
-            Ok((Ok(()), _, _)) | Err(_) => {}
-        }
-        if let Some(last) = self.last_pass {
-            tokio::time::sleep_until(last + self.min_interval).await;
-        }
-        for changes in &mut self.changes {
-            changes.borrow_and_update();
-        }
-        self.last_pass = Some(tokio::time::Instant::now());
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn passes_are_spaced_out_but_a_change_after_a_quiet_spell_starts_one_at_once() {
-        let (signal, changes) = watch::channel(0u64);
-        let mut triggers = Triggers::new(Duration::from_secs(3600))
-            .on_signal(changes)
-            .at_most_every(Duration::from_secs(1));
-        let start = tokio::time::Instant::now();
+    fn config_map(name: &str, version: &str) -> ConfigMap {
+        let mut object = ConfigMap::default();
+        object.metadata.name = Some(name.into());
+        object.metadata.namespace = Some("ns".into());
+        object.metadata.resource_version = Some(version.into());
+        object
+    }
 
-        signal.send_modify(|c| *c += 1);
-        triggers.next().await;
+    #[test]
+    fn handlers_see_old_and_new_and_a_relist_as_the_changes_it_makes() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let dispatch = Dispatch::<ConfigMap> {
+            handlers: Mutex::default(),
+            indexes: Mutex::default(),
+        };
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let record = seen.clone();
+        dispatch
+            .handlers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(move |change: &Change<'_, ConfigMap>| {
+                let version = |o: Option<&ConfigMap>| {
+                    o.and_then(|o| o.metadata.resource_version.clone())
+                        .unwrap_or_else(|| "-".into())
+                };
+                let name = change
+                    .objects()
+                    .find_map(|o| o.metadata.name.clone())
+                    .unwrap_or_default();
+                record
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(format!(
+                        "{name}:{}>{}",
+                        version(change.old),
+                        version(change.new)
+                    ));
+            }));
+        let mut relisted = Vec::new();
+        let mut apply = |event| dispatch.apply(&mut writer, &store, &mut relisted, event);
+        apply(watcher::Event::Init);
+        apply(watcher::Event::InitApply(config_map("a", "1")));
+        apply(watcher::Event::InitApply(config_map("b", "1")));
+        apply(watcher::Event::InitDone);
+        apply(watcher::Event::Apply(config_map("a", "2")));
+        // A relist after a gap: a unchanged, b gone, c new.
+        apply(watcher::Event::Init);
+        apply(watcher::Event::InitApply(config_map("a", "2")));
+        apply(watcher::Event::InitApply(config_map("c", "3")));
+        apply(watcher::Event::InitDone);
+        apply(watcher::Event::Delete(config_map("a", "4")));
+        let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
         assert_eq!(
-            start.elapsed(),
-            Duration::ZERO,
-            "the first change waits for nothing"
+            seen,
+            ["a:->1", "b:->1", "a:1>2", "c:->3", "b:1>-", "a:2>-"],
+            "the relist's objects are told only once the cache holds them all"
         );
-
-        // Two changes right after that pass are coalesced into one pass a second later.
-        signal.send_modify(|c| *c += 1);
-        signal.send_modify(|c| *c += 1);
-        triggers.next().await;
-        assert_eq!(start.elapsed(), Duration::from_secs(1));
-
-        // After a quiet spell longer than the interval, a change starts a pass at once.
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let quiet_end = tokio::time::Instant::now();
-        signal.send_modify(|c| *c += 1);
-        triggers.next().await;
-        assert_eq!(quiet_end.elapsed(), Duration::ZERO);
+        assert_eq!(store.state().len(), 1);
     }
 }

@@ -11,8 +11,8 @@
 //! the shortest `tolerationSeconds` of the tolerations they use, with the DisruptionTarget
 //! condition set first.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -22,15 +22,14 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch};
 use serde_json::json;
 
-use crate::informers::{Informer, Informers, RELAXED_PASS_INTERVAL, Triggers};
+use crate::informers::{Index, Informer, Informers};
 use crate::pods;
+use crate::workqueue::{Requeue, WorkQueue, run_workers};
 
 /// Upstream's `--node-monitor-grace-period`: how long a node may go without a heartbeat.
 pub const NODE_MONITOR_GRACE_PERIOD: Duration = Duration::from_secs(40);
 /// Upstream's `--node-startup-grace-period`: the grace of a node that never posted status.
 pub const NODE_STARTUP_GRACE_PERIOD: Duration = Duration::from_secs(60);
-/// Upstream's `--node-monitor-period`: how often node health is checked without a change.
-pub const NODE_MONITOR_PERIOD: Duration = Duration::from_secs(5);
 
 /// The taint of a node whose kubelet reports it not ready.
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -53,8 +52,6 @@ pub struct Config {
     pub node_monitor_grace_period: Duration,
     /// Upstream's `nodeStartupGracePeriod`.
     pub node_startup_grace_period: Duration,
-    /// Upstream's `nodeMonitorPeriod`.
-    pub node_monitor_period: Duration,
 }
 
 impl Default for Config {
@@ -62,7 +59,6 @@ impl Default for Config {
         Config {
             node_monitor_grace_period: NODE_MONITOR_GRACE_PERIOD,
             node_startup_grace_period: NODE_STARTUP_GRACE_PERIOD,
-            node_monitor_period: NODE_MONITOR_PERIOD,
         }
     }
 }
@@ -256,129 +252,172 @@ fn desired_taints(node: &Node, evictions: bool, now: Timestamp) -> Option<Vec<Ta
     (next != current).then_some(next)
 }
 
+/// Runs node health monitoring until the task is aborted: a change to a node, its Lease, or a
+/// pod turning Ready on it queues the node's name; a sync judges that node alone and, while it
+/// is healthy, looks at it again just after its grace would run out (the heartbeat that
+/// normally comes first queues it sooner). A node's Ready flipping queues every node, as it may
+/// switch the full-disruption mode on or off.
 async fn monitor_nodes(informers: Arc<Informers>, config: Config) {
     let nodes = informers.get::<Node>();
     let leases = informers.get::<Lease>();
     let pods = informers.get::<Pod>();
+    let pods_by_node = pods.index(BY_NODE, pod_node);
     let client = informers.client().clone();
-    let mut health: HashMap<String, NodeHealth> = HashMap::new();
-    let mut triggers = Triggers::on_changes_only()
-        .at_most_every(RELAXED_PASS_INTERVAL)
-        .on(&nodes)
-        .on(&leases)
-        .on(&pods);
-    // Silence is what the monitor looks for, so it looks every period while there are nodes;
-    // a cluster without nodes (an idle one) wakes only on a change.
-    let mut have_nodes = false;
-    loop {
-        triggers
-            .next_within(have_nodes.then_some(config.node_monitor_period))
-            .await;
-        if nodes.is_ready() && leases.is_ready() && pods.is_ready() {
-            monitor_pass(&client, &config, &nodes, &leases, &pods, &mut health).await;
+    let queue = Arc::new(WorkQueue::new("node_lifecycle_controller"));
+    let on_node = queue.clone();
+    let every_node = nodes.clone();
+    nodes.on_change(move |change| {
+        for node in change.objects() {
+            if let Some(name) = &node.metadata.name {
+                on_node.add(name.clone());
+            }
         }
-        have_nodes = !nodes.list().is_empty();
-    }
-}
-
-async fn monitor_pass(
-    client: &kube::Client,
-    config: &Config,
-    nodes: &Informer<Node>,
-    leases: &Informer<Lease>,
-    pods: &Informer<Pod>,
-    health: &mut HashMap<String, NodeHealth>,
-) {
-    let now = Timestamp::now();
-    let all_nodes = nodes.list();
-    health.retain(|name, _| {
-        all_nodes
-            .iter()
-            .any(|n| n.metadata.name.as_ref() == Some(name))
-    });
-    let api: Api<Node> = Api::all(client.clone());
-    let mut current: Vec<Node> = Vec::with_capacity(all_nodes.len());
-    for node in &all_nodes {
-        let Some(name) = node.metadata.name.clone() else {
-            continue;
-        };
-        let lease = leases.get("kube-node-lease", &name);
-        let seen = observe(health.get(&name), node, lease.as_deref(), now);
-        let grace = if condition(node, "Ready").is_some() {
-            config.node_monitor_grace_period
-        } else {
-            config.node_startup_grace_period
-        };
-        let silent_for = now.duration_since(seen.probed_at);
-        health.insert(name.clone(), seen);
-        let mut node = Node::clone(node);
-        if silent_for > SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX)
-            && let Some(conditions) = unknown_conditions(&node, now)
-        {
-            tracing::info!(node = %name, "node stopped posting status; marking it Unknown");
-            let patch = json!({
-                "metadata": {"resourceVersion": node.metadata.resource_version},
-                "status": {"conditions": conditions},
-            });
-            match api
-                .patch_status(&name, &pods::manager(MANAGER), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(updated) => node = updated,
-                Err(err) => {
-                    tracing::info!(node = %name, %err, "marking node Unknown failed; retrying");
-                    continue;
+        if change.old.and_then(ready_status) != change.new.and_then(ready_status) {
+            for node in every_node.list() {
+                if let Some(name) = &node.metadata.name {
+                    on_node.add(name.clone());
                 }
             }
         }
-        current.push(node);
+    });
+    let on_lease = queue.clone();
+    leases.on_change(move |change| {
+        for lease in change.objects() {
+            if lease.metadata.namespace.as_deref() == Some("kube-node-lease")
+                && let Some(name) = &lease.metadata.name
+            {
+                on_lease.add(name.clone());
+            }
+        }
+    });
+    let on_pod = queue.clone();
+    pods.on_change(move |change| {
+        // Only a pod that became Ready (or moved) can need marking on a node not Ready.
+        if let Some(new) = change.new
+            && pods::is_ready(new)
+            && change.old.is_none_or(|old| !pods::is_ready(old))
+            && let Some(node) = pod_node(new).pop()
+        {
+            on_pod.add(node);
+        }
+    });
+    nodes.ready().await;
+    leases.ready().await;
+    pods.ready().await;
+    let health: Mutex<HashMap<String, NodeHealth>> = Mutex::default();
+    let caches = Caches {
+        nodes: &nodes,
+        leases: &leases,
+        pods_by_node: &pods_by_node,
+    };
+    run_workers(&queue, CONCURRENT_SYNCS, |name: String| {
+        sync_node(&client, &config, caches, &health, name)
+    })
+    .await
+}
+
+/// Node monitors run at once (upstream: `--concurrent-node-syncs`, 5).
+const CONCURRENT_SYNCS: usize = 5;
+/// The name of the index of pods by the node they are bound to.
+const BY_NODE: &str = "node";
+
+fn pod_node(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+        .into_iter()
+        .collect()
+}
+
+/// The caches the node monitor reads.
+#[derive(Clone, Copy)]
+struct Caches<'a> {
+    nodes: &'a Informer<Node>,
+    leases: &'a Informer<Lease>,
+    pods_by_node: &'a Index<Pod>,
+}
+
+/// Upstream's monitorNodeHealth for one node: its conditions set Unknown once it has been
+/// silent for its grace period, its taints made to follow its conditions, and its pods marked
+/// not Ready while it is not Ready.
+async fn sync_node(
+    client: &kube::Client,
+    config: &Config,
+    caches: Caches<'_>,
+    health: &Mutex<HashMap<String, NodeHealth>>,
+    name: String,
+) -> Result<Requeue, kube::Error> {
+    let now = Timestamp::now();
+    let Some(cached) = caches.nodes.get("", &name) else {
+        health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        return Ok(Requeue::No);
+    };
+    let lease = caches.leases.get("kube-node-lease", &name);
+    let seen = {
+        let mut health = health.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = observe(health.get(&name), &cached, lease.as_deref(), now);
+        health.insert(name.clone(), seen.clone());
+        seen
+    };
+    let grace = if condition(&cached, "Ready").is_some() {
+        config.node_monitor_grace_period
+    } else {
+        config.node_startup_grace_period
+    };
+    let grace = SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX);
+    let silent_for = now.duration_since(seen.probed_at);
+    let api: Api<Node> = Api::all(client.clone());
+    let mut node = Node::clone(&cached);
+    if silent_for > grace
+        && let Some(conditions) = unknown_conditions(&node, now)
+    {
+        tracing::info!(node = %name, "node stopped posting status; marking it Unknown");
+        let patch = json!({
+            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "status": {"conditions": conditions},
+        });
+        node = api
+            .patch_status(&name, &pods::manager(MANAGER), &Patch::Merge(&patch))
+            .await?;
     }
     // Upstream's full-disruption mode: when no node at all is Ready, the fault is more likely
     // on this side, so nothing is evicted.
-    let evictions = current.iter().any(|n| ready_status(n) == Some("True"));
-    for node in &current {
-        let Some(name) = &node.metadata.name else {
-            continue;
-        };
-        if let Some(taints) = desired_taints(node, evictions, now) {
-            // No taints left is no `taints` field, as upstream's omitempty leaves it.
-            let taints = (!taints.is_empty()).then_some(taints);
-            let patch = json!({
-                "metadata": {"resourceVersion": node.metadata.resource_version},
-                "spec": {"taints": taints},
+    let evictions =
+        ready_status(&node) == Some("True")
+            || caches.nodes.list().iter().any(|n| {
+                n.metadata.name.as_deref() != Some(&name) && ready_status(n) == Some("True")
             });
-            if let Err(err) = api
-                .patch(name, &pods::manager(MANAGER), &Patch::Merge(&patch))
-                .await
-            {
-                tracing::info!(node = %name, %err, "updating node taints failed; retrying");
-            }
-        }
+    if let Some(taints) = desired_taints(&node, evictions, now) {
+        // No taints left is no `taints` field, as upstream's omitempty leaves it.
+        let taints = (!taints.is_empty()).then_some(taints);
+        let patch = json!({
+            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "spec": {"taints": taints},
+        });
+        api.patch(&name, &pods::manager(MANAGER), &Patch::Merge(&patch))
+            .await?;
     }
-    let not_ready: Vec<&str> = current
-        .iter()
-        .filter(|n| ready_status(n).is_some_and(|s| s != "True"))
-        .filter_map(|n| n.metadata.name.as_deref())
-        .collect();
-    if !not_ready.is_empty() {
-        mark_pods_not_ready(client, pods, &not_ready, now).await;
+    if ready_status(&node).is_some_and(|s| s != "True") {
+        mark_pods_not_ready(client, caches.pods_by_node.get(&name), now).await;
     }
+    // Silence is what the monitor looks for: a node still within its grace is looked at just
+    // after the grace would run out, unless a heartbeat queues it first.
+    Ok(if silent_for <= grace {
+        let left = Duration::try_from(grace - silent_for).unwrap_or(Duration::ZERO);
+        Requeue::After(left + Duration::from_millis(100))
+    } else {
+        Requeue::No
+    })
 }
 
 /// Upstream's MarkPodsNotReady: the pods of a node that is not Ready are not Ready either.
-async fn mark_pods_not_ready(
-    client: &kube::Client,
-    pods: &Informer<Pod>,
-    nodes: &[&str],
-    now: Timestamp,
-) {
-    for pod in pods.list() {
-        let on_node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| nodes.contains(&n));
-        if !on_node || !pods::is_ready(&pod) || pods::is_finished(&pod) {
+async fn mark_pods_not_ready(client: &kube::Client, on_node: Vec<Arc<Pod>>, now: Timestamp) {
+    for pod in on_node {
+        if !pods::is_ready(&pod) || pods::is_finished(&pod) {
             continue;
         }
         let (Some(name), Some(namespace)) = (&pod.metadata.name, &pod.metadata.namespace) else {
@@ -447,27 +486,35 @@ fn eviction_for(taints: &[&Taint], tolerations: &[Toleration]) -> Eviction {
     }
 }
 
-/// When each pod (by uid) was first seen due for eviction: its toleration runs from then, as
-/// upstream's timed workers start at the first observation.
-type EvictionClock = HashMap<String, Timestamp>;
+/// When each pod (by key, with its uid, so a pod created again under the name starts anew) was
+/// first seen due for eviction: its toleration runs from then, as upstream's timed workers
+/// start at the first observation.
+type EvictionClock = HashMap<String, (String, Timestamp)>;
 
-/// Whether `pod` should be deleted now; records or clears its start in `clock`. Returns the
-/// time it becomes due, when that is in the future.
+/// Whether the pod `key` should be deleted now; records or clears its start in `clock`.
+/// Returns the time it becomes due, when that is in the future.
 fn due(
     clock: &mut EvictionClock,
+    key: &str,
     uid: &str,
     eviction: Eviction,
     now: Timestamp,
 ) -> (bool, Option<Timestamp>) {
     match eviction {
         Eviction::Never => {
-            clock.remove(uid);
+            clock.remove(key);
             (false, None)
         }
         Eviction::Now => (true, None),
         Eviction::After(wait) => {
-            let start = *clock.entry(uid.to_string()).or_insert(now);
-            let at = start
+            let entry = clock
+                .entry(key.to_string())
+                .or_insert_with(|| (uid.to_string(), now));
+            if entry.0 != uid {
+                *entry = (uid.to_string(), now);
+            }
+            let at = entry
+                .1
                 .checked_add(SignedDuration::try_from(wait).unwrap_or(SignedDuration::MAX))
                 .unwrap_or(Timestamp::MAX);
             if at <= now {
@@ -479,89 +526,112 @@ fn due(
     }
 }
 
+/// A node's NoExecute taints.
+fn no_execute_taints(node: &Node) -> Vec<&Taint> {
+    node.spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .filter(|t| t.effect == NO_EXECUTE)
+        .collect()
+}
+
+/// Runs taint eviction until the task is aborted, as upstream's taint-eviction controller: a
+/// node's NoExecute taints changing queues the pods bound to it, a pod bound or changed
+/// queues itself; a pod that tolerates its node's taints for a while is looked at again when
+/// that time is up.
 async fn evict_by_taints(informers: Arc<Informers>) {
     let nodes = informers.get::<Node>();
     let pods = informers.get::<Pod>();
+    let pods_by_node = pods.index(BY_NODE, pod_node);
     let client = informers.client().clone();
-    let mut clock = EvictionClock::new();
-    let mut triggers = Triggers::on_changes_only()
-        .at_most_every(RELAXED_PASS_INTERVAL)
-        .on(&nodes)
-        .on(&pods);
-    let mut next_due: Option<Timestamp> = None;
-    loop {
-        // A change, or the next eviction falling due; nothing else wakes it.
-        let wait = next_due.map(|at| {
-            Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO)
-        });
-        triggers.next_within(wait).await;
-        if nodes.is_ready() && pods.is_ready() {
-            next_due = eviction_pass(&client, &nodes, &pods, &mut clock).await;
+    let queue = Arc::new(WorkQueue::new("noexec_taint_pod"));
+    let on_node = queue.clone();
+    let bound = pods_by_node.clone();
+    nodes.on_change(move |change| {
+        let before = change.old.map(no_execute_taints).unwrap_or_default();
+        let after = change.new.map(no_execute_taints).unwrap_or_default();
+        if before == after {
+            return;
         }
-    }
+        if let Some(name) = change.objects().find_map(|n| n.metadata.name.clone()) {
+            for pod in bound.get(&name) {
+                on_node.add(pods::key(&pod.metadata));
+            }
+        }
+    });
+    let on_pod = queue.clone();
+    pods.on_change(move |change| {
+        let moved = match (change.old, change.new) {
+            (Some(old), Some(new)) => {
+                pod_node(old) != pod_node(new)
+                    || old.spec.as_ref().map(|s| &s.tolerations)
+                        != new.spec.as_ref().map(|s| &s.tolerations)
+            }
+            _ => true,
+        };
+        if moved && let Some(pod) = change.new.or(change.old) {
+            on_pod.add(pods::key(&pod.metadata));
+        }
+    });
+    nodes.ready().await;
+    pods.ready().await;
+    let clock: Mutex<EvictionClock> = Mutex::default();
+    run_workers(&queue, CONCURRENT_SYNCS, |key: String| {
+        evict_if_due(&client, &nodes, &pods, &clock, key)
+    })
+    .await
 }
 
-/// One pass over every bound pod; returns the earliest future eviction.
-async fn eviction_pass(
+/// Deletes the pod `key` if its node's NoExecute taints are due for it; otherwise says when
+/// they will be.
+async fn evict_if_due(
     client: &kube::Client,
     nodes: &Informer<Node>,
     pods: &Informer<Pod>,
-    clock: &mut EvictionClock,
-) -> Option<Timestamp> {
+    clock: &Mutex<EvictionClock>,
+    key: String,
+) -> Result<Requeue, kube::Error> {
+    let forget = || {
+        clock.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        Ok(Requeue::No)
+    };
+    let (namespace, name) = pods::split_key(&key);
+    let Some(pod) = pods.get(namespace, name) else {
+        return forget();
+    };
+    if pod.metadata.deletion_timestamp.is_some() || pods::is_finished(&pod) {
+        return forget();
+    }
+    let Some(node) = pod_node(&pod).pop().and_then(|n| nodes.get("", &n)) else {
+        return forget();
+    };
+    let taints = no_execute_taints(&node);
+    if taints.is_empty() {
+        return forget();
+    }
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
     let now = Timestamp::now();
-    let mut next_due: Option<Timestamp> = None;
-    let mut live: HashSet<String> = HashSet::new();
-    // Only pods on nodes with a NoExecute taint can be due: the others are passed over without
-    // a look (and their clocks, if any, dropped below).
-    let all_nodes = nodes.list();
-    let no_execute: HashMap<&str, Vec<&Taint>> = all_nodes
-        .iter()
-        .filter_map(|node| {
-            let taints: Vec<&Taint> = node
-                .spec
-                .iter()
-                .flat_map(|s| s.taints.iter().flatten())
-                .filter(|t| t.effect == NO_EXECUTE)
-                .collect();
-            let name = node.metadata.name.as_deref()?;
-            (!taints.is_empty()).then_some((name, taints))
-        })
-        .collect();
-    if no_execute.is_empty() {
-        clock.clear();
-        return None;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let (evict, later) = due(
+        &mut clock.lock().unwrap_or_else(|p| p.into_inner()),
+        &key,
+        &uid,
+        eviction_for(&taints, &tolerations),
+        now,
+    );
+    if evict {
+        delete_by_taint_manager(client, &pod).await?;
+        return Ok(Requeue::No);
     }
-    for pod in pods.list() {
-        let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-            continue;
-        };
-        let Some(taints) = no_execute.get(node_name) else {
-            continue;
-        };
-        if pod.metadata.deletion_timestamp.is_some() || pods::is_finished(&pod) {
-            continue;
-        }
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let tolerations = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.clone())
-            .unwrap_or_default();
-        let (evict, later) = due(clock, &uid, eviction_for(taints, &tolerations), now);
-        live.insert(uid.clone());
-        if let Some(at) = later {
-            next_due = Some(next_due.map_or(at, |n| n.min(at)));
-        }
-        if evict && let Err(err) = delete_by_taint_manager(client, &pod).await {
-            tracing::info!(pod = ?pod.metadata.name, %err, "taint eviction failed; retrying");
-        }
-    }
-    clock.retain(|uid, _| live.contains(uid));
-    next_due
+    Ok(later.map_or(Requeue::No, |at| {
+        Requeue::After(Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
+    }))
 }
 
-/// Upstream's addConditionAndDeletePod: DisruptionTarget first, so whoever sees the pod go
-/// knows why, then an ordinary (graceful) delete.
 async fn delete_by_taint_manager(client: &kube::Client, pod: &Pod) -> Result<(), kube::Error> {
     let (Some(name), Some(namespace)) = (&pod.metadata.name, &pod.metadata.namespace) else {
         return Ok(());
@@ -828,11 +898,26 @@ mod tests {
     fn a_toleration_runs_from_the_first_sighting() {
         let mut clock = EvictionClock::new();
         let five = Eviction::After(Duration::from_secs(5));
-        assert_eq!(due(&mut clock, "u", five, ts(0)), (false, Some(ts(5))));
-        assert_eq!(due(&mut clock, "u", five, ts(3)), (false, Some(ts(5))));
-        assert_eq!(due(&mut clock, "u", five, ts(5)), (true, None));
+        assert_eq!(
+            due(&mut clock, "ns/p", "u", five, ts(0)),
+            (false, Some(ts(5)))
+        );
+        assert_eq!(
+            due(&mut clock, "ns/p", "u", five, ts(3)),
+            (false, Some(ts(5)))
+        );
+        assert_eq!(due(&mut clock, "ns/p", "u", five, ts(5)), (true, None));
         // The taint went away: the clock restarts next time.
-        assert_eq!(due(&mut clock, "u", Eviction::Never, ts(6)), (false, None));
-        assert_eq!(due(&mut clock, "u", five, ts(7)), (false, Some(ts(12))));
+        let never = Eviction::Never;
+        assert_eq!(due(&mut clock, "ns/p", "u", never, ts(6)), (false, None));
+        assert_eq!(
+            due(&mut clock, "ns/p", "u", five, ts(7)),
+            (false, Some(ts(12)))
+        );
+        // A new pod under the same name starts its own clock.
+        assert_eq!(
+            due(&mut clock, "ns/p", "u2", five, ts(8)),
+            (false, Some(ts(13)))
+        );
     }
 }
