@@ -67,23 +67,19 @@ struct HubState {
 }
 
 impl Hub {
-    /// Subscribes a watch from `from` (0: from now), with the recent events it must see
-    /// first; `None` when the hub cannot serve `from` (older than its window, or ended).
+    /// Subscribes a watch from `from`, with the recent events it must see first; `None` when
+    /// the hub cannot serve `from` (older than its window, or ended).
     fn join(self: &Arc<Self>, from: Revision) -> Option<(Vec<WatchEvent>, Subscription)> {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.ended || (from > 0 && from < state.window_start) {
+        if state.ended || from < state.window_start {
             return None;
         }
-        let replay = if from > 0 {
-            state
-                .recent
-                .iter()
-                .filter(|e| e.kv.mod_revision >= from)
-                .cloned()
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let replay = state
+            .recent
+            .iter()
+            .filter(|e| e.kv.mod_revision >= from)
+            .cloned()
+            .collect();
         let receiver = self.sender.subscribe();
         Some((
             replay,
@@ -138,18 +134,20 @@ impl<S: Storage> FanOut<S> {
         &self,
         prefix: &str,
         from: Revision,
-    ) -> Result<Option<(Vec<WatchEvent>, Subscription)>, StorageError> {
-        if let Some(hub) = self.live_hub(prefix)
-            && let Some(joined) = hub.join(from)
-        {
-            return Ok(Some(joined));
-        }
-        // A new hub starts from an explicit revision, so later watches know its window.
-        let start = if from > 0 {
+    ) -> Result<Option<(Revision, Vec<WatchEvent>, Subscription)>, StorageError> {
+        // "From now" is made explicit: a hub that is still replaying older history must not
+        // hand that history to a watch that asked for none of it.
+        let from = if from > 0 {
             from
         } else {
             self.inner.current_revision().await? + 1
         };
+        if let Some(hub) = self.live_hub(prefix)
+            && let Some((replay, subscription)) = hub.join(from)
+        {
+            return Ok(Some((from, replay, subscription)));
+        }
+        let start = from;
         let backend = self.inner.watch(prefix, start).await?;
         let (sender, _) = broadcast::channel(LAG_BATCHES);
         let hub = Arc::new(Hub {
@@ -171,7 +169,7 @@ impl<S: Storage> FanOut<S> {
                 .or_insert_with(|| hub.clone());
         }
         tokio::spawn(run_hub(hub, backend, Arc::downgrade(&self.hubs)));
-        Ok(joined)
+        Ok(joined.map(|(replay, subscription)| (from, replay, subscription)))
     }
 
     fn live_hub(&self, prefix: &str) -> Option<Arc<Hub>> {
@@ -333,7 +331,7 @@ impl<S: Storage> Storage for FanOut<S> {
         from_revision: Revision,
     ) -> Result<WatchStream, StorageError> {
         match self.subscribe(prefix, from_revision).await? {
-            Some((replay, subscription)) => Ok(stream(from_revision, replay, subscription)),
+            Some((from, replay, subscription)) => Ok(stream(from, replay, subscription)),
             // Older than any hub's window: a watch of its own, as without fan-out.
             None => self.inner.watch(prefix, from_revision).await,
         }
