@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 
+use crate::handlers;
 use crate::informers::{Index, Informer, Informers};
 use crate::job::JobRef;
 use crate::pods;
@@ -60,13 +61,8 @@ pub async fn run(informers: Arc<Informers>) {
                 .remove(gone.metadata.uid.as_deref().unwrap_or(""));
         }
     });
-    let on_job = queue.clone();
-    jobs.on_change(move |change| {
-        // Upstream's addJob/updateJob/deleteJob: the CronJobs controlling it before and after.
-        for key in pods::controller_keys(change, "CronJob") {
-            on_job.add(key);
-        }
-    });
+    // Upstream's addJob/updateJob/deleteJob: the CronJobs controlling it before and after.
+    handlers::queue_controller(&jobs, &queue, "CronJob");
     cronjobs.ready().await;
     jobs.ready().await;
     run_workers(&queue, CONCURRENT_SYNCS, |key: String| {

@@ -30,6 +30,7 @@ use kube::api::{Api, DeleteParams, Patch, PostParams};
 use serde_json::json;
 
 use crate::expectations::Expectations;
+use crate::handlers;
 use crate::history::{self, CONTROLLER_REVISION_HASH_LABEL};
 use crate::informers::{Change, Index, Informer, Informers};
 use crate::pods;
@@ -118,26 +119,9 @@ pub async fn run(informers: Arc<Informers>) {
     let queue = Arc::new(WorkQueue::new("daemonset"));
     let expectations = Arc::new(Expectations::default());
 
-    let on_set = queue.clone();
-    sets.on_change(move |change| {
-        for set in change.objects() {
-            on_set.add(pods::key(&set.metadata));
-        }
-    });
-    let on_pod = queue.clone();
-    let seen = expectations.clone();
-    pods.on_change(move |change| {
-        seen.observe_owned(change, "DaemonSet");
-        for key in pods::controller_keys(change, "DaemonSet") {
-            on_pod.add(key);
-        }
-    });
-    let on_revision = queue.clone();
-    revisions.on_change(move |change| {
-        for key in pods::controller_keys(change, "DaemonSet") {
-            on_revision.add(key);
-        }
-    });
+    handlers::queue_each(&sets, &queue);
+    handlers::queue_pod_controller(&pods, &queue, "DaemonSet", &expectations);
+    handlers::queue_controller(&revisions, &queue, "DaemonSet");
     let on_node = queue.clone();
     let node_sets = sets.clone();
     nodes.on_change(move |change| {

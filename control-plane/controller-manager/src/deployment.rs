@@ -29,6 +29,7 @@ use kube::core::{Selector, SelectorExt};
 use serde_json::{Value, json};
 
 use crate::expectations::Expectations;
+use crate::handlers;
 use crate::informers::{Index, Informer, Informers};
 use crate::pods;
 use crate::workqueue::{Requeue, WorkQueue, run_workers};
@@ -86,12 +87,7 @@ pub async fn run(informers: Arc<Informers>) {
     let expectations = Expectations::default();
     let unseen = Mutex::new(UnseenWrites::default());
 
-    let on_deployment = queue.clone();
-    deployments.on_change(move |change| {
-        for d in change.objects() {
-            on_deployment.add(pods::key(&d.metadata));
-        }
-    });
+    handlers::queue_each(&deployments, &queue);
     let on_set = queue.clone();
     let all_deployments = deployments.clone();
     sets.on_change(move |change| {

@@ -11,6 +11,7 @@ pub mod disruption;
 pub mod endpoints;
 pub mod expectations;
 pub mod gc;
+pub mod handlers;
 pub mod history;
 pub mod informers;
 pub mod job;

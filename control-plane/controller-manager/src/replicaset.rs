@@ -14,6 +14,7 @@ use kube::api::{Api, DeleteParams, Patch, PostParams};
 use serde_json::json;
 
 use crate::expectations::Expectations;
+use crate::handlers;
 use crate::informers::{Index, Informer, Informers};
 use crate::pods;
 use crate::workqueue::{Requeue, WorkQueue, run_workers};
@@ -33,22 +34,8 @@ pub async fn run(informers: Arc<Informers>) {
     let client = informers.client().clone();
     let queue = Arc::new(WorkQueue::new("replicaset"));
     let expectations = Arc::new(Expectations::default());
-    let set_queue = queue.clone();
-    sets.on_change(move |change| {
-        for set in change.objects() {
-            set_queue.add(pods::key(&set.metadata));
-        }
-    });
-    let pod_queue = queue.clone();
-    let seen = expectations.clone();
-    pods.on_change(move |change| {
-        seen.observe_owned(change, "ReplicaSet");
-        for pod in change.objects() {
-            if let Some(owner) = pods::controller_key(&pod.metadata, "ReplicaSet") {
-                pod_queue.add(owner);
-            }
-        }
-    });
+    handlers::queue_each(&sets, &queue);
+    handlers::queue_pod_controller(&pods, &queue, "ReplicaSet", &expectations);
     // Only with both caches filled: an empty pod cache would mean "create every replica".
     sets.ready().await;
     pods.ready().await;

@@ -26,6 +26,7 @@ use kube::api::{Api, DeleteParams, Patch, PostParams};
 use serde_json::{Value, json};
 
 use crate::expectations::Expectations;
+use crate::handlers;
 use crate::history::{self, CONTROLLER_REVISION_HASH_LABEL, REVISION_HASH_LABEL};
 use crate::informers::{Index, Informer, Informers};
 use crate::pods;
@@ -120,26 +121,9 @@ pub async fn run(informers: Arc<Informers>) {
     let queue = Arc::new(WorkQueue::new("statefulset"));
     let expectations = Arc::new(Expectations::default());
 
-    let on_set = queue.clone();
-    sets.on_change(move |change| {
-        for set in change.objects() {
-            on_set.add(pods::key(&set.metadata));
-        }
-    });
-    let on_pod = queue.clone();
-    let seen = expectations.clone();
-    pods.on_change(move |change| {
-        seen.observe_owned(change, "StatefulSet");
-        for key in pods::controller_keys(change, "StatefulSet") {
-            on_pod.add(key);
-        }
-    });
-    let on_revision = queue.clone();
-    revisions.on_change(move |change| {
-        for key in pods::controller_keys(change, "StatefulSet") {
-            on_revision.add(key);
-        }
-    });
+    handlers::queue_each(&sets, &queue);
+    handlers::queue_pod_controller(&pods, &queue, "StatefulSet", &expectations);
+    handlers::queue_controller(&revisions, &queue, "StatefulSet");
     // A pod whose claim is being deleted waits for it to go (upstream only retries).
     let on_claim = queue.clone();
     let claim_sets = sets.clone();
