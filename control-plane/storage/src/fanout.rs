@@ -15,16 +15,22 @@ use std::sync::{Arc, Mutex, Weak};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use tokio::sync::{Notify, broadcast};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::{Notify, mpsc};
 
 use crate::types::{
     KeyValue, Outcome, RangeRequest, RangeResponse, Revision, Storage, StorageError, WatchEvent,
     WatchResponse, WatchStream,
 };
 
-/// Events a hub keeps for watches that start in the past.
-const RECENT_EVENTS: usize = 512;
+/// Events a hub keeps for watches that start in the past (a client resuming right after its
+/// list needs a few; an older start gets a watch of its own). Every watched prefix of every
+/// cluster has a hub, so the window is kept small.
+const RECENT_EVENTS: usize = 64;
 /// Batches a slow watcher may fall behind before its watch ends (its client then relists).
+/// Each watcher's channel grows to this only when it lags: an idle one holds almost nothing
+/// (a broadcast channel would allocate every slot up front, for every hub of every cluster).
 const LAG_BATCHES: usize = 1024;
 
 /// A [`Storage`] whose watches of one prefix share one watch of `inner`.
@@ -54,7 +60,6 @@ type Delivery = Result<Arc<WatchResponse>, Arc<StorageError>>;
 struct Hub {
     prefix: String,
     state: Mutex<HubState>,
-    sender: broadcast::Sender<Delivery>,
     /// Rung when a watcher leaves, so the hub can stop once none is left.
     left: Notify,
 }
@@ -63,14 +68,38 @@ struct HubState {
     /// The oldest revision from which the hub can serve every event.
     window_start: Revision,
     recent: VecDeque<WatchEvent>,
+    watchers: Vec<Watcher>,
     ended: bool,
+}
+
+/// One watcher's end of a hub.
+struct Watcher {
+    sender: mpsc::Sender<Delivery>,
+    /// Set when the hub dropped it for falling behind.
+    lagged: Arc<AtomicBool>,
+}
+
+impl HubState {
+    /// Sends to every watcher; one whose channel is full is dropped as lagging, one that left
+    /// is forgotten.
+    fn send(&mut self, delivery: &Delivery) {
+        self.watchers
+            .retain(|watcher| match watcher.sender.try_send(delivery.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    watcher.lagged.store(true, Ordering::Relaxed);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
+    }
 }
 
 impl Hub {
     /// Subscribes a watch from `from`, with the recent events it must see first; `None` when
     /// the hub cannot serve `from` (older than its window, or ended).
     fn join(self: &Arc<Self>, from: Revision) -> Option<(Vec<WatchEvent>, Subscription)> {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if state.ended || from < state.window_start {
             return None;
         }
@@ -80,12 +109,18 @@ impl Hub {
             .filter(|e| e.kv.mod_revision >= from)
             .cloned()
             .collect();
-        let receiver = self.sender.subscribe();
+        let (sender, receiver) = mpsc::channel(LAG_BATCHES);
+        let lagged = Arc::new(AtomicBool::new(false));
+        state.watchers.push(Watcher {
+            sender,
+            lagged: lagged.clone(),
+        });
         Some((
             replay,
             Subscription {
                 hub: Arc::downgrade(self),
                 receiver: Some(receiver),
+                lagged,
             },
         ))
     }
@@ -101,22 +136,23 @@ impl Hub {
                 state.window_start = dropped.kv.mod_revision + 1;
             }
         }
-        // No receiver is fine: the hub is about to stop.
-        let _ = self.sender.send(Ok(Arc::new(batch)));
+        state.send(&Ok(Arc::new(batch)));
     }
 
     /// Ends every watcher's stream with `error`.
     fn end(&self, error: StorageError) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.ended = true;
-        let _ = self.sender.send(Err(Arc::new(error)));
+        state.send(&Err(Arc::new(error)));
+        state.watchers.clear();
     }
 }
 
 /// A watcher's place in a hub; leaving tells the hub.
 struct Subscription {
     hub: Weak<Hub>,
-    receiver: Option<broadcast::Receiver<Delivery>>,
+    receiver: Option<mpsc::Receiver<Delivery>>,
+    lagged: Arc<AtomicBool>,
 }
 
 impl Drop for Subscription {
@@ -149,15 +185,14 @@ impl<S: Storage> FanOut<S> {
         }
         let start = from;
         let backend = self.inner.watch(prefix, start).await?;
-        let (sender, _) = broadcast::channel(LAG_BATCHES);
         let hub = Arc::new(Hub {
             prefix: prefix.to_string(),
             state: Mutex::new(HubState {
                 window_start: start,
                 recent: VecDeque::new(),
+                watchers: Vec::new(),
                 ended: false,
             }),
-            sender,
             left: Notify::new(),
         });
         let joined = hub.join(from);
@@ -198,11 +233,13 @@ async fn run_hub(
                 // Checked under the hubs' lock, so no watch joins while the hub goes.
                 let Some(hubs) = hubs.upgrade() else { break None };
                 let mut hubs = hubs.lock().unwrap_or_else(|p| p.into_inner());
-                if hub.sender.receiver_count() == 0 {
+                let mut state = hub.state.lock().unwrap_or_else(|p| p.into_inner());
+                state.watchers.retain(|watcher| !watcher.sender.is_closed());
+                if state.watchers.is_empty() {
                     if hubs.get(&hub.prefix).is_some_and(|h| Arc::ptr_eq(h, &hub)) {
                         hubs.remove(&hub.prefix);
                     }
-                    hub.state.lock().unwrap_or_else(|p| p.into_inner()).ended = true;
+                    state.ended = true;
                     break None;
                 }
             }
@@ -233,7 +270,7 @@ fn stream(from: Revision, replay: Vec<WatchEvent>, subscription: Subscription) -
         loop {
             let receiver = subscription.receiver.as_mut()?;
             match receiver.recv().await {
-                Ok(Ok(batch)) => {
+                Some(Ok(batch)) => {
                     let events: Vec<WatchEvent> = batch
                         .events
                         .iter()
@@ -249,12 +286,12 @@ fn stream(from: Revision, replay: Vec<WatchEvent>, subscription: Subscription) -
                     };
                     return Some((Ok(response), Some(subscription)));
                 }
-                Ok(Err(error)) => return Some((Err(same_error(&error)), None)),
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    let reason = format!("the watch fell {missed} batches behind");
+                Some(Err(error)) => return Some((Err(same_error(&error)), None)),
+                None if subscription.lagged.load(Ordering::Relaxed) => {
+                    let reason = format!("the watch fell {LAG_BATCHES} batches behind");
                     return Some((Err(unavailable(&reason)), None));
                 }
-                Err(broadcast::error::RecvError::Closed) => return None,
+                None => return None,
             }
         }
     });
