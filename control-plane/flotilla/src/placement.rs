@@ -135,7 +135,7 @@ impl Clusters {
 struct Placement {
     membership: Membership,
     clusters: Clusters,
-    /// The loops this replica runs, by cluster, with the holder string they run under.
+    /// The loops this replica runs, by cluster.
     running: HashMap<String, JoinHandle<()>>,
     server: Arc<ApiServer>,
     router: Router,
@@ -189,6 +189,9 @@ impl Placement {
         for id in &leaving {
             if let Some(task) = self.running.remove(id) {
                 task.abort();
+                // Aborting takes effect at the task's next await: wait for that, so nothing
+                // of these loops runs once the Lease is released below.
+                let _ = task.await;
                 tracing::info!(cluster = %id, replica = %me.identity, "control loops stopped: the cluster moved or is gone");
             }
         }
