@@ -188,16 +188,7 @@ async fn sync_key(
         expectations.forget(&key);
         return Ok(Requeue::No);
     };
-    let caught_up = expectations.satisfied(
-        &key,
-        |name| caches.pods.get(namespace, name).is_some(),
-        |name| {
-            caches
-                .pods
-                .get(namespace, name)
-                .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-        },
-    );
+    let caught_up = expectations.satisfied_by_pods(&key, &caches.pods, namespace);
     let uid = set.metadata.uid.as_deref().unwrap_or("");
     let owned = caches.owned_pods.get(uid);
     let mine: Vec<&Pod> = owned.iter().map(|p| &**p).collect();

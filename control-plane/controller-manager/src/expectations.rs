@@ -128,6 +128,24 @@ impl Expectations {
         false
     }
 
+    /// [`Expectations::satisfied`] against a pod cache: a create is seen once the pod is
+    /// cached in `namespace`, a delete once it is gone from it or terminating.
+    pub fn satisfied_by_pods(
+        &self,
+        owner: &str,
+        pods: &crate::informers::Informer<Pod>,
+        namespace: &str,
+    ) -> bool {
+        self.satisfied(
+            owner,
+            |name| pods.get(namespace, name).is_some(),
+            |name| {
+                pods.get(namespace, name)
+                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+            },
+        )
+    }
+
     /// Forgets `owner` (it was deleted).
     pub fn forget(&self, owner: &str) {
         self.pending

@@ -213,14 +213,7 @@ impl Controller {
         let uid = job.metadata.uid.as_deref().unwrap_or("");
         let mine = owned.get(uid);
         let mine: Vec<&Pod> = mine.iter().map(|p| &**p).collect();
-        let caught_up = self.expectations.satisfied(
-            &key,
-            |name| pods.get(namespace, name).is_some(),
-            |name| {
-                pods.get(namespace, name)
-                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-            },
-        );
+        let caught_up = self.expectations.satisfied_by_pods(&key, pods, namespace);
         let after = self.sync(&job, &mine, caught_up).await?;
         // Unseen writes hold creates back; their pods' events queue the Job again, the
         // expectations' timeout is the backstop.

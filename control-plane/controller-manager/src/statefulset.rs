@@ -181,16 +181,7 @@ async fn sync_key(
         expectations.forget(&key);
         return Ok(Requeue::No);
     };
-    let caught_up = expectations.satisfied(
-        &key,
-        |name| caches.pods.get(namespace, name).is_some(),
-        |name| {
-            caches
-                .pods
-                .get(namespace, name)
-                .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-        },
-    );
+    let caught_up = expectations.satisfied_by_pods(&key, &caches.pods, namespace);
     if !caught_up {
         // Its pods' events queue it again; the timeout is the backstop.
         return Ok(Requeue::After(expectations.remaining(&key)));

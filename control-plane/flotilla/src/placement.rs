@@ -298,20 +298,7 @@ async fn take(
     let holder = me.holder();
     let duration_seconds = i32::try_from(lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
     let Some(mut lease) = leases.get_opt(LEASE_NAME).await? else {
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(LEASE_NAME.into()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(holder),
-                lease_duration_seconds: Some(duration_seconds),
-                acquire_time: Some(now.clone()),
-                renew_time: Some(now),
-                lease_transitions: Some(0),
-                ..Default::default()
-            }),
-        };
+        let lease = new_lease(LEASE_NAME, &holder, duration_seconds, now);
         return conflict_is_loss(leases.create(&PostParams::default(), &lease).await);
     };
     let spec = lease.spec.get_or_insert_with(Default::default);
@@ -380,20 +367,7 @@ pub async fn hold_lease(
     let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
     let duration_seconds = i32::try_from(lease_duration.as_secs()).unwrap_or(i32::MAX);
     let Some(mut lease) = leases.get_opt(name).await? else {
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(identity.to_string()),
-                lease_duration_seconds: Some(duration_seconds),
-                acquire_time: Some(now.clone()),
-                renew_time: Some(now),
-                lease_transitions: Some(0),
-                ..Default::default()
-            }),
-        };
+        let lease = new_lease(name, identity, duration_seconds, now);
         return conflict_is_loss(leases.create(&PostParams::default(), &lease).await);
     };
     let spec = lease.spec.get_or_insert_with(Default::default);
@@ -417,6 +391,24 @@ pub async fn hold_lease(
     spec.renew_time = Some(now);
     // The replace carries the resourceVersion read: a replica that wrote in between wins.
     conflict_is_loss(leases.replace(name, &PostParams::default(), &lease).await)
+}
+
+/// A Lease first acquired by `holder` now.
+fn new_lease(name: &str, holder: &str, duration_seconds: i32, now: MicroTime) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.to_string()),
+            lease_duration_seconds: Some(duration_seconds),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    }
 }
 
 fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
