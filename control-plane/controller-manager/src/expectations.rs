@@ -1,6 +1,6 @@
 //! Upstream's controller expectations: after a controller creates or deletes objects for an
 //! owner, it does not act on that owner again until its caches show those writes (or a while
-//! has passed), so a pass that runs before the watch catches up does not create duplicates.
+//! has passed), so a sync that runs before the watch catches up does not create duplicates.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;

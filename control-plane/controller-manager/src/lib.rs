@@ -1,7 +1,8 @@
 //! Flotilla's controller-manager: upstream's controllers as pure API clients (kube-rs) of one
-//! cluster, sharing one watch cache per resource type ([`informers`]). The hosted service runs
-//! them per tenant on the in-process transport; `flotilla controller-manager` runs them
-//! against any kubeconfig.
+//! cluster, sharing one watch cache per resource type ([`informers`]) and each syncing objects
+//! from per-object work queues ([`workqueue`]) that its watch handlers ([`handlers`]) feed. The
+//! hosted service runs them per tenant on the in-process transport; `flotilla
+//! controller-manager` runs them against any kubeconfig.
 
 pub mod certificates;
 pub mod cronjob;

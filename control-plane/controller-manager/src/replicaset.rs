@@ -1,8 +1,9 @@
 //! The ReplicaSet controller (upstream `ReplicaSetController`, a pure API client): keeps
 //! `spec.replicas` pods of each ReplicaSet, created from its template and owned by it, deletes
 //! the surplus (unscheduled, then not ready, then newest first) and reports status. Creates go
-//! out in upstream's slow-start batches (1, 2, 4, …), and expectations keep a pass that runs
-//! before the watch has caught up from creating duplicates.
+//! out in upstream's slow-start batches (1, 2, 4, …), and expectations keep a sync that runs
+//! before the watch has caught up from creating duplicates. A change to a ReplicaSet or to a
+//! pod it controls queues the ReplicaSet (per-object work queue).
 
 use std::sync::Arc;
 use std::time::Duration;
