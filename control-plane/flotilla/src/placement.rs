@@ -226,15 +226,15 @@ impl Placement {
             .filter(|id| !self.running.contains_key(*id) && mine(id))
             .cloned()
             .collect();
-        let live = Arc::new(live);
+        let view = Arc::new(self.membership.clone());
         let takes: Vec<BoxFuture<'static, (String, bool)>> = wanted
             .into_iter()
             .map(|id| {
                 let client = crate::inprocess::client(self.router.clone(), &id, controller_user());
-                let (me, live, lease_duration) =
-                    (me.clone(), live.clone(), self.config.lease_duration);
+                let (me, view, lease_duration) =
+                    (me.clone(), view.clone(), self.config.lease_duration);
                 async move {
-                    let taken = take(&client, &me, &live, lease_duration)
+                    let taken = take(&client, &me, &view, lease_duration)
                         .await
                         .unwrap_or_else(|err| {
                             tracing::debug!(cluster = %id, %err, "cluster's lease not taken");
@@ -285,12 +285,12 @@ impl Placement {
     }
 }
 
-/// Takes the cluster's Lease for `me` when it is free: absent, released, already `me`'s,
-/// or held by a replica that is not live or by an earlier life of one. `true` when held.
+/// Takes the cluster's Lease for `me` when it is absent, already `me`'s, or its holder's
+/// claim is free in `view` ([`Membership::is_free`]). `true` when held.
 async fn take(
     client: &kube::Client,
     me: &Member,
-    live: &[Member],
+    view: &Membership,
     lease_duration: Duration,
 ) -> Result<bool, kube::Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
@@ -306,7 +306,7 @@ async fn take(
     if current == holder {
         return Ok(true);
     }
-    if !is_free(&current, live) {
+    if !view.is_free(&current, Instant::now()) {
         return Ok(false);
     }
     spec.holder_identity = Some(holder);
@@ -320,19 +320,6 @@ async fn take(
             .replace(LEASE_NAME, &PostParams::default(), &lease)
             .await,
     )
-}
-
-/// Whether a cluster Lease held by `holder` may be taken: nobody holds it, or its holder is
-/// not a live replica in its current life (a holder written by the per-cluster renewals of
-/// earlier releases names no generation, and is free too).
-fn is_free(holder: &str, live: &[Member]) -> bool {
-    if holder.is_empty() {
-        return true;
-    }
-    match Member::parse_holder(holder) {
-        Some(held_by) => !live.contains(&held_by),
-        None => true,
-    }
 }
 
 /// Upstream's release of a lease on shutdown: the holder cleared, so the next owner need

@@ -55,6 +55,7 @@ impl Member {
 }
 
 /// What one record looked like when this replica last saw it change.
+#[derive(Clone)]
 struct Observed {
     revision: Revision,
     generation: u64,
@@ -62,6 +63,7 @@ struct Observed {
 }
 
 /// This replica's lease and its view of the others'.
+#[derive(Clone)]
 pub struct Membership {
     identity: String,
     lease_duration: Duration,
@@ -77,6 +79,9 @@ pub struct Membership {
     others: HashMap<String, Observed>,
     /// The store admits one process: other records are earlier runs', dead already.
     sole: bool,
+    /// When this replica first read the records: a replica it has not seen by one lease
+    /// duration after that does not exist (every live one renews within that time).
+    observing_since: Option<Instant>,
 }
 
 /// How many lease durations a record may go unchanged before a replica deletes it (a replica
@@ -100,6 +105,7 @@ impl Membership {
             renewed: None,
             others: HashMap::new(),
             sole,
+            observing_since: None,
         }
     }
 
@@ -217,7 +223,37 @@ impl Membership {
             );
         }
         self.others = seen;
+        self.observing_since.get_or_insert(now);
         Ok(())
+    }
+
+    /// Whether a claim written by `holder` may be taken over: nobody holds it, or it is an
+    /// earlier life of this replica or of another, or a replica whose lease has lapsed, or
+    /// one that has not existed for as long as this replica has been looking. A holder this
+    /// replica has not seen yet is never taken from before then: it may have just joined.
+    pub fn is_free(&self, holder: &str, now: Instant) -> bool {
+        if holder.is_empty() {
+            return true;
+        }
+        let Some(held_by) = Member::parse_holder(holder) else {
+            // Not a placement holder (an older release's): nobody renews it.
+            return true;
+        };
+        if held_by.identity == self.identity {
+            return held_by.generation != self.generation || !self.holds_lease(now);
+        }
+        match self.others.get(&held_by.identity) {
+            Some(seen) => {
+                seen.generation != held_by.generation
+                    || now.saturating_duration_since(seen.since) > self.lease_duration
+            }
+            None => {
+                self.sole
+                    || self.observing_since.is_some_and(|since| {
+                        now.saturating_duration_since(since) > self.lease_duration
+                    })
+            }
+        }
     }
 
     /// The live replicas, this one first when it holds its lease, the others in identity
@@ -347,6 +383,43 @@ mod tests {
         // When it renews again, it comes back as a new life.
         b.renew_and_observe(&storage).await.expect("b rejoins");
         assert_eq!(b.me().generation, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_is_taken_only_from_a_replica_known_to_be_gone() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let storage =
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("store")).expect("a store");
+        let lease = Duration::from_secs(2);
+        let tick = Duration::from_millis(400);
+        let mut a = Membership::new("a".into(), lease, tick, false);
+        a.renew_and_observe(&storage).await.expect("a joins");
+        // b joined after a last looked: a has not seen it, so b's claim stands.
+        let mut b = Membership::new("b".into(), lease, tick, false);
+        b.renew_and_observe(&storage).await.expect("b joins");
+        let claim = b.me().holder();
+        assert!(!a.is_free(&claim, Instant::now()));
+        // Seen and renewing: still b's.
+        a.renew_and_observe(&storage).await.expect("a sees b");
+        assert!(!a.is_free(&claim, Instant::now()));
+        // b stops renewing: its claim is free once its lease has lapsed in a's eyes.
+        for _ in 0..6 {
+            tokio::time::advance(tick).await;
+            a.renew_and_observe(&storage).await.expect("a renews");
+        }
+        assert!(a.is_free(&claim, Instant::now()));
+        // Unknown holders, empty claims and a's own earlier life.
+        assert!(
+            a.is_free("nobody_1", Instant::now()),
+            "a has looked long enough"
+        );
+        assert!(a.is_free("", Instant::now()));
+        let earlier = Member {
+            identity: "a".into(),
+            generation: a.me().generation - 1,
+        };
+        assert!(a.is_free(&earlier.holder(), Instant::now()));
+        assert!(!a.is_free(&a.me().holder(), Instant::now()));
     }
 
     #[tokio::test(start_paused = true)]
