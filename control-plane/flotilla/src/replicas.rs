@@ -121,7 +121,11 @@ impl Membership {
     /// replica can yet consider it expired. A replica cut off from the store stops its loops
     /// before anyone takes them over.
     pub fn holds_lease(&self, now: Instant) -> bool {
-        let fence = self.lease_duration.saturating_sub(self.retry_period);
+        // Two renewal periods short of the lease: placement notices the lapse only at its
+        // next tick (one period), and the other period is slack for stopping the loops.
+        let fence = self
+            .lease_duration
+            .saturating_sub(self.retry_period.saturating_mul(2));
         self.renewed
             .is_some_and(|sent| now.saturating_duration_since(sent) < fence)
     }
