@@ -306,6 +306,14 @@ fn score(cluster: &str, replica: &str) -> u64 {
 mod tests {
     use super::*;
 
+    /// A fresh embedded store, with the directory it lives in.
+    fn store() -> (tempfile::TempDir, flotilla_storage::EmbeddedStorage) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let storage =
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("store")).expect("a store");
+        (dir, storage)
+    }
+
     fn member(identity: &str) -> Member {
         Member {
             identity: identity.into(),
@@ -359,9 +367,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_replica_that_stops_renewing_is_dropped_and_one_cut_off_fences_itself() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let storage =
-            flotilla_storage::EmbeddedStorage::open(dir.path().join("store")).expect("a store");
+        let (_dir, storage) = store();
         let lease = Duration::from_secs(2);
         let tick = Duration::from_millis(400);
         let mut a = Membership::new("a".into(), lease, tick, false);
@@ -391,9 +397,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_claim_is_taken_only_from_a_replica_known_to_be_gone() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let storage =
-            flotilla_storage::EmbeddedStorage::open(dir.path().join("store")).expect("a store");
+        let (_dir, storage) = store();
         let lease = Duration::from_secs(2);
         let tick = Duration::from_millis(400);
         let mut a = Membership::new("a".into(), lease, tick, false);
@@ -428,9 +432,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_sole_replica_of_an_embedded_store_waits_for_no_earlier_run() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let storage =
-            flotilla_storage::EmbeddedStorage::open(dir.path().join("store")).expect("a store");
+        let (_dir, storage) = store();
         let lease = Duration::from_secs(15);
         let tick = Duration::from_secs(3);
         let mut earlier = Membership::new("run-1".into(), lease, tick, true);
