@@ -12,6 +12,8 @@ use flotilla_e2e::{Backend, Etcd, Flotilla, kubectl_bin};
 mod admission;
 #[path = "e2e/aggregation.rs"]
 mod aggregation;
+#[path = "e2e/audit.rs"]
+mod audit;
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
 #[path = "e2e/cluster.rs"]

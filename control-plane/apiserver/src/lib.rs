@@ -9,6 +9,7 @@ pub mod admission;
 pub mod aggregator;
 pub mod allocator;
 pub mod apiextensions;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod certificates;
@@ -91,6 +92,8 @@ pub struct ServerOptions {
     pub kubelet_networks: kubelet::KubeletNetworks,
     /// The networks a cluster's private endpoint answers (`endpointAccess.private`).
     pub private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
+    /// Where requests are recorded, and the operator's audit policy.
+    pub audit: Arc<audit::Auditor>,
 }
 
 /// The whole API surface of the process: every tenant's Kubernetes API.
@@ -117,6 +120,7 @@ pub struct ApiServer {
     heavy_work: heavy::HeavyWork,
     metrics: Metrics,
     key_encryption: Arc<KeyEncryptionKey>,
+    audit: Arc<audit::Auditor>,
 }
 
 impl ApiServer {
@@ -137,6 +141,7 @@ impl ApiServer {
                 key_encryption: Arc::new(KeyEncryptionKey::ephemeral()?),
                 kubelet_networks: Default::default(),
                 private_networks: Vec::new(),
+                audit: Arc::new(audit::Auditor::disabled()),
             },
         ))
     }
@@ -151,6 +156,7 @@ impl ApiServer {
             key_encryption,
             kubelet_networks,
             private_networks,
+            audit,
         } = options;
         let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
@@ -172,7 +178,13 @@ impl ApiServer {
             watch_snapshots: Default::default(),
             heavy_work: Default::default(),
             metrics: Metrics::default(),
+            audit,
         })
+    }
+
+    /// Where requests are recorded.
+    pub fn audit(&self) -> &audit::Auditor {
+        &self.audit
     }
 
     /// The admission plugins every write runs through.
@@ -252,7 +264,7 @@ impl ApiServer {
 
     async fn dispatch_inner(
         self: &Arc<Self>,
-        mut parts: http::request::Parts,
+        parts: http::request::Parts,
         body: &mut Option<Body>,
     ) -> Response {
         // Upstream routes the decoded path (Go's `URL.Path`): `secret%2Da` names `secret-a`.
@@ -335,13 +347,90 @@ impl ApiServer {
                     Ok((user, _)) => user,
                     Err(err) => {
                         tracing::debug!(tenant = cluster, %err, "bearer token refused");
-                        return ApiError::unauthorized().into_response();
+                        return self.unauthenticated(&tenant, &parts, rest).await;
                     }
                 },
                 None if public => UserInfo::anonymous(),
-                None => return ApiError::unauthorized().into_response(),
+                None => return self.unauthenticated(&tenant, &parts, rest).await,
             },
         };
+        let audit_id = audit_id(&parts.headers);
+        let record = if self.audit.has_backend() {
+            let query = handler::parse_query(parts.uri.query());
+            let attributes = authz::request_attributes(&user, &parts.method, rest, &query);
+            let decision = self
+                .audit
+                .decide(tenant.record.audit_policy.as_ref(), &attributes);
+            self.audit
+                .begin(
+                    decision,
+                    request_facts(&parts, cluster, &audit_id),
+                    &attributes,
+                )
+                .map(|record| (record, is_long_running(&attributes)))
+        } else {
+            None
+        };
+        let serve = self.serve_authenticated(
+            &tenant,
+            cluster,
+            &path,
+            rest,
+            parts,
+            body,
+            user,
+            public,
+            hosted_loop,
+        );
+        let mut response = match record {
+            Some((record, long_running)) => {
+                audit::audited(self.audit.clone(), record, long_running, serve).await
+            }
+            None => serve.await,
+        };
+        if let Ok(value) = http::HeaderValue::from_str(&audit_id) {
+            response.headers_mut().insert(audit::AUDIT_ID_HEADER, value);
+        }
+        response
+    }
+
+    /// A 401, recorded as upstream's failed-authentication audit event.
+    async fn unauthenticated(
+        &self,
+        tenant: &tenants::TenantState,
+        parts: &http::request::Parts,
+        rest: &[&str],
+    ) -> Response {
+        if self.audit.has_backend() {
+            let query = handler::parse_query(parts.uri.query());
+            let attributes =
+                authz::request_attributes(&UserInfo::default(), &parts.method, rest, &query);
+            audit::failed_authentication(
+                &self.audit,
+                tenant.record.audit_policy.as_ref(),
+                request_facts(parts, &tenant.record.id, &audit_id(&parts.headers)),
+                &attributes,
+            )
+            .await;
+        }
+        ApiError::unauthorized().into_response()
+    }
+
+    /// Everything after authentication: limits, impersonation, authorization, the body and
+    /// the handler.
+    #[allow(clippy::too_many_arguments)]
+    async fn serve_authenticated(
+        self: &Arc<Self>,
+        tenant: &Arc<tenants::TenantState>,
+        cluster: &str,
+        path: &str,
+        rest: &[&str],
+        mut parts: http::request::Parts,
+        body: &mut Option<Body>,
+        user: UserInfo,
+        public: bool,
+        hosted_loop: bool,
+    ) -> Response {
         // The tenant's own control loops, hosted here, spend none of its request budget: their
         // work follows from writes the budget already limited, and throttling them would slow
         // the cluster's reactions, not its users (as for seats below).
@@ -354,10 +443,14 @@ impl ApiServer {
         {
             return err.into_response();
         }
-        let user = match authz::impersonate(self, &tenant, user, &parts.headers).await {
+        let impersonating = parts.headers.contains_key("impersonate-user");
+        let user = match authz::impersonate(self, tenant, user, &parts.headers).await {
             Ok(user) => user,
             Err(err) => return err.into_response(),
         };
+        if impersonating {
+            audit::note_impersonation(&user);
+        }
         let query = handler::parse_query(parts.uri.query());
         let attributes = authz::request_attributes(&user, &parts.method, rest, &query);
         // The tenant's own control loops, hosted here, do not queue behind its users (upstream
@@ -371,8 +464,23 @@ impl ApiServer {
         } else {
             None
         };
-        if !public && let Err(err) = authz::authorize(self, &tenant, &attributes).await {
-            return err.into_response();
+        if !public {
+            let (allowed, reason) = match authz::allowed(self, tenant, &attributes).await {
+                Ok(decided) => decided,
+                Err(err) => return err.into_response(),
+            };
+            // Upstream's audit annotations of the request's authorization (not of the checks
+            // impersonation and admission make).
+            audit::annotate(
+                "authorization.k8s.io/decision",
+                if allowed { "allow" } else { "forbid" },
+            );
+            if !reason.is_empty() {
+                audit::annotate("authorization.k8s.io/reason", reason.clone());
+            }
+            if !allowed {
+                return authz::forbidden(&attributes, &reason).into_response();
+            }
         }
         // A WebSocket upgrade to exec/attach/portforward is a GET, yet opens what a POST
         // would create: it also needs `create` (upstream's
@@ -384,7 +492,7 @@ impl ApiServer {
             && kubelet::is_connect(&attributes.subresource);
         if connect && kubelet::is_websocket(&parts.method, &parts.headers) {
             let create = rbac_create(&attributes);
-            if let Err(err) = authz::authorize(self, &tenant, &create).await {
+            if let Err(err) = authz::authorize(self, tenant, &create).await {
                 return err.into_response();
             }
         }
@@ -410,8 +518,14 @@ impl ApiServer {
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
+        if !body.is_empty() {
+            audit::note_request_body(|| {
+                negotiate::request_body_format(&parts.method, content_type)
+                    .and_then(|format| negotiate::parse_body(&body, format).ok())
+            });
+        }
         if let Err(err) =
-            authz::check_rbac_write(self, &tenant, &attributes, content_type, &body).await
+            authz::check_rbac_write(self, tenant, &attributes, content_type, &body).await
         {
             return err.into_response();
         }
@@ -461,7 +575,7 @@ impl ApiServer {
         if connect {
             return kubelet::connect_subresource(
                 self,
-                &tenant,
+                tenant,
                 &attributes.namespace,
                 &attributes.name,
                 &attributes.subresource,
@@ -478,6 +592,56 @@ impl ApiServer {
             tenant.policy.invalidate();
         }
         response
+    }
+}
+
+/// The request's audit id: the client's `Audit-ID` when it sent a usable one (upstream keeps
+/// it), else a new UUID.
+fn audit_id(headers: &http::HeaderMap) -> String {
+    headers
+        .get(audit::AUDIT_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty() && id.len() <= 128)
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_string)
+}
+
+/// What an audit event says of the request before it is served.
+fn request_facts(
+    parts: &http::request::Parts,
+    cluster: &str,
+    audit_id: &str,
+) -> audit::RequestFacts {
+    let header = |name: http::header::HeaderName| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    // Upstream's `SourceIPs`: the `X-Forwarded-For` chain, then `X-Real-Ip`, then the peer.
+    let mut source_ips: Vec<String> =
+        header(http::header::HeaderName::from_static("x-forwarded-for"))
+            .split(',')
+            .map(str::trim)
+            .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
+            .map(str::to_string)
+            .collect();
+    if let Some(ClientAddress(client)) = parts.extensions.get::<ClientAddress>() {
+        let peer = client.ip().to_string();
+        if !source_ips.contains(&peer) {
+            source_ips.push(peer);
+        }
+    }
+    audit::RequestFacts {
+        audit_id: audit_id.to_string(),
+        cluster: cluster.to_string(),
+        request_uri: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string()),
+        source_ips,
+        user_agent: header(http::header::USER_AGENT),
     }
 }
 

@@ -65,6 +65,10 @@ pub struct TenantRecord {
     /// APIs; the first load adds one.
     #[serde(default)]
     pub front_proxy_ca: Option<CertificateAuthority>,
+    /// The cluster's own audit policy (the management API's `auditPolicy`): recorded besides
+    /// what the operator's policy records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_policy: Option<crate::audit::Policy>,
 }
 
 /// The generation of default objects a cluster gets: 1 added the RBAC defaults, default
@@ -497,6 +501,7 @@ impl Tenants {
                     CertificateAuthority::generate(&crate::pki::front_proxy_ca_name(id))
                         .map_err(ApiError::internal)?,
                 ),
+                audit_policy: None,
             };
             let key = format!("{TENANT_RECORDS}{id}");
             let bytes = self.encode(&key, &record)?;
@@ -543,6 +548,21 @@ impl Tenants {
         self.update_record(id, |record| {
             let changed = record.pod_security != *config;
             record.pod_security = config.clone();
+            changed
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Sets tenant `id`'s own audit policy.
+    pub async fn set_audit_policy(
+        &self,
+        id: &str,
+        policy: Option<&crate::audit::Policy>,
+    ) -> Result<(), ApiError> {
+        self.update_record(id, |record| {
+            let changed = record.audit_policy.as_ref() != policy;
+            record.audit_policy = policy.cloned();
             changed
         })
         .await

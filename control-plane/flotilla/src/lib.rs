@@ -293,6 +293,65 @@ pub struct UpArgs {
     /// DEGRADED with `NodeCreationFailure` (its user data, token or route to the API is wrong).
     #[arg(long, default_value_t = 600)]
     pub node_join_timeout_seconds: u64,
+    /// Audit logging.
+    #[command(flatten)]
+    pub audit: AuditArgs,
+}
+
+/// Upstream's audit flags, on `up` and `serve` alike.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuditArgs {
+    /// The audit policy (`audit.k8s.io/v1` `Policy`, YAML or JSON) the operator records every
+    /// cluster's requests by; a cluster's own `auditPolicy` adds to it.
+    #[arg(long)]
+    pub audit_policy_file: Option<PathBuf>,
+    /// Where audit events are written, one JSON line each (`-` for standard output); the
+    /// file is created mode 0600.
+    #[arg(long)]
+    pub audit_log_path: Option<PathBuf>,
+    /// Days a rotated audit log is kept (0: whatever its age).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxage: u64,
+    /// Rotated audit logs kept (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxbackup: usize,
+    /// Megabytes the audit log reaches before it is rotated (0: 100).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxsize: u64,
+    /// A kubeconfig naming the server audit events are posted to, in batches (`EventList`).
+    #[arg(long)]
+    pub audit_webhook_config_file: Option<PathBuf>,
+    /// Events per batch at most.
+    #[arg(long, default_value_t = 400)]
+    pub audit_webhook_batch_max_size: usize,
+    /// How long the first event of a batch waits for others (e.g. `30s`, `500ms`).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub audit_webhook_batch_max_wait: std::time::Duration,
+    /// Events buffered for the webhook before new ones are dropped.
+    #[arg(long, default_value_t = 10_000)]
+    pub audit_webhook_batch_buffer_size: usize,
+    /// The delay before a failed batch is sent again (×1.5 each time, five attempts).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub audit_webhook_initial_backoff: std::time::Duration,
+}
+
+/// A Go-style duration of one unit: `30s`, `500ms`, `2m`, `1h`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .ok_or_else(|| format!("{text:?} has no unit (s, ms, m, h)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (s, ms, m, h)")),
+    };
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|err| format!("{text:?}: {err}"))
 }
 
 /// `flotilla serve`.
@@ -381,6 +440,9 @@ pub struct ServeArgs {
     /// separate `flotilla scheduler` and `flotilla controller-manager` processes instead.
     #[arg(long)]
     pub external_control_loops: bool,
+    /// Audit logging.
+    #[command(flatten)]
+    pub audit: AuditArgs,
 }
 
 /// How a client command reaches the management API. Flags and environment override the
@@ -574,6 +636,9 @@ pub struct ClusterCreateArgs {
     /// The cluster's Pod Security defaults.
     #[command(flatten)]
     pub pod_security: PodSecurityArgs,
+    /// The cluster's own audit policy (an `audit.k8s.io/v1` `Policy` file, YAML or JSON).
+    #[arg(long)]
+    pub audit_policy_file: Option<PathBuf>,
     /// Idempotency token: a retry with the same token returns the same cluster.
     #[arg(long)]
     pub client_request_token: Option<String>,
@@ -618,6 +683,12 @@ pub struct ClusterUpdateArgs {
     /// Pod Security defaults to change (the ones not given stay as they are).
     #[command(flatten)]
     pub pod_security: PodSecurityArgs,
+    /// A new audit policy for the cluster (an `audit.k8s.io/v1` `Policy` file).
+    #[arg(long, conflicts_with = "remove_audit_policy")]
+    pub audit_policy_file: Option<PathBuf>,
+    /// Remove the cluster's own audit policy (the operator's alone applies).
+    #[arg(long)]
+    pub remove_audit_policy: bool,
     /// Wait until the cluster is ACTIVE again.
     #[arg(long)]
     pub wait: bool,

@@ -10,6 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use flotilla_api_machinery::cidr::Cidr;
+use flotilla_apiserver::audit::log::LogOptions;
+use flotilla_apiserver::audit::webhook::WebhookOptions;
+use flotilla_apiserver::audit::{AuditOptions, Auditor, Policy as AuditPolicy};
 use flotilla_apiserver::kubelet::KubeletNetworks;
 use flotilla_apiserver::limits::TenantLimits;
 use flotilla_apiserver::pki::CertificateAuthority;
@@ -26,7 +29,7 @@ use crate::client::ClientConfig;
 use crate::localnodes::LocalNodes;
 use crate::placement::{self, PlacementConfig};
 use crate::private_files::{self, write_private};
-use crate::{ServeArgs, UpArgs};
+use crate::{AuditArgs, ServeArgs, UpArgs};
 
 /// How often old revisions are compacted away (kube-apiserver's default interval).
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
@@ -190,6 +193,7 @@ async fn start(
     limits: TenantLimits,
     placement_options: PlacementOptions,
     networks: Networks,
+    audit: Arc<Auditor>,
 ) -> anyhow::Result<Started> {
     let listener = TcpListener::bind(listen)
         .await
@@ -224,6 +228,7 @@ async fn start(
                 own,
             },
             private_networks: networks.private,
+            audit,
         },
     );
     // Tenant records changed through any replica (deletions, endpoint access) apply here at once.
@@ -444,6 +449,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             sole_replica: args.etcd.is_empty(),
         },
         networks,
+        Arc::new(auditor(&args.audit).await?),
     )
     .await?;
     let management = &started.management;
@@ -734,6 +740,42 @@ fn write_client_config(path: &Path, started: &Started, api_key: String) -> anyho
     write_private(path, &serde_json::to_string_pretty(&config)?)
 }
 
+/// The audit backends and policy the flags name; a policy or backend that cannot be used
+/// stops the service before it serves.
+async fn auditor(args: &AuditArgs) -> anyhow::Result<Auditor> {
+    let policy =
+        match &args.audit_policy_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--audit-policy-file {}", path.display()))?;
+                Some(AuditPolicy::parse(&text).map_err(|why| {
+                    anyhow::anyhow!("--audit-policy-file {}: {why}", path.display())
+                })?)
+            }
+            None => None,
+        };
+    let options = AuditOptions {
+        policy,
+        log: args.audit_log_path.clone().map(|path| LogOptions {
+            path,
+            max_size_mb: args.audit_log_maxsize,
+            max_backups: args.audit_log_maxbackup,
+            max_age_days: args.audit_log_maxage,
+        }),
+        webhook: args
+            .audit_webhook_config_file
+            .clone()
+            .map(|file| WebhookOptions {
+                buffer_size: args.audit_webhook_batch_buffer_size,
+                max_batch_size: args.audit_webhook_batch_max_size.max(1),
+                max_batch_wait: args.audit_webhook_batch_max_wait,
+                initial_backoff: args.audit_webhook_initial_backoff,
+                ..WebhookOptions::new(file)
+            }),
+    };
+    Auditor::start(options).await.map_err(anyhow::Error::msg)
+}
+
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let key_encryption = private_files::key_encryption_key(&args.key_encryption_key_file)?;
     let storage = open_storage(&args.etcd, None).await?;
@@ -768,6 +810,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             nodes: args.kubelet_networks.clone(),
             private: args.private_networks.clone(),
         },
+        Arc::new(auditor(&args.audit).await?),
     )
     .await?;
     operator_config(&started.management, &args.operator_config, &started).await?;

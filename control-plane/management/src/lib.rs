@@ -641,6 +641,9 @@ impl Management {
         id: Option<&str>,
     ) -> Result<Cluster> {
         request.validate()?;
+        if request.audit_policy.is_some() {
+            self.require_audit_backend()?;
+        }
         let token = request.client_request_token.clone();
         if !self
             .claim_token(account, "cluster", token.as_deref(), &request)
@@ -679,6 +682,7 @@ impl Management {
             kubernetes_network_config: network,
             endpoint_access: request.endpoint_access,
             pod_security: request.pod_security,
+            audit_policy: request.audit_policy,
             tags: request.tags,
             cloud: request.cloud,
             client_request_token: token,
@@ -952,6 +956,7 @@ impl Management {
                     Ok(_) => {
                         self.apply_endpoint_access(&cluster).await?;
                         self.apply_pod_security(&cluster).await?;
+                        self.apply_audit_policy(&cluster).await?;
                         cluster.status = ClusterStatus::Active;
                         cluster.status_reason = None;
                     }
@@ -971,6 +976,7 @@ impl Management {
             ClusterStatus::Active => {
                 self.apply_endpoint_access(&cluster).await?;
                 self.apply_pod_security(&cluster).await?;
+                self.apply_audit_policy(&cluster).await?;
                 self.reconcile_node_pools(&cluster, pools, false).await?
             }
             ClusterStatus::Deleting => {
@@ -1019,6 +1025,30 @@ impl Management {
             .set_pod_security(&cluster.id, &cluster.pod_security)
             .await
             .map_err(|err| ManagementError::internal(err.message))
+    }
+
+    /// Gives the cluster's API the cluster's `auditPolicy`, when it has another.
+    async fn apply_audit_policy(&self, cluster: &Cluster) -> Result<()> {
+        let current = self.api.tenants.get(&cluster.id).await;
+        if current.is_some_and(|state| state.record.audit_policy == cluster.audit_policy) {
+            return Ok(());
+        }
+        self.api
+            .tenants
+            .set_audit_policy(&cluster.id, cluster.audit_policy.as_ref())
+            .await
+            .map_err(|err| ManagementError::internal(err.message))
+    }
+
+    /// A cluster's own audit policy needs somewhere to record to.
+    fn require_audit_backend(&self) -> Result<()> {
+        if self.api.audit().has_backend() {
+            return Ok(());
+        }
+        Err(ManagementError::invalid_parameter(
+            "auditPolicy: this service records no audit events (its operator starts it without \
+             --audit-log-path or --audit-webhook-config-file)",
+        ))
     }
 
     /// Without a cloud, node pools are records only: `ACTIVE` once recorded, removed when
@@ -1146,6 +1176,10 @@ async fn update_cluster(
     if let Some(config) = &request.pod_security {
         validate_pod_security(config)?;
     }
+    if let Some(Some(policy)) = &request.audit_policy {
+        validate_audit_policy(policy)?;
+        m.require_audit_backend()?;
+    }
     let cluster = m
         .modify(
             &cluster_key(caller.account()?, &name),
@@ -1162,6 +1196,9 @@ async fn update_cluster(
                 }
                 if let Some(config) = &request.pod_security {
                     cluster.pod_security = config.clone();
+                }
+                if let Some(policy) = &request.audit_policy {
+                    cluster.audit_policy = policy.clone();
                 }
                 for (key, value) in request.tags.iter().flatten() {
                     match value {

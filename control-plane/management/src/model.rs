@@ -2,6 +2,7 @@
 //! CreateNodegroup) and their validation. Stored records are these same types.
 
 use flotilla_api_machinery::cidr::MAX_CLUSTER_RANGE_PREFIX;
+pub use flotilla_apiserver::audit::Policy as AuditPolicy;
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
@@ -173,6 +174,11 @@ pub struct CreateClusterRequest {
     /// and none when unset).
     #[serde(default)]
     pub pod_security: PodSecurityConfiguration,
+    /// The cluster's own audit policy (`audit.k8s.io/v1` `Policy`): its requests are recorded
+    /// at the level this policy or the service operator's gives, whichever is higher, to the
+    /// operator's audit backends. None: the operator's policy alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_policy: Option<AuditPolicy>,
     /// Tags.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
@@ -194,6 +200,9 @@ pub struct UpdateClusterRequest {
     /// New PodSecurity admission configuration (replaces the whole of it).
     #[serde(default)]
     pub pod_security: Option<PodSecurityConfiguration>,
+    /// New audit policy (replaces the whole of it); `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    pub audit_policy: Option<Option<AuditPolicy>>,
     /// Tags to set (a `null` value removes the tag).
     #[serde(default)]
     pub tags: Option<BTreeMap<String, Option<String>>>,
@@ -225,6 +234,9 @@ pub struct Cluster {
     /// PodSecurity admission defaults and exemptions.
     #[serde(default)]
     pub pod_security: PodSecurityConfiguration,
+    /// The cluster's own audit policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_policy: Option<AuditPolicy>,
     /// Tags.
     pub tags: BTreeMap<String, String>,
     /// Cloud placement (secret redacted in responses).
@@ -510,6 +522,9 @@ impl CreateClusterRequest {
         }
         self.endpoint_access.validate()?;
         validate_pod_security(&self.pod_security)?;
+        if let Some(policy) = &self.audit_policy {
+            validate_audit_policy(policy)?;
+        }
         validate_tags(&self.tags)?;
         if self.cloud.credentials.is_some() && self.cloud.role_arn.is_some() {
             return Err(ManagementError::invalid_parameter(
@@ -525,6 +540,36 @@ impl CreateClusterRequest {
         }
         Ok(())
     }
+}
+
+/// A field given, even as `null`: `Some(None)` (absent stays `None` by `default`).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// An audit policy as upstream checks a policy file: at least one rule, valid rules, and
+/// `audit.k8s.io/v1` `Policy` when it names its kind.
+pub fn validate_audit_policy(policy: &AuditPolicy) -> Result<(), ManagementError> {
+    let invalid = |why: String| ManagementError::invalid_parameter(format!("auditPolicy.{why}"));
+    if !policy.api_version.is_empty() && policy.api_version != "audit.k8s.io/v1" {
+        return Err(invalid(format!(
+            "apiVersion: {:?} is not served: use audit.k8s.io/v1",
+            policy.api_version
+        )));
+    }
+    if !policy.kind.is_empty() && policy.kind != "Policy" {
+        return Err(invalid(format!("kind: {:?} is not Policy", policy.kind)));
+    }
+    if policy.rules.is_empty() {
+        return Err(invalid(
+            "rules: a policy needs at least one rule".to_string(),
+        ));
+    }
+    policy.validate().map_err(invalid)
 }
 
 /// Levels and versions that exist (`podSecurity.defaults.enforce: "strict": must be one of …`).

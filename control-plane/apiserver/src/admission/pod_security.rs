@@ -22,6 +22,11 @@ use crate::meta;
 /// exemptions) for namespaces without labels.
 pub struct PodSecurity;
 
+/// The audit annotation naming the exemption that let a pod through unchecked.
+const EXEMPT_ANNOTATION: &str = "pod-security.kubernetes.io/exempt";
+/// The audit annotation naming the enforced level and version a pod was checked at.
+const ENFORCE_POLICY_ANNOTATION: &str = "pod-security.kubernetes.io/enforce-policy";
+
 /// Where the pod template of each workload kind is.
 fn template_path(group: &str, plural: &str) -> Option<&'static [&'static str]> {
     match (group, plural) {
@@ -65,19 +70,29 @@ impl Plugin for PodSecurity {
         }
         let exemptions = &context.pod_security.exemptions;
         let runtime_class = meta::str_at(object, &["spec", "runtimeClassName"]).unwrap_or("");
-        if exemptions
+        let exemption = if exemptions
             .namespaces
             .iter()
             .any(|n| n == attributes.namespace)
-            || attributes
-                .user
-                .is_some_and(|u| exemptions.usernames.contains(&u.name))
-            || (!runtime_class.is_empty()
-                && exemptions
-                    .runtime_classes
-                    .iter()
-                    .any(|c| c == runtime_class))
         {
+            Some("namespace")
+        } else if attributes
+            .user
+            .is_some_and(|u| exemptions.usernames.contains(&u.name))
+        {
+            Some("user")
+        } else if !runtime_class.is_empty()
+            && exemptions
+                .runtime_classes
+                .iter()
+                .any(|c| c == runtime_class)
+        {
+            Some("runtimeClass")
+        } else {
+            None
+        };
+        if let Some(exemption) = exemption {
+            crate::audit::annotate(EXEMPT_ANNOTATION, exemption);
             return Ok(());
         }
         // An update that leaves the spec as it was (labels, annotations) is not checked.
@@ -93,9 +108,31 @@ impl Plugin for PodSecurity {
             .and_then(|namespace| meta::at(&namespace, &["metadata", "labels"]).cloned())
             .and_then(|labels| serde_json::from_value(labels).ok())
             .unwrap_or_default();
-        let (policy, _label_errors) = pod_security::policy_to_evaluate(&labels, defaults(context));
-        if policy.enforce.level == Level::Privileged && policy.warn.level == Level::Privileged {
+        let (policy, label_errors) = pod_security::policy_to_evaluate(&labels, defaults(context));
+        let is_pod = attributes.resource.group.is_empty() && attributes.resource.plural == "pods";
+        let recording = crate::audit::recording();
+        let audited = recording && policy.audit.level != Level::Privileged;
+        if policy.enforce.level == Level::Privileged
+            && policy.warn.level == Level::Privileged
+            && !audited
+        {
+            // Upstream's short-circuit for fully privileged namespaces still names the policy.
+            if is_pod && label_errors.is_empty() {
+                crate::audit::annotate(
+                    ENFORCE_POLICY_ANNOTATION,
+                    LevelVersion::new(Level::Privileged, Version::Latest).to_string(),
+                );
+            }
             return Ok(());
+        }
+        if recording && !label_errors.is_empty() {
+            crate::audit::annotate(
+                "pod-security.kubernetes.io/error",
+                format!(
+                    "Failed to parse policy: {}",
+                    flotilla_api_machinery::field::aggregate(&label_errors)
+                ),
+            );
         }
         let template = match template_path(&attributes.resource.group, &attributes.resource.plural)
         {
@@ -120,8 +157,23 @@ impl Plugin for PodSecurity {
         let check = |level_version: LevelVersion| {
             pod_security::check_pod_emulating(level_version, emulated(), &metadata, &spec)
         };
-        let is_pod = attributes.resource.group.is_empty() && attributes.resource.plural == "pods";
+        if is_pod {
+            crate::audit::annotate(ENFORCE_POLICY_ANNOTATION, policy.enforce.to_string());
+        }
         let enforced = check(policy.enforce);
+        if audited {
+            let violations = if policy.audit == policy.enforce {
+                enforced.clone()
+            } else {
+                check(policy.audit)
+            };
+            if !violations.is_empty() {
+                crate::audit::annotate(
+                    "pod-security.kubernetes.io/audit-violations",
+                    pod_security::warning_message(policy.audit, &violations),
+                );
+            }
+        }
         if !enforced.is_empty() {
             if is_pod {
                 return Err(forbidden(

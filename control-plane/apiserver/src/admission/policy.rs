@@ -4,14 +4,17 @@
 //! (`flotilla_cel::admission::Policy`) run against the object, with the binding's parameter
 //! object (a ConfigMap, a custom resource…) as `params`, and the binding's
 //! `validationActions` decide what a failure does: `Deny` refuses with upstream's message and
-//! the validation's reason, `Warn` adds a warning, `Audit` is recorded nowhere yet (there is
-//! no audit log).
+//! the validation's reason, `Warn` adds a warning, `Audit` records the failure in the audit
+//! annotation `validation.policy.admission.k8s.io/validation_failure`. The policy's
+//! `auditAnnotations` are recorded as `<policy>/<key>`; one that fails under
+//! `failurePolicy: Fail` denies.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use flotilla_cel::admission::{
-    AdmissionInputs, FailurePolicy, Policy, PolicyDecisionAction, reason_to_code,
+    AdmissionInputs, AuditAnnotationAction, FailurePolicy, Policy, PolicyDecisionAction,
+    reason_to_code,
 };
 use serde_json::{Value, json};
 
@@ -91,6 +94,8 @@ impl Plugin for ValidatingAdmissionPolicies {
             _ => meta::name(object),
         };
         let request = admission_review("", attributes, object)["request"].clone();
+        let mut denied: Option<ApiError> = None;
+        let mut audit_failures: Vec<Value> = Vec::new();
         for binding in bindings.iter() {
             let policy_name = binding["spec"]["policyName"].as_str().unwrap_or("");
             let Some(policy) = policies.iter().find(|p| meta::name(p) == policy_name) else {
@@ -157,6 +162,9 @@ impl Plugin for ValidatingAdmissionPolicies {
                 .flatten()
                 .filter_map(Value::as_str)
                 .collect();
+            // Distinct values per key of this policy's audit annotations (upstream's
+            // `auditAnnotationCollector`: several parameters may give several).
+            let mut annotations: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             for param in params {
                 let inputs = AdmissionInputs {
                     object: new_object,
@@ -169,11 +177,21 @@ impl Plugin for ValidatingAdmissionPolicies {
                 if !decision.matched {
                     continue;
                 }
-                for failed in decision
+                for (index, failed) in decision
                     .decisions
                     .iter()
-                    .filter(|d| d.action == PolicyDecisionAction::Deny)
+                    .enumerate()
+                    .filter(|(_, d)| d.action == PolicyDecisionAction::Deny)
                 {
+                    if actions.contains(&"Audit") {
+                        audit_failures.push(json!({
+                            "message": failed.message,
+                            "policy": policy_name,
+                            "binding": meta::name(binding),
+                            "expressionIndex": index,
+                            "validationActions": actions,
+                        }));
+                    }
                     if actions.contains(&"Warn") {
                         warnings.push(format!(
                             "Validation failed for ValidatingAdmissionPolicy '{policy_name}' with binding '{}': {}",
@@ -181,18 +199,56 @@ impl Plugin for ValidatingAdmissionPolicies {
                             failed.message
                         ));
                     }
-                    if actions.contains(&"Deny") {
-                        return Err(refuse(
+                    if actions.contains(&"Deny") && denied.is_none() {
+                        denied = Some(refuse(
                             failed.message.clone(),
                             failed.reason.as_deref().unwrap_or(""),
                         ));
                     }
                 }
+                for annotation in decision.audit_annotations {
+                    match annotation.action {
+                        AuditAnnotationAction::Publish => {
+                            let mut value = annotation.value;
+                            if value.len() > MAX_AUDIT_ANNOTATION_VALUE {
+                                let mut end = MAX_AUDIT_ANNOTATION_VALUE;
+                                while !value.is_char_boundary(end) {
+                                    end -= 1;
+                                }
+                                value.truncate(end);
+                            }
+                            annotations.entry(annotation.key).or_default().insert(value);
+                        }
+                        // An annotation that failed under `failurePolicy: Fail` denies.
+                        AuditAnnotationAction::Error if denied.is_none() => {
+                            denied = Some(refuse(annotation.error, "Invalid"));
+                        }
+                        AuditAnnotationAction::Error | AuditAnnotationAction::Exclude => {}
+                    }
+                }
+            }
+            for (key, values) in annotations {
+                let values: Vec<String> = values.into_iter().collect();
+                crate::audit::annotate(&format!("{policy_name}/{key}"), values.join(", "));
             }
         }
-        Ok(())
+        if !audit_failures.is_empty() {
+            crate::audit::annotate(
+                VALIDATION_FAILURE_ANNOTATION,
+                Value::Array(audit_failures).to_string(),
+            );
+        }
+        match denied {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
     }
 }
+
+/// The audit annotation listing the failures of bindings with the `Audit` action.
+const VALIDATION_FAILURE_ANNOTATION: &str = "validation.policy.admission.k8s.io/validation_failure";
+/// Longest audit annotation value a policy publishes (upstream cuts longer ones).
+const MAX_AUDIT_ANNOTATION_VALUE: usize = 10 * 1024;
 
 /// Upstream's refusal: `admission.NewForbidden` with the policy's words, its reason and the
 /// code that reason maps to.

@@ -597,6 +597,14 @@ async fn call(
             ));
         }
     };
+    // Upstream records a webhook's audit annotations as `<webhook name>/<key>`.
+    if let Some(annotations) = response["auditAnnotations"].as_object() {
+        for (key, value) in annotations {
+            if let Some(value) = value.as_str() {
+                crate::audit::annotate(&format!("{}/{key}", hook.name), value);
+            }
+        }
+    }
     Ok(Review {
         allowed: response["allowed"] == json!(true),
         status: response["result"]
