@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
+use flotilla_e2e::webhook_server::WebhookServer;
 use flotilla_e2e::{Backend, Flotilla, FlotillaCli, until};
 use serde_json::Value;
 
@@ -356,6 +357,82 @@ fn audit_log_records_what_the_policies_ask_and_never_a_secret() -> anyhow::Resul
     ensure!(tenant["level"] == "Request", "{tenant}");
     ensure!(tenant["requestObject"]["data"]["k"] == "v", "{tenant}");
     ensure!(tenant.get("responseObject").is_none(), "{tenant}");
+    Ok(())
+}
+
+#[test]
+fn audit_events_reach_a_webhook_in_batches_and_a_refused_batch_is_sent_again() -> anyhow::Result<()>
+{
+    use std::sync::{Arc, Mutex};
+    let received: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let receiver = {
+        let received = received.clone();
+        let calls = calls.clone();
+        WebhookServer::start("127.0.0.1", move |path, body| {
+            // The first batch is refused: the backend must send it again.
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return (503, b"{}".to_vec());
+            }
+            if let Ok(mut received) = received.lock() {
+                received.push((path.to_string(), body));
+            }
+            (200, b"{}".to_vec())
+        })?
+    };
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, OPERATOR_POLICY)?;
+    let kubeconfig = dir.path().join("receiver.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: receiver\n  cluster:\n    server: {}/audit/events\n    certificate-authority-data: {}\nusers:\n- name: flotilla\n  user: {{}}\ncontexts:\n- name: default\n  context: {{cluster: receiver, user: flotilla}}\ncurrent-context: default\n",
+            receiver.url,
+            receiver.ca_bundle()
+        ),
+    )?;
+    let flotilla = Flotilla::up_with(
+        Backend::Embedded,
+        &[
+            "--audit-policy-file",
+            policy.to_str().context("path")?,
+            "--audit-webhook-config-file",
+            kubeconfig.to_str().context("path")?,
+            "--audit-webhook-batch-max-wait",
+            "200ms",
+            "--audit-webhook-initial-backoff",
+            "100ms",
+        ],
+    )?;
+    let kubectl = flotilla.kubectl();
+    kubectl.ok(&["create", "namespace", "audited"])?;
+    kubectl.ok(&[
+        "-n",
+        "audited",
+        "create",
+        "configmap",
+        "sent",
+        "--from-literal=k=v",
+    ])?;
+    until(
+        "the receiver has the ConfigMap's event",
+        Duration::from_secs(20),
+        || {
+            let received = received.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            Ok(received.iter().any(|(_, list)| {
+                list["items"]
+                    .as_array()
+                    .is_some_and(|items| complete(items, "create", "configmaps", "sent").is_some())
+            }))
+        },
+    )?;
+    let received = received.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    for (path, list) in received.iter() {
+        ensure!(path == "/audit/events", "posted to {path}");
+        ensure!(list["kind"] == "EventList" && list["apiVersion"] == "audit.k8s.io/v1");
+    }
+    ensure!(calls.load(std::sync::atomic::Ordering::SeqCst) >= 2);
     Ok(())
 }
 
