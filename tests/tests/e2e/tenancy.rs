@@ -1446,6 +1446,22 @@ fn control_loops_move_between_replicas_and_never_run_on_two_at_once() -> anyhow:
         }
     }
     ensure!(moves > 0, "no cluster moved");
+    // Failover: how long the killed replica's clusters went without loops (the issue's
+    // target is the replica lease's duration + 2 s).
+    let taken_over: Vec<f64> = names[1..]
+        .iter()
+        .map(|name| loop_intervals(&log_of(name)))
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .into_iter()
+        .flat_map(|by_cluster| by_cluster.into_values().flatten())
+        .filter(|(start, _)| *start >= killed_at)
+        .map(|(start, _)| (start - killed_at).as_seconds_f64())
+        .collect();
+    let slowest = taken_over.iter().copied().fold(0.0, f64::max);
+    println!(
+        "failover: {} clusters taken over, the last {slowest:.2} s after the kill (lease 2 s)",
+        taken_over.len()
+    );
     Ok(())
 }
 
