@@ -109,6 +109,47 @@ pub async fn allowed(
     Ok((decision == Decision::Allow, reason))
 }
 
+/// The tenant's authorizer as CEL admission expressions ask it (`authorizer.group('')...
+/// .check('list')`): synchronously, over one snapshot of the tenant's RBAC policy taken
+/// before evaluating, with the `system:masters` short cut. The Node authorizer is left out:
+/// it reads nodes and pods from storage, which a synchronous check cannot wait for, and it
+/// only ever allows kubelets, which do not write objects that policies check this way.
+pub struct PolicySnapshot {
+    policy: Arc<Policy>,
+}
+
+impl PolicySnapshot {
+    /// Decides by `policy`.
+    pub fn new(policy: Arc<Policy>) -> Self {
+        PolicySnapshot { policy }
+    }
+}
+
+impl flotilla_cel::admission::RequestAuthorizer for PolicySnapshot {
+    fn check(&self, attributes: &Attributes) -> flotilla_cel::admission::AuthorizerDecision {
+        if attributes.user.groups.iter().any(|g| g == SYSTEM_MASTERS) {
+            return flotilla_cel::admission::AuthorizerDecision {
+                allowed: true,
+                ..Default::default()
+            };
+        }
+        let (decision, reason) = self.policy.authorize(attributes);
+        flotilla_cel::admission::AuthorizerDecision {
+            allowed: decision == Decision::Allow,
+            reason,
+            error: None,
+        }
+    }
+}
+
+/// A [`PolicySnapshot`] of the tenant's policy as it is now.
+pub async fn snapshot(
+    server: &ApiServer,
+    state: &TenantState,
+) -> Result<Arc<dyn flotilla_cel::admission::RequestAuthorizer>, ApiError> {
+    Ok(Arc::new(PolicySnapshot::new(policy(server, state).await?)))
+}
+
 /// [`allowed`], or upstream's 403 for the request.
 pub async fn authorize(
     server: &ApiServer,
@@ -594,5 +635,80 @@ mod tests {
             assert!(!got.resource_request, "{path}");
             assert_eq!((got.verb.as_str(), got.path.as_str()), ("get", path));
         }
+    }
+
+    /// CEL's `authorizer` checks decide as the tenant's RBAC does, `system:masters` always
+    /// allowed.
+    #[test]
+    fn a_policy_snapshot_decides_cel_checks_by_rbac() -> anyhow::Result<()> {
+        use flotilla_cel::admission::{
+            AdmissionExpressions, AdmissionInputs, ExpressionKind, ExpressionValue,
+            RequestAuthorizer,
+        };
+        use serde_json::json;
+
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": "secret-reader", "namespace": "apps"},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
+        }))?;
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "alice-reads", "namespace": "apps"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secret-reader"},
+            "subjects": [{"kind": "User", "name": "alice"}],
+        }))?;
+        let policy = Policy {
+            roles: vec![role],
+            role_bindings: vec![binding],
+            ..Policy::default()
+        };
+        let authorizer: Arc<dyn RequestAuthorizer> =
+            Arc::new(PolicySnapshot::new(Arc::new(policy)));
+        let compiled = AdmissionExpressions::compile(
+            &[
+                "authorizer.group('').resource('secrets').namespace('apps').check('list').allowed()",
+                "authorizer.group('').resource('secrets').namespace('apps').check('list').reason()",
+                "authorizer.group('').resource('secrets').namespace('other').check('list').allowed()",
+            ],
+            ExpressionKind::Variable,
+            &[],
+            false,
+        );
+        let decide = |user: serde_json::Value| {
+            let request = json!({"userInfo": user});
+            let inputs = AdmissionInputs {
+                object: None,
+                old_object: None,
+                request: &request,
+                params: None,
+                namespace_object: None,
+                authorizer: Some(&authorizer),
+            };
+            compiled
+                .evaluate(&inputs, 10_000_000)
+                .map(|evaluation| evaluation.results)
+                .unwrap_or_default()
+        };
+        let yes = || Ok(ExpressionValue::Bool(true));
+        let no = || Ok(ExpressionValue::Bool(false));
+        let reason = |text: &str| Ok(ExpressionValue::String(text.to_string()));
+        assert_eq!(
+            decide(json!({"username": "alice", "groups": ["system:authenticated"]})),
+            [
+                yes(),
+                reason(
+                    "RBAC: allowed by RoleBinding \"alice-reads/apps\" of Role \"secret-reader\" to User \"alice\""
+                ),
+                no()
+            ]
+        );
+        assert_eq!(
+            decide(json!({"username": "bob", "groups": ["system:authenticated"]})),
+            [no(), reason(""), no()]
+        );
+        assert_eq!(
+            decide(json!({"username": "admin", "groups": [SYSTEM_MASTERS]})),
+            [yes(), reason(""), yes()]
+        );
+        Ok(())
     }
 }

@@ -1027,6 +1027,12 @@ impl admission::Authorizer for TenantAuthorizer<'_> {
             .await?
             .0)
     }
+
+    async fn snapshot(
+        &self,
+    ) -> Result<Option<Arc<dyn flotilla_cel::admission::RequestAuthorizer>>, ApiError> {
+        Ok(Some(crate::authz::snapshot(self.server, self.state).await?))
+    }
 }
 
 /// The admission attributes of an update of `resource`'s `subresource`.

@@ -19,6 +19,9 @@ pub(crate) const LIST_CREATE: u64 = 10;
 pub(crate) const MAP_CREATE: u64 = 30;
 /// cel-go's `common.StructCreateBaseCost`.
 pub(crate) const STRUCT_CREATE: u64 = 40;
+/// The fixed cost of one `check` of the authorizer library (upstream `CostEstimator`), set so
+/// that only two fit in one expression's `PerCallLimit`.
+pub(crate) const AUTHZ_CHECK: u64 = 350_000;
 
 /// The bounds on how many elements (code points, items, entries) a value has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

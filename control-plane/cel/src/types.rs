@@ -14,6 +14,11 @@ pub(crate) const QUANTITY: &str = "kubernetes.Quantity";
 pub(crate) const IP: &str = "net.IP";
 pub(crate) const CIDR: &str = "net.CIDR";
 pub(crate) const FORMAT: &str = "kubernetes.NamedFormat";
+pub(crate) const AUTHORIZER: &str = "kubernetes.authorization.Authorizer";
+pub(crate) const PATH_CHECK: &str = "kubernetes.authorization.PathCheck";
+pub(crate) const GROUP_CHECK: &str = "kubernetes.authorization.GroupCheck";
+pub(crate) const RESOURCE_CHECK: &str = "kubernetes.authorization.ResourceCheck";
+pub(crate) const DECISION: &str = "kubernetes.authorization.Decision";
 
 /// A static type; `Dyn` where nothing is known and checking is left to runtime.
 #[derive(Debug, Clone)]
@@ -133,6 +138,11 @@ const TYPE_NAMES: &[&str] = &[
     IP,
     CIDR,
     FORMAT,
+    AUTHORIZER,
+    PATH_CHECK,
+    GROUP_CHECK,
+    RESOURCE_CHECK,
+    DECISION,
 ];
 
 /// Whether `name` names a type (`type(x) == int`).
@@ -275,6 +285,8 @@ pub(crate) fn result_type(name: &str, target: Option<&Ty>, args: Vec<&Ty>) -> Ty
         | "sets.contains"
         | "sets.equivalent"
         | "sets.intersects"
+        | "allowed"
+        | "errored"
         | "bool" => Ty::Bool,
         "size" | "int" | "indexOf" | "lastIndexOf" | "sign" | "compareTo" | "asInteger"
         | "family" | "prefixLength" | "getDate" | "getDayOfMonth" | "getDayOfWeek"
@@ -284,7 +296,7 @@ pub(crate) fn result_type(name: &str, target: Option<&Ty>, args: Vec<&Ty>) -> Ty
         "double" | "asApproximateFloat" => Ty::Double,
         "string" | "charAt" | "lowerAscii" | "upperAscii" | "replace" | "substring" | "trim"
         | "join" | "format" | "strings.quote" | "find" | "getScheme" | "getHost"
-        | "getHostname" | "getPort" | "getEscapedPath" => Ty::String,
+        | "getHostname" | "getPort" | "getEscapedPath" | "reason" | "error" => Ty::String,
         "bytes" => Ty::Bytes,
         "duration" => Ty::Duration,
         "timestamp" => Ty::Timestamp,
@@ -299,6 +311,13 @@ pub(crate) fn result_type(name: &str, target: Option<&Ty>, args: Vec<&Ty>) -> Ty
         "ip" => Ty::Opaque(IP),
         "cidr" | "masked" => Ty::Opaque(CIDR),
         "validate" => Ty::Optional(Box::new(Ty::List(Box::new(Ty::String)))),
+        "path" => Ty::Opaque(PATH_CHECK),
+        "group" => Ty::Opaque(GROUP_CHECK),
+        "serviceAccount" => Ty::Opaque(AUTHORIZER),
+        "resource" | "subresource" | "namespace" | "name" | "fieldSelector" | "labelSelector" => {
+            Ty::Opaque(RESOURCE_CHECK)
+        }
+        "check" => Ty::Opaque(DECISION),
         "format.named" => Ty::Optional(Box::new(Ty::Opaque(FORMAT))),
         f if f.starts_with("format.") => Ty::Opaque(FORMAT),
         "optional.of" | "optional.ofNonZeroValue" => Ty::Optional(Box::new(arg(0))),
@@ -382,7 +401,7 @@ pub(crate) fn overload_mismatch(name: &str, target: Option<&Ty>, args: &[Ty]) ->
         ("_&&_" | "_||_", None, [a, b]) => matches!(a, Ty::Bool) && matches!(b, Ty::Bool),
         ("!_", None, [a]) => matches!(a, Ty::Bool),
         ("_[_]", None, [container, _]) => matches!(container, Ty::List(_) | Ty::Map(_, _)),
-        (_, Some(t), _) => member_target_ok(name, t),
+        (_, Some(t), args) => member_target_ok(name, t) && member_args_ok(name, args),
         _ => true,
     };
     if ok {
@@ -422,6 +441,13 @@ fn member_target_ok(name: &str, target: &Ty) -> bool {
         }
         "validate" => matches!(target, Ty::Opaque(FORMAT)),
         "hasValue" | "value" | "orValue" | "or" => matches!(target, Ty::Optional(_)),
+        "path" | "group" | "serviceAccount" => matches!(target, Ty::Opaque(AUTHORIZER)),
+        "resource" => matches!(target, Ty::Opaque(GROUP_CHECK)),
+        "subresource" | "namespace" | "name" | "fieldSelector" | "labelSelector" => {
+            matches!(target, Ty::Opaque(RESOURCE_CHECK))
+        }
+        "check" => matches!(target, Ty::Opaque(PATH_CHECK | RESOURCE_CHECK)),
+        "allowed" | "reason" | "errored" | "error" => matches!(target, Ty::Opaque(DECISION)),
         "getDate" | "getDayOfMonth" | "getDayOfWeek" | "getDayOfYear" | "getFullYear"
         | "getMonth" => matches!(target, Ty::Timestamp),
         "getHours" | "getMilliseconds" | "getMinutes" | "getSeconds" => {
@@ -429,6 +455,19 @@ fn member_target_ok(name: &str, target: &Ty) -> bool {
         }
         _ => true,
     }
+}
+
+/// The arguments of the authorizer library's methods, which all take strings: one, two for
+/// `serviceAccount`, none for a `Decision`'s accessors.
+fn member_args_ok(name: &str, args: &[Ty]) -> bool {
+    let strings = match name {
+        "path" | "group" | "resource" | "subresource" | "namespace" | "name" | "fieldSelector"
+        | "labelSelector" | "check" => 1,
+        "serviceAccount" => 2,
+        "allowed" | "reason" | "errored" | "error" => 0,
+        _ => return true,
+    };
+    args.len() == strings && args.iter().all(|a| matches!(a, Ty::String))
 }
 
 static REGEX_CHECK: LazyLock<Option<cel::Program>> =

@@ -647,3 +647,98 @@ fn a_validating_admission_policy_denies_and_warns_by_binding() -> anyhow::Result
     )?;
     Ok(())
 }
+
+const AUTHORIZER_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: secret-listers-only}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+    namespaceSelector: {matchLabels: {authz: checked}}
+  validations:
+  - expression: "authorizer.group('').resource('secrets').namespace(request.namespace).check('list').allowed()"
+    messageExpression: "request.userInfo.username + ' may not list secrets in ' + request.namespace"
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: secret-listers-only}
+spec:
+  policyName: secret-listers-only
+  validationActions: [Deny]
+"#;
+
+/// A policy's `authorizer` checks are decided by the cluster's RBAC as the requesting user:
+/// who may create ConfigMaps but not list Secrets is denied, who may do both (and the admin)
+/// is admitted.
+#[test]
+fn a_validating_admission_policy_asks_the_authorizer() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok(&["create", "namespace", "authz"])?;
+    kubectl.ok(&["label", "namespace", "authz", "authz=checked"])?;
+    let in_authz = |args: &[&str]| {
+        let mut all = vec!["-n", "authz"];
+        all.extend_from_slice(args);
+        kubectl.ok(&all)
+    };
+    in_authz(&[
+        "create",
+        "role",
+        "configmap-writer",
+        "--verb=create",
+        "--resource=configmaps",
+    ])?;
+    in_authz(&[
+        "create",
+        "rolebinding",
+        "configmap-writers",
+        "--role=configmap-writer",
+        "--user=carol",
+        "--user=dave",
+    ])?;
+    in_authz(&[
+        "create",
+        "role",
+        "secret-lister",
+        "--verb=list",
+        "--resource=secrets",
+    ])?;
+    in_authz(&[
+        "create",
+        "rolebinding",
+        "secret-listers",
+        "--role=secret-lister",
+        "--user=dave",
+    ])?;
+    kubectl.ok_stdin(&["apply", "-f", "-"], AUTHORIZER_POLICY)?;
+    // The policy is read through the admission lookups (at most 1 s old).
+    std::thread::sleep(Duration::from_millis(1100));
+
+    let denied = kubectl.run(
+        &[
+            "-n",
+            "authz",
+            "create",
+            "configmap",
+            "by-carol",
+            "--as=carol",
+        ],
+        None,
+        &[],
+    )?;
+    ensure!(
+        !denied.status.success(),
+        "a user who may not list secrets was admitted"
+    );
+    contains(
+        &String::from_utf8_lossy(&denied.stderr),
+        r#"configmaps "by-carol" is forbidden: ValidatingAdmissionPolicy 'secret-listers-only' with binding 'secret-listers-only' denied request: carol may not list secrets in authz"#,
+    )?;
+    in_authz(&["create", "configmap", "by-dave", "--as=dave"])?;
+    in_authz(&["create", "configmap", "by-admin"])?;
+    Ok(())
+}

@@ -28,6 +28,7 @@ mod webhook;
 use std::sync::Arc;
 
 use flotilla_api_machinery::rbac::UserInfo;
+use flotilla_cel::admission::RequestAuthorizer;
 use serde_json::Value;
 
 pub use self::lookups::Lookups;
@@ -114,6 +115,35 @@ pub trait Authorizer: Send + Sync {
         &self,
         attributes: &flotilla_api_machinery::rbac::Attributes,
     ) -> Result<bool, ApiError>;
+
+    /// A copy of this authorizer that decides synchronously, for the checks of CEL's
+    /// `authorizer` library, which cannot wait during evaluation. `None` (the default) where
+    /// there is none: every such check then decides "not allowed", with an error.
+    async fn snapshot(&self) -> Result<Option<Arc<dyn RequestAuthorizer>>, ApiError> {
+        Ok(None)
+    }
+}
+
+/// [`Authorizer::snapshot`] of a [`Context`]'s authorizer, taken on first use and kept for
+/// the rest of one plugin call (the policies and webhooks it evaluates).
+#[derive(Default)]
+pub(crate) struct CelAuthorizer {
+    taken: Option<Option<Arc<dyn RequestAuthorizer>>>,
+}
+
+impl CelAuthorizer {
+    /// The snapshot, taken now if it was not yet.
+    pub(crate) async fn get(
+        &mut self,
+        context: &Context<'_>,
+    ) -> Result<Option<Arc<dyn RequestAuthorizer>>, ApiError> {
+        if let Some(taken) = &self.taken {
+            return Ok(taken.clone());
+        }
+        let taken = context.authorizer.snapshot().await?;
+        self.taken = Some(taken.clone());
+        Ok(taken)
+    }
 }
 
 impl Context<'_> {

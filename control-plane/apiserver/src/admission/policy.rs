@@ -7,7 +7,8 @@
 //! the validation's reason, `Warn` adds a warning, `Audit` records the failure in the audit
 //! annotation `validation.policy.admission.k8s.io/validation_failure`. The policy's
 //! `auditAnnotations` are recorded as `<policy>/<key>`; one that fails under
-//! `failurePolicy: Fail` denies.
+//! `failurePolicy: Fail` denies. `authorizer` checks are decided by a snapshot of the tenant's
+//! authorizer ([`super::Authorizer::snapshot`]), as the requesting user.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -96,6 +97,7 @@ impl Plugin for ValidatingAdmissionPolicies {
         let request = admission_review("", attributes, object)["request"].clone();
         let mut denied: Option<ApiError> = None;
         let mut audit_failures: Vec<Value> = Vec::new();
+        let mut cel_authorizer = super::CelAuthorizer::default();
         for binding in bindings.iter() {
             let policy_name = binding["spec"]["policyName"].as_str().unwrap_or("");
             let Some(policy) = policies.iter().find(|p| meta::name(p) == policy_name) else {
@@ -120,6 +122,8 @@ impl Plugin for ValidatingAdmissionPolicies {
                 continue;
             }
             let compiled = compiled(policy);
+            // the RBAC snapshot `authorizer` checks are decided by, once per request
+            let authorizer = cel_authorizer.get(context).await?;
             let refuse = |message: String, reason: &str| {
                 denial(
                     attributes,
@@ -172,6 +176,7 @@ impl Plugin for ValidatingAdmissionPolicies {
                     request: &request,
                     params: param.as_ref(),
                     namespace_object: namespace_object.as_ref(),
+                    authorizer: authorizer.as_ref(),
                 };
                 let decision = compiled.evaluate(&inputs);
                 if !decision.matched {
@@ -398,4 +403,160 @@ async fn parameters(
             Some(object)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use flotilla_api_machinery::rbac::{self, UserInfo};
+    use flotilla_cel::admission::RequestAuthorizer;
+    use serde_json::json;
+
+    use super::*;
+    use crate::admission::{Authorizer, Lookups, Operation, PodSecurityConfiguration};
+    use crate::resources::{ResourceInfo, Resources};
+    use crate::store::{CreateHooks, Store, Tenant, WriteOptions};
+
+    /// The tenant's authorizer as the handler gives it to plugins, over a fixed RBAC policy.
+    struct Rbac(Arc<rbac::Policy>);
+
+    #[async_trait::async_trait]
+    impl Authorizer for Rbac {
+        async fn allowed(&self, attributes: &rbac::Attributes) -> Result<bool, ApiError> {
+            Ok(self.0.authorize(attributes).0 == rbac::Decision::Allow)
+        }
+
+        async fn snapshot(&self) -> Result<Option<Arc<dyn RequestAuthorizer>>, ApiError> {
+            Ok(Some(Arc::new(crate::authz::PolicySnapshot::new(
+                self.0.clone(),
+            ))))
+        }
+    }
+
+    struct NoHooks;
+
+    #[async_trait::async_trait]
+    impl CreateHooks for NoHooks {
+        async fn before_create(
+            &self,
+            _store: &Store,
+            _tenant: &Tenant,
+            _resource: &ResourceInfo,
+            obj: Value,
+            _dry_run: bool,
+        ) -> Result<Value, ApiError> {
+            Ok(obj)
+        }
+
+        async fn release(&self, _: &Store, _: &Tenant, _: &ResourceInfo, _: &Value) {}
+    }
+
+    /// A policy whose validation asks the authorizer denies a user RBAC does not let list
+    /// secrets in the object's namespace, and admits one it does (and `system:masters`).
+    /// Needs the embedded store only.
+    #[tokio::test]
+    async fn authorizer_checks_decide_by_the_tenants_rbac() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let storage = flotilla_storage::EmbeddedStorage::open(dir.path().join("store.redb"))?;
+        let store = Store::new(Arc::new(storage));
+        let tenant = Tenant::new("demo");
+        let resources = Arc::new(Resources::builtin());
+        let served = |group: &str, plural: &str| resources.find(group, "v1", plural).cloned();
+        let group = "admissionregistration.k8s.io";
+        let (Some(namespaces), Some(policies), Some(bindings)) = (
+            served("", "namespaces"),
+            served(group, "validatingadmissionpolicies"),
+            served(group, "validatingadmissionpolicybindings"),
+        ) else {
+            anyhow::bail!("namespaces and policies are served");
+        };
+        let options = WriteOptions::default();
+        let policy = json!({
+            "metadata": {"name": "secret-listers-only"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"],
+                }]},
+                "validations": [{
+                    "expression": "authorizer.group('').resource('secrets').namespace(request.namespace).check('list').allowed()",
+                    "messageExpression": "request.userInfo.username + ' may not list secrets'",
+                }],
+            },
+        });
+        let binding = json!({
+            "metadata": {"name": "everywhere"},
+            "spec": {"policyName": "secret-listers-only", "validationActions": ["Deny"]},
+        });
+        for (resource, object) in [(&policies, policy), (&bindings, binding)] {
+            store
+                .create(
+                    &tenant,
+                    resource,
+                    &namespaces,
+                    "",
+                    object,
+                    &options,
+                    &NoHooks,
+                )
+                .await?;
+        }
+        let rbac: rbac::Policy = rbac::Policy {
+            roles: vec![serde_json::from_value(json!({
+                "metadata": {"name": "secret-lister", "namespace": "apps"},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
+            }))?],
+            role_bindings: vec![serde_json::from_value(json!({
+                "metadata": {"name": "alice-lists", "namespace": "apps"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secret-lister"},
+                "subjects": [{"kind": "User", "name": "alice"}],
+            }))?],
+            ..rbac::Policy::default()
+        };
+        let authorizer = Rbac(Arc::new(rbac));
+        let (lookups, pod_security) = (Lookups::default(), PodSecurityConfiguration::default());
+        let networks = crate::kubelet::KubeletNetworks::default();
+        let context = Context {
+            store: &store,
+            resources: resources.clone(),
+            tenant: &tenant,
+            lookups: &lookups,
+            pod_security: &pod_security,
+            authorizer: &authorizer,
+            networks: &networks,
+        };
+        let config_map = json!({"metadata": {"name": "settings", "namespace": "apps"}});
+        let decide = |user: UserInfo| {
+            let (context, config_map) = (&context, &config_map);
+            async move {
+                let attributes = Attributes {
+                    user: Some(&user),
+                    ..crate::admission::testing::attributes(Operation::Create, "", "configmaps", "")
+                };
+                let mut warnings = Vec::new();
+                ValidatingAdmissionPolicies
+                    .validate(context, &attributes, config_map, &mut warnings)
+                    .await
+                    .map_err(|refusal| refusal.message)
+            }
+        };
+        assert_eq!(
+            decide(UserInfo::new("alice", &["system:authenticated"])).await,
+            Ok(())
+        );
+        assert_eq!(
+            decide(UserInfo::new("admin", &["system:masters"])).await,
+            Ok(())
+        );
+        let refused = decide(UserInfo::new("bob", &["system:authenticated"])).await;
+        assert_eq!(
+            refused.err().as_deref(),
+            Some(
+                "configmaps \"settings\" is forbidden: ValidatingAdmissionPolicy 'secret-listers-only' with binding 'everywhere' denied request: bob may not list secrets"
+            )
+        );
+        Ok(())
+    }
 }

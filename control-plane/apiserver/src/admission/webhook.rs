@@ -153,6 +153,7 @@ async fn matching(
     let mut sorted: Vec<&Value> = configurations.iter().collect();
     sorted.sort_by(|a, b| meta::name(a).cmp(meta::name(b)));
     let mut hooks = Vec::new();
+    let mut cel_authorizer = super::CelAuthorizer::default();
     for configuration in sorted {
         for definition in configuration["webhooks"].as_array().into_iter().flatten() {
             let as_version = if rules_match(definition, attributes) {
@@ -169,8 +170,14 @@ async fn matching(
             if !namespace_selector_matches(context, definition, attributes, object).await? {
                 continue;
             }
-            if !conditions_match(definition, attributes, object)? {
-                continue;
+            if definition["matchConditions"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty())
+            {
+                let authorizer = cel_authorizer.get(context).await?;
+                if !conditions_match(definition, attributes, object, authorizer.as_ref())? {
+                    continue;
+                }
             }
             hooks.push(Hook {
                 name: definition["name"].as_str().unwrap_or("").to_string(),
@@ -359,13 +366,14 @@ type ConditionsCache =
 static CONDITIONS: std::sync::LazyLock<ConditionsCache> =
     std::sync::LazyLock::new(Default::default);
 
-/// `matchConditions`: every condition true (none: a match). A condition that cannot be
-/// evaluated fails the request under `failurePolicy: Fail` and skips the webhook under
-/// `Ignore`, as upstream's matcher decides.
+/// `matchConditions`: every condition true (none: a match), `authorizer` checks decided by
+/// `authorizer`. A condition that cannot be evaluated fails the request under
+/// `failurePolicy: Fail` and skips the webhook under `Ignore`, as upstream's matcher decides.
 fn conditions_match(
     definition: &Value,
     attributes: &Attributes<'_>,
     object: &Value,
+    authorizer: Option<&Arc<dyn flotilla_cel::admission::RequestAuthorizer>>,
 ) -> Result<bool, ApiError> {
     let conditions = crate::strategies::match_conditions(definition);
     if conditions.is_empty() {
@@ -397,6 +405,7 @@ fn conditions_match(
         request,
         params: None,
         namespace_object: None,
+        authorizer,
     };
     match compiled.evaluate(&inputs) {
         Ok(matched) => Ok(matched),

@@ -14,12 +14,17 @@ use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use cel::{Context, ExecutionError, Program, Value};
 use flotilla_api_machinery::field::go_quote;
+use flotilla_api_machinery::rbac::UserInfo;
 use serde_json::Value as Json;
 
-use super::declarations::{NAMESPACE_OBJECT, OBJECT, OLD_OBJECT, PARAMS, REQUEST, VARIABLES};
+use super::declarations::{
+    AUTHORIZER, NAMESPACE_OBJECT, OBJECT, OLD_OBJECT, PARAMS, REQUEST, REQUEST_RESOURCE_AUTHORIZER,
+    VARIABLES,
+};
 use super::{AdmissionInputs, Compiled, Composition, Evaluation, ExpressionValue, OutOfBudget};
 use crate::check::{self, Declared, Scope};
 use crate::cost::{Seg, Size, Sizes, count, size_at};
+use crate::library::authz::{AuthorizerValue, ResourceTarget};
 use crate::limits::PER_CALL_LIMIT;
 use crate::validation::runtime_message;
 use crate::values::untyped;
@@ -34,6 +39,8 @@ struct Base {
     request: Box<dyn Val>,
     params: Box<dyn Val>,
     namespace_object: Box<dyn Val>,
+    authorizer: Box<dyn Val>,
+    request_resource: Box<dyn Val>,
 }
 
 fn to_val(data: Option<&Json>) -> Box<dyn Val> {
@@ -43,14 +50,68 @@ fn to_val(data: Option<&Json>) -> Box<dyn Val> {
         .unwrap_or_else(|_| Box::new(cel::common::types::CelNull) as Box<dyn Val>)
 }
 
+fn strings(value: &Json) -> Vec<String> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Json::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+/// `request.userInfo`: who the authorizer's checks are made for.
+fn user_info(request: &Json) -> UserInfo {
+    let user = &request["userInfo"];
+    let text = |field: &str| user[field].as_str().unwrap_or_default().to_string();
+    UserInfo {
+        name: text("username"),
+        uid: text("uid"),
+        groups: strings(&user["groups"]),
+        extra: user["extra"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(key, values)| (key.clone(), strings(values)))
+            .collect(),
+    }
+}
+
+/// The resource the request is for, as it was asked (`requestResource`, not the equivalent
+/// resource a policy matched), for `authorizer.requestResource`.
+fn request_target(request: &Json) -> ResourceTarget {
+    let text = |value: &Json| value.as_str().unwrap_or_default().to_string();
+    let resource = if request["requestResource"].is_object() {
+        &request["requestResource"]
+    } else {
+        &request["resource"]
+    };
+    let subresource = match request.get("requestSubResource") {
+        Some(requested) => requested,
+        None => &request["subResource"],
+    };
+    ResourceTarget {
+        group: text(&resource["group"]),
+        resource: text(&resource["resource"]),
+        subresource: text(subresource),
+        namespace: text(&request["namespace"]),
+        name: text(&request["name"]),
+    }
+}
+
 impl Base {
     fn new(inputs: &AdmissionInputs<'_>) -> Base {
+        let authorizer =
+            AuthorizerValue::new(inputs.authorizer.cloned(), user_info(inputs.request));
+        let request_resource = authorizer.resource_check(request_target(inputs.request));
         Base {
             object: to_val(inputs.object),
             old_object: to_val(inputs.old_object),
             request: to_val(Some(inputs.request)),
             params: to_val(inputs.params),
             namespace_object: to_val(inputs.namespace_object),
+            authorizer: Box::new(authorizer),
+            request_resource: Box::new(request_resource),
         }
     }
 }
@@ -202,15 +263,9 @@ impl LazyVariables<'_> {
                 "composited variable {name} fails to evaluate: {COST_LIMIT_EXCEEDED}"
             ));
         }
-        let result = activation.execute(program);
+        let result = activation.execute_owned(program);
         activation.state.charge(cost);
-        let value = result.map_err(|e| {
-            format!(
-                "composited variable {name} fails to evaluate: {}",
-                runtime_message(&e)
-            )
-        })?;
-        Box::<dyn Val>::try_from(value).map_err(|e| {
+        result.map_err(|e| {
             format!(
                 "composited variable {name} fails to evaluate: {}",
                 runtime_message(&e)
@@ -303,6 +358,8 @@ impl VariableResolver for Resolver<'_> {
             REQUEST => base.request.as_ref(),
             PARAMS => base.params.as_ref(),
             NAMESPACE_OBJECT => base.namespace_object.as_ref(),
+            AUTHORIZER => base.authorizer.as_ref(),
+            REQUEST_RESOURCE_AUTHORIZER => base.request_resource.as_ref(),
             VARIABLES if self.activation.composition.composited => {
                 return Some(CowVal::owned(LazyVariables {
                     activation: self.activation,
@@ -320,6 +377,19 @@ impl<'a> Activation<'a> {
         let mut context = Context::with_env(crate::env::env().clone());
         context.set_variable_resolver(&resolver);
         program.execute(&context)
+    }
+
+    /// Runs `program` for a value kept beyond this evaluation (a variable's): library values
+    /// (a `Decision`, a `URL`...) have no `Value` form, so they are kept as they are.
+    fn execute_owned(&self, program: &Program) -> Result<Box<dyn Val>, ExecutionError> {
+        let resolver = Resolver { activation: self };
+        let mut context = Context::with_env(crate::env::env().clone());
+        context.set_variable_resolver(&resolver);
+        let value = Value::resolve_val(program.expression(), &context)?;
+        if let Some(owned) = crate::library::to_static(value.as_ref()) {
+            return Ok(owned);
+        }
+        Box::<dyn Val>::try_from(Value::try_from(value.as_ref())?)
     }
 
     /// Evaluates one expression (upstream `evaluationActivation.Evaluate`).

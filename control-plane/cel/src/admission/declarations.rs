@@ -4,7 +4,8 @@
 //!
 //! `object`, `oldObject` and `params` have no schema here, so they are `dyn` and checked at
 //! runtime only; `request` and `namespaceObject` have upstream's fixed shapes, so their
-//! undefined fields are compile errors.
+//! undefined fields are compile errors. `authorizer` and `authorizer.requestResource` are the
+//! authorizer library's `Authorizer` and `ResourceCheck`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -12,7 +13,7 @@ use std::sync::{Arc, LazyLock};
 use crate::check::Declared;
 use crate::limits::MAX_REQUEST_SIZE_BYTES;
 use crate::schema::{DeclField, DeclKind, DeclType};
-use crate::types::Ty;
+use crate::types::{self, Ty};
 
 pub(crate) const OBJECT: &str = "object";
 pub(crate) const OLD_OBJECT: &str = "oldObject";
@@ -20,6 +21,9 @@ pub(crate) const PARAMS: &str = "params";
 pub(crate) const REQUEST: &str = "request";
 pub(crate) const NAMESPACE_OBJECT: &str = "namespaceObject";
 pub(crate) const AUTHORIZER: &str = "authorizer";
+/// A `ResourceCheck` of the request's own resource (upstream
+/// `RequestResourceAuthorizerVarName`).
+pub(crate) const REQUEST_RESOURCE_AUTHORIZER: &str = "authorizer.requestResource";
 pub(crate) const VARIABLES: &str = "variables";
 
 fn decl(kind: DeclKind) -> Arc<DeclType> {
@@ -174,37 +178,41 @@ pub(crate) fn declared(
     let mut declared = vec![
         Declared {
             name: OBJECT,
-            ty: Some(Ty::Dyn),
+            ty: Ty::Dyn,
         },
         Declared {
             name: OLD_OBJECT,
-            ty: Some(Ty::Dyn),
+            ty: Ty::Dyn,
         },
         Declared {
             name: NAMESPACE_OBJECT,
-            ty: Some(Ty::from_decl(&NAMESPACE_TYPE)),
+            ty: Ty::from_decl(&NAMESPACE_TYPE),
         },
         Declared {
             name: REQUEST,
-            ty: Some(Ty::from_decl(&REQUEST_TYPE)),
+            ty: Ty::from_decl(&REQUEST_TYPE),
         },
     ];
     if has_params {
         declared.push(Declared {
             name: PARAMS,
-            ty: Some(Ty::Dyn),
+            ty: Ty::Dyn,
         });
     }
     if authorizer {
         declared.push(Declared {
             name: AUTHORIZER,
-            ty: None,
+            ty: Ty::Opaque(types::AUTHORIZER),
+        });
+        declared.push(Declared {
+            name: REQUEST_RESOURCE_AUTHORIZER,
+            ty: Ty::Opaque(types::RESOURCE_CHECK),
         });
     }
     if let Some(variables) = variables {
         declared.push(Declared {
             name: VARIABLES,
-            ty: Some(Ty::from_decl(variables)),
+            ty: Ty::from_decl(variables),
         });
     }
     declared

@@ -202,6 +202,7 @@ mod tests {
             request: &request,
             params: None,
             namespace_object: None,
+            authorizer: None,
         };
         // (conditions, evaluate's result, failed condition)
         let cases: Vec<(Conditions<'_>, Result<bool, &str>, Option<&str>)> = vec![
@@ -301,7 +302,7 @@ mod tests {
             (
                 vec![("authz", "authorizer.group('apps').check('get').allowed()")],
                 vec![
-                    "webhooks[0].matchConditions[0].expression: Invalid value: \"authorizer.group('apps').check('get').allowed()\": compilation failed: ERROR: <input>:1:1: unsupported variable 'authorizer': authorization checks are not available on this server\n | authorizer.group('apps').check('get').allowed()\n | ^".to_string(),
+                    "webhooks[0].matchConditions[0].expression: Invalid value: \"authorizer.group('apps').check('get').allowed()\": compilation failed: ERROR: <input>:1:31: found no matching overload for 'check' applied to 'kubernetes.authorization.GroupCheck.(string)'\n | authorizer.group('apps').check('get').allowed()\n | ..............................^".to_string(),
                 ],
             ),
         ];

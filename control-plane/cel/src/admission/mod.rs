@@ -3,8 +3,9 @@
 //! compiled once and evaluated per request under upstream's cost limits.
 //!
 //! On top of it sit webhook `matchConditions` ([`MatchConditions`]) and
-//! ValidatingAdmissionPolicy ([`Policy`]). `authorizer` is declared where upstream declares
-//! it, but referring to it is a compile error: this crate has no authorizer to call.
+//! ValidatingAdmissionPolicy ([`Policy`]). Where upstream declares `authorizer` (everywhere
+//! but a validation's `messageExpression`), its checks are answered by the
+//! [`RequestAuthorizer`] of [`AdmissionInputs::authorizer`], synchronously.
 
 mod activation;
 mod declarations;
@@ -24,6 +25,7 @@ use crate::cost::{DeclSizes, Seg, Size, Sizes};
 use crate::schema::DeclType;
 use crate::types::Ty;
 
+pub use crate::library::authz::{AuthorizerDecision, RequestAuthorizer};
 pub use match_conditions::{MatchConditions, MatchResult, validate_match_conditions};
 pub use policy::{
     AuditAnnotationAction, Decision, FailurePolicy, Policy, PolicyAuditAnnotation, PolicyDecision,
@@ -31,7 +33,7 @@ pub use policy::{
 };
 
 /// The data one admission request binds to the expression variables.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct AdmissionInputs<'a> {
     /// The object being admitted; `None` (CEL `null`) on DELETE.
     pub object: Option<&'a Value>,
@@ -45,6 +47,23 @@ pub struct AdmissionInputs<'a> {
     pub params: Option<&'a Value>,
     /// The request's namespace, for namespaced requests.
     pub namespace_object: Option<&'a Value>,
+    /// What answers `authorizer`'s checks, made as `request.userInfo` (upstream binds the
+    /// request's user with the authorizer). `None` binds an `authorizer` whose checks are not
+    /// allowed and errored.
+    pub authorizer: Option<&'a Arc<dyn RequestAuthorizer>>,
+}
+
+impl fmt::Debug for AdmissionInputs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdmissionInputs")
+            .field("object", &self.object)
+            .field("old_object", &self.old_object)
+            .field("request", &self.request)
+            .field("params", &self.params)
+            .field("namespace_object", &self.namespace_object)
+            .field("authorizer", &self.authorizer.is_some())
+            .finish()
+    }
 }
 
 /// Which upstream expression an expression is, which decides what it may refer to and what it

@@ -2,24 +2,11 @@
 //! literal arguments, and cel-go's per-function cost (`functionCost` and the Kubernetes
 //! `CostEstimator`).
 
-use cel::IdedExpr;
 use cel::common::ast::{CallExpr, Expr, LiteralValue};
 
 use super::{Checker, Info, path_with, qualified_name};
-use crate::cost::{REGEX_STRING_LENGTH, STRING_TRAVERSAL, Seg, Size, factor};
+use crate::cost::{AUTHZ_CHECK, REGEX_STRING_LENGTH, STRING_TRAVERSAL, Seg, Size, factor};
 use crate::types::{self, Ty};
-
-/// The identifier a chain of selections and method calls starts from.
-fn chain_root(mut expr: &IdedExpr) -> Option<&IdedExpr> {
-    loop {
-        match &expr.expr {
-            Expr::Ident(_) => return Some(expr),
-            Expr::Select(select) => expr = &select.operand,
-            Expr::Call(call) => expr = call.target.as_deref()?,
-            _ => return None,
-        }
-    }
-}
 
 impl Checker<'_> {
     pub(super) fn call(&mut self, id: u64, call: &CallExpr) -> Info {
@@ -54,15 +41,6 @@ impl Checker<'_> {
                 let args: Vec<Info> = call.args.iter().map(|a| self.walk(a)).collect();
                 return self.function(id, &name, None, &args, call);
             }
-        }
-        // `authorizer.group('apps')...`: one error for the variable
-        if let Some(target) = &call.target
-            && let Some(root) = chain_root(target)
-            && let Expr::Ident(name) = &root.expr
-            && self.is_authorizer(name)
-        {
-            let root = self.walk(root);
-            return Info::new(Ty::Dyn, root.cost.saturating_add(1));
         }
         let target = call.target.as_ref().map(|t| self.walk(t));
         // `format`'s argument list may mix types (cel-go exempts it from homogeneity)
@@ -199,6 +177,8 @@ impl Checker<'_> {
                 }
                 1
             }
+            // upstream's fixed price of an authorization check, which lets two run per call
+            "check" if target.is_some() => AUTHZ_CHECK,
             "startsWith" | "endsWith" => factor(size(0).max, STRING_TRAVERSAL),
             "matches" => {
                 // global `matches(s, re)` or member `s.matches(re)`

@@ -49,13 +49,12 @@ pub(crate) enum Scope<'a> {
     Named(&'a [Declared]),
 }
 
-/// One variable of a [`Scope::Named`].
+/// One variable of a [`Scope::Named`]; its name may be qualified
+/// (`authorizer.requestResource`).
 #[derive(Clone)]
 pub(crate) struct Declared {
     pub name: &'static str,
-    /// `None` for a variable upstream declares that this crate cannot provide (`authorizer`):
-    /// referring to it is a compile error rather than an undeclared reference.
-    pub ty: Option<Ty>,
+    pub ty: Ty,
 }
 
 #[derive(Clone)]
@@ -205,6 +204,13 @@ impl Checker<'_> {
                 {
                     return Info::new(Ty::Type, 1);
                 }
+                // a qualified variable is one name to cel-go, looked up before the selection
+                if !select.test
+                    && let Some(name) = qualified_name(&e.expr)
+                    && let Some(info) = self.qualified_variable(&name)
+                {
+                    return info;
+                }
                 let operand = self.walk(&select.operand);
                 let field_ty = self.field_type(e.id, &operand.ty, &select.field);
                 if select.test {
@@ -294,11 +300,22 @@ impl Checker<'_> {
         self.locals.iter().any(|l| l.name == name)
     }
 
-    /// Whether `name` is `authorizer`, which this crate cannot provide: upstream's base
-    /// environment always declares the authorizer library's functions, so a chain of calls on
-    /// it only reports the variable, declared or not.
-    fn is_authorizer(&self, name: &str) -> bool {
-        name == "authorizer" && !self.is_local(name)
+    /// The declared variable whose qualified name is `name`, unless a local shadows its first
+    /// segment.
+    fn qualified_variable(&self, name: &str) -> Option<Info> {
+        let Scope::Named(declared) = self.scope else {
+            return None;
+        };
+        let var = declared.iter().find(|d| d.name == name)?;
+        if self.is_local(name.split('.').next().unwrap_or_default()) {
+            return None;
+        }
+        Some(self.sized(Info {
+            ty: var.ty.clone(),
+            cost: 1,
+            size: None,
+            path: Some(vec![Seg::Var(var.name)]),
+        }))
     }
 
     /// Whether `name` is one of the scope's variables, which shadow function namespaces.
@@ -350,17 +367,8 @@ impl Checker<'_> {
             },
             Scope::Named(declared) => {
                 if let Some(var) = declared.iter().find(|d| d.name == name) {
-                    let Some(ty) = var.ty.clone() else {
-                        self.error_at(
-                            id,
-                            format!(
-                                "unsupported variable '{name}': authorization checks are not available on this server"
-                            ),
-                        );
-                        return Info::new(Ty::Dyn, 1);
-                    };
                     return self.sized(Info {
-                        ty,
+                        ty: var.ty.clone(),
                         cost: 1,
                         size: None,
                         path: Some(vec![Seg::Var(var.name)]),

@@ -1,6 +1,7 @@
 //! The Kubernetes CEL function libraries (upstream `k8s.io/apiserver/pkg/cel/library`) as
 //! cel-rust overloads, and the helpers they share to read arguments and build results.
 
+pub(crate) mod authz;
 mod format;
 mod lists;
 mod net;
@@ -10,16 +11,18 @@ mod sets;
 mod urls;
 
 use cel::common::types::{CelBool, CelInt, CelList, CelString, Type};
-use cel::common::value::{CowVal, FromVal, Val};
+use cel::common::value::{CowVal, FromVal, StaticVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
 /// The signature every overload here has: cel-rust passes the receiver of a member call first.
 pub(crate) type Overload =
     for<'b, 'v> fn(Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError>;
 
-/// Registers every Kubernetes library on `env` (upstream's base environment for 1.33 minus
-/// `authorizer`, which needs a request to authorize).
+/// Registers every Kubernetes library on `env` (upstream's base environment for 1.33). The
+/// authorizer library's functions are declared everywhere, as upstream's base environment
+/// does; only admission expressions have an `authorizer` to call them on.
 pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {
+    authz::register(env)?;
     lists::register(env)?;
     regex::register(env)?;
     urls::register(env)?;
@@ -80,6 +83,20 @@ pub(crate) const FUNCTIONS: &[&str] = &[
     "sets.contains",
     "sets.equivalent",
     "sets.intersects",
+    "path",
+    "group",
+    "serviceAccount",
+    "resource",
+    "subresource",
+    "namespace",
+    "name",
+    "fieldSelector",
+    "labelSelector",
+    "check",
+    "allowed",
+    "reason",
+    "errored",
+    "error",
 ];
 
 /// The zero-argument `format.<name>()` constructors.
@@ -184,6 +201,27 @@ macro_rules! opaque_value {
     };
 }
 pub(crate) use opaque_value;
+
+/// A copy of a value of these libraries that outlives the evaluation it came from (what a
+/// composed variable keeps), `None` for any other value: cel-rust's `Value`, through which
+/// other values are kept, has no form for them.
+pub(crate) fn to_static(value: &dyn Val) -> Option<Box<dyn Val>> {
+    fn copy<T: StaticVal + Clone>(value: &dyn Val) -> Option<Box<dyn Val>> {
+        value
+            .downcast_ref::<T>()
+            .map(|v| Box::new(v.clone()) as Box<dyn Val>)
+    }
+    copy::<urls::Url>(value)
+        .or_else(|| copy::<quantity::Quantity>(value))
+        .or_else(|| copy::<net::Ip>(value))
+        .or_else(|| copy::<net::Cidr>(value))
+        .or_else(|| copy::<format::Format>(value))
+        .or_else(|| copy::<authz::AuthorizerValue>(value))
+        .or_else(|| copy::<authz::PathCheck>(value))
+        .or_else(|| copy::<authz::GroupCheck>(value))
+        .or_else(|| copy::<authz::ResourceCheck>(value))
+        .or_else(|| copy::<authz::Decision>(value))
+}
 
 /// Registers a member overload `target.name(args...)`.
 pub(crate) fn member(

@@ -2,6 +2,7 @@
 //! request and namespace shapes, result types), variable composition and cost limits. The
 //! ValidatingAdmissionPolicy tables are in `policy`.
 
+mod authorizer;
 mod policy;
 
 use serde_json::{Value, json};
@@ -198,6 +199,7 @@ fn inputs<'a>(object: &'a Value, request: &'a Value) -> AdmissionInputs<'a> {
         request,
         params: None,
         namespace_object: None,
+        authorizer: None,
     }
 }
 
@@ -305,6 +307,7 @@ fn binds_inputs_and_nulls() {
         request: &request,
         params: Some(&params),
         namespace_object: Some(&namespace),
+        authorizer: None,
     };
     assert_eq!(
         results(compiled.evaluate(&with_params, 1_000_000)),

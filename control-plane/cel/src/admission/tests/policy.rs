@@ -21,6 +21,7 @@ fn evaluate(policy: &Policy, object: &Value, params: Option<&Value>) -> Decision
         request: &request,
         params,
         namespace_object: None,
+        authorizer: None,
     })
 }
 
