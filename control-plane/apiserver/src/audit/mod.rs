@@ -385,7 +385,17 @@ pub async fn audited(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let (response, body) = if wants_body && is_json {
+    // Only an answer already whole in memory, and not too large, is read: reading it must
+    // not cost the client its answer.
+    let whole = {
+        use hyper::body::Body as _;
+        response
+            .body()
+            .size_hint()
+            .exact()
+            .is_some_and(|size| size <= MAX_RECORDED_RESPONSE as u64)
+    };
+    let (response, body) = if wants_body && is_json && whole {
         let (parts, body) = response.into_parts();
         match axum::body::to_bytes(body, MAX_RECORDED_RESPONSE).await {
             Ok(bytes) => {
@@ -393,7 +403,7 @@ pub async fn audited(
                 (Response::from_parts(parts, Body::from(bytes)), parsed)
             }
             Err(err) => {
-                tracing::warn!(%err, "an answer too large to record");
+                tracing::warn!(%err, "an answer could not be read for the audit log");
                 (Response::from_parts(parts, Body::empty()), None)
             }
         }
