@@ -436,6 +436,118 @@ fn audit_events_reach_a_webhook_in_batches_and_a_refused_batch_is_sent_again() -
     Ok(())
 }
 
+/// A mutating webhook that annotates every ConfigMap `stamped: yes`.
+fn stamp(_path: &str, review: Value) -> (u16, Vec<u8>) {
+    use base64::Engine as _;
+    let patch = serde_json::json!([
+        {"op": "add", "path": "/metadata/annotations", "value": {"stamped": "yes"}}
+    ]);
+    let body = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": review["request"]["uid"],
+            "allowed": true,
+            "patchType": "JSONPatch",
+            "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+            "auditAnnotations": {"stamp": "applied"},
+        },
+    });
+    (200, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+#[test]
+fn webhook_calls_are_recorded_as_upstream_annotates_them() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    // Webhooks are dialled only inside the node networks: serve on the fabric's address.
+    let fabric = flotilla_e2e::nodes::Fabric::start(dir.path())?;
+    let server = WebhookServer::start(&fabric.host_ip, stamp)?;
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, OPERATOR_POLICY)?;
+    let log = dir.path().join("audit.log");
+    let flotilla = Flotilla::up_with(
+        Backend::Embedded,
+        &[
+            "--audit-policy-file",
+            policy.to_str().context("path")?,
+            "--audit-log-path",
+            log.to_str().context("path")?,
+        ],
+    )?;
+    let kubectl = flotilla.kubectl();
+    kubectl.ok(&["create", "namespace", "audited"])?;
+    let rules = "rules: [{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}]";
+    let select = "namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: audited}}";
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: stamper}}\nwebhooks:\n- name: stamp.test.flotilla.dev\n  clientConfig: {{url: \"{}/stamp\", caBundle: \"{}\"}}\n  {rules}\n  {select}\n  sideEffects: None\n  admissionReviewVersions: [v1]\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: absent}}\nwebhooks:\n- name: absent.test.flotilla.dev\n  clientConfig: {{url: \"https://{}:1/nothing\", caBundle: \"{}\"}}\n  {rules}\n  {select}\n  failurePolicy: Ignore\n  timeoutSeconds: 2\n  sideEffects: None\n  admissionReviewVersions: [v1]\n",
+            server.url,
+            server.ca_bundle(),
+            fabric.host_ip,
+            server.ca_bundle()
+        ),
+    )?;
+    until(
+        "the webhooks stamp a ConfigMap",
+        Duration::from_secs(20),
+        || {
+            let name = format!("w-{}", rand_suffix());
+            kubectl.ok(&["-n", "audited", "create", "configmap", &name])?;
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            Ok(text.contains(&format!("\"name\":\"{name}\"")) && text.contains("failed-open."))
+        },
+    )?;
+    let events = events_until(&log, "the stamped create", |events| {
+        events.iter().any(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["annotations"]
+                    .get("failed-open.validating.webhook.admission.k8s.io/round_0_index_0")
+                    .is_some()
+        })
+    })?;
+    let stamped = events
+        .iter()
+        .find(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["annotations"]
+                    .get("failed-open.validating.webhook.admission.k8s.io/round_0_index_0")
+                    .is_some()
+        })
+        .context("a create both webhooks saw")?;
+    let annotations = &stamped["annotations"];
+    let mutation: Value = serde_json::from_str(
+        annotations["mutation.webhook.admission.k8s.io/round_0_index_0"]
+            .as_str()
+            .context("the mutation annotation")?,
+    )?;
+    ensure!(
+        mutation
+            == serde_json::json!({"configuration": "stamper", "webhook": "stamp.test.flotilla.dev", "mutated": true}),
+        "{mutation}"
+    );
+    let patch: Value = serde_json::from_str(
+        annotations["patch.webhook.admission.k8s.io/round_0_index_0"]
+            .as_str()
+            .context("the patch annotation (the level is RequestResponse)")?,
+    )?;
+    ensure!(
+        patch["patchType"] == "JSONPatch" && patch["patch"][0]["op"] == "add",
+        "{patch}"
+    );
+    ensure!(
+        annotations["failed-open.validating.webhook.admission.k8s.io/round_0_index_0"]
+            == "absent.test.flotilla.dev",
+        "{annotations}"
+    );
+    ensure!(
+        annotations["stamp.test.flotilla.dev/stamp"] == "applied",
+        "{annotations}"
+    );
+    ensure!(stamped["responseObject"]["metadata"]["annotations"]["stamped"] == "yes");
+    Ok(())
+}
+
 #[test]
 fn a_policy_that_cannot_be_used_stops_up_with_one_line() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;

@@ -68,7 +68,7 @@ impl Plugin for MutatingWebhooks {
         let hooks = matching(context, attributes, object, Phase::Mutating).await?;
         let mut reinvoke = Vec::new();
         for hook in &hooks {
-            call_and_apply(context, attributes, hook, object, warnings).await?;
+            call_and_apply(context, attributes, hook, object, warnings, 0).await?;
             if hook.definition["reinvocationPolicy"] == json!("IfNeeded") {
                 reinvoke.push((hook, object.clone()));
             }
@@ -77,7 +77,7 @@ impl Plugin for MutatingWebhooks {
         // reinvocation: at most one more call each).
         for (hook, seen) in reinvoke {
             if *object != seen {
-                call_and_apply(context, attributes, hook, object, warnings).await?;
+                call_and_apply(context, attributes, hook, object, warnings, 1).await?;
             }
         }
         Ok(())
@@ -118,7 +118,7 @@ impl Plugin for ValidatingWebhooks {
                         return Err(denied(&hook.name, &review.status));
                     }
                 }
-                Err(failure) => failed(hook, failure)?,
+                Err(failure) => failed(hook, failure, Phase::Validating, 0)?,
             }
         }
         Ok(())
@@ -129,6 +129,11 @@ impl Plugin for ValidatingWebhooks {
 struct Hook {
     /// `webhooks[i].name`.
     name: String,
+    /// Its configuration's name.
+    configuration: String,
+    /// Its place among every webhook of its phase, matching or not (upstream's index in the
+    /// audit annotations' keys).
+    index: usize,
     /// The webhook as configured.
     definition: Value,
     /// Set when the webhook's rules name another version of the requested kind
@@ -154,8 +159,11 @@ async fn matching(
     sorted.sort_by(|a, b| meta::name(a).cmp(meta::name(b)));
     let mut hooks = Vec::new();
     let mut cel_authorizer = super::CelAuthorizer::default();
+    let mut index = 0;
     for configuration in sorted {
         for definition in configuration["webhooks"].as_array().into_iter().flatten() {
+            let this = index;
+            index += 1;
             let as_version = if rules_match(definition, attributes) {
                 None
             } else {
@@ -181,6 +189,8 @@ async fn matching(
             }
             hooks.push(Hook {
                 name: definition["name"].as_str().unwrap_or("").to_string(),
+                configuration: meta::name(configuration).to_string(),
+                index: this,
                 definition: definition.clone(),
                 as_version,
             });
@@ -432,6 +442,42 @@ async fn call_and_apply(
     hook: &Hook,
     object: &mut Value,
     warnings: &mut Vec<String>,
+    round: usize,
+) -> Result<(), ApiError> {
+    let mut mutated = false;
+    let result = call_and_patch(
+        context,
+        attributes,
+        hook,
+        object,
+        warnings,
+        round,
+        &mut mutated,
+    )
+    .await;
+    // Upstream's record of every mutating call that answered (`mutation.webhook…`).
+    if result.is_ok() {
+        crate::audit::annotate(
+            &format!(
+                "mutation.webhook.admission.k8s.io/round_{round}_index_{}",
+                hook.index
+            ),
+            json!({"configuration": hook.configuration, "webhook": hook.name, "mutated": mutated})
+                .to_string(),
+        );
+    }
+    result
+}
+
+/// [`call_and_apply`]'s call and patch; `mutated` says whether the patch changed the object.
+async fn call_and_patch(
+    context: &Context<'_>,
+    attributes: &Attributes<'_>,
+    hook: &Hook,
+    object: &mut Value,
+    warnings: &mut Vec<String>,
+    round: usize,
+    mutated: &mut bool,
 ) -> Result<(), ApiError> {
     match call(context, attributes, hook, object, Phase::Mutating).await {
         Ok(review) => {
@@ -460,7 +506,9 @@ async fn call_and_apply(
                         };
                         match in_version(&no_old, object, version).await {
                             Ok((seen, _)) => seen,
-                            Err(failure) => return failed(hook, failure),
+                            Err(failure) => {
+                                return failed(hook, failure, Phase::Mutating, round);
+                            }
                         }
                     }
                     None => object.clone(),
@@ -479,11 +527,28 @@ async fn call_and_apply(
                         .await?;
                 }
                 let [patched] = patched;
+                *mutated = *object != patched;
+                if *mutated {
+                    crate::audit::annotate_at(
+                        crate::audit::Level::Request,
+                        &format!(
+                            "patch.webhook.admission.k8s.io/round_{round}_index_{}",
+                            hook.index
+                        ),
+                        json!({
+                            "configuration": hook.configuration,
+                            "webhook": hook.name,
+                            "patch": patch,
+                            "patchType": "JSONPatch",
+                        })
+                        .to_string(),
+                    );
+                }
                 *object = patched;
             }
             Ok(())
         }
-        Err(failure) => failed(hook, failure),
+        Err(failure) => failed(hook, failure, Phase::Mutating, round),
     }
 }
 
@@ -508,10 +573,21 @@ fn denied(name: &str, status: &Value) -> ApiError {
 
 /// A call that failed: fatal under `failurePolicy: Fail` (the default), logged and passed
 /// over under `Ignore`.
-fn failed(hook: &Hook, failure: String) -> Result<(), ApiError> {
+fn failed(hook: &Hook, failure: String, phase: Phase, round: usize) -> Result<(), ApiError> {
     let message = format!("failed calling webhook {:?}: {failure}", hook.name);
     if hook.definition["failurePolicy"] == json!("Ignore") {
         tracing::warn!(webhook = %hook.name, %message, "admission webhook failed open");
+        let kind = match phase {
+            Phase::Mutating => "mutation",
+            Phase::Validating => "validating",
+        };
+        crate::audit::annotate(
+            &format!(
+                "failed-open.{kind}.webhook.admission.k8s.io/round_{round}_index_{}",
+                hook.index
+            ),
+            hook.name.clone(),
+        );
         return Ok(());
     }
     Err(ApiError::internal(message))

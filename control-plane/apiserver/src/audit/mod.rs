@@ -236,6 +236,17 @@ pub fn annotate(key: &str, value: impl Into<String>) {
     });
 }
 
+/// [`annotate`], when the request is recorded at `level` or above (upstream's
+/// `AddAnnotationWithLevel`: a webhook's patch only with the request's body).
+pub fn annotate_at(level: Level, key: &str, value: impl Into<String>) {
+    let recorded = CURRENT
+        .try_with(|record| record.decision.level >= level)
+        .unwrap_or(false);
+    if recorded {
+        annotate(key, value);
+    }
+}
+
 /// Whether the request being served is recorded (so that annotations are worth computing).
 pub fn recording() -> bool {
     CURRENT.try_with(|_| ()).is_ok()
