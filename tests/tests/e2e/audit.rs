@@ -74,6 +74,21 @@ spec:
     securityContext: {privileged: true}
 "#;
 
+/// `flotilla up` recording by [`OPERATOR_POLICY`] (written into `dir`) to `log`.
+fn up_audited(dir: &Path, log: &Path) -> anyhow::Result<Flotilla> {
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, OPERATOR_POLICY)?;
+    Flotilla::up_with(
+        Backend::Embedded,
+        &[
+            "--audit-policy-file",
+            policy.to_str().context("path")?,
+            "--audit-log-path",
+            log.to_str().context("path")?,
+        ],
+    )
+}
+
 /// Every event in the log, once `wanted` says the ones looked for are there.
 fn events_until(
     log: &Path,
@@ -106,18 +121,8 @@ fn complete<'a>(events: &'a [Value], verb: &str, resource: &str, name: &str) -> 
 #[test]
 fn audit_log_records_what_the_policies_ask_and_never_a_secret() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, OPERATOR_POLICY)?;
     let log = dir.path().join("logs/audit.log");
-    let flotilla = Flotilla::up_with(
-        Backend::Embedded,
-        &[
-            "--audit-policy-file",
-            policy.to_str().context("path")?,
-            "--audit-log-path",
-            log.to_str().context("path")?,
-        ],
-    )?;
+    let flotilla = up_audited(dir.path(), &log)?;
     let kubectl = flotilla.kubectl();
     kubectl.ok(&["create", "namespace", "audited"])?;
     kubectl.ok(&[
@@ -462,18 +467,8 @@ fn webhook_calls_are_recorded_as_upstream_annotates_them() -> anyhow::Result<()>
     // Webhooks are dialled only inside the node networks: serve on the fabric's address.
     let fabric = flotilla_e2e::nodes::Fabric::start(dir.path())?;
     let server = WebhookServer::start(&fabric.host_ip, stamp)?;
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, OPERATOR_POLICY)?;
     let log = dir.path().join("audit.log");
-    let flotilla = Flotilla::up_with(
-        Backend::Embedded,
-        &[
-            "--audit-policy-file",
-            policy.to_str().context("path")?,
-            "--audit-log-path",
-            log.to_str().context("path")?,
-        ],
-    )?;
+    let flotilla = up_audited(dir.path(), &log)?;
     let kubectl = flotilla.kubectl();
     kubectl.ok(&["create", "namespace", "audited"])?;
     let rules = "rules: [{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps]}]";

@@ -655,7 +655,9 @@ mod tests {
         }
     }
 
-    struct NoHooks;
+    /// Creates with nothing run before them (the plugins' tests write their fixtures
+    /// straight through the registry).
+    pub(crate) struct NoHooks;
 
     #[async_trait::async_trait]
     impl CreateHooks for NoHooks {

@@ -414,9 +414,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::admission::tests::NoHooks;
     use crate::admission::{Authorizer, Lookups, Operation, PodSecurityConfiguration};
-    use crate::resources::{ResourceInfo, Resources};
-    use crate::store::{CreateHooks, Store, Tenant, WriteOptions};
+    use crate::resources::Resources;
+    use crate::store::{Store, Tenant, WriteOptions};
 
     /// The tenant's authorizer as the handler gives it to plugins, over a fixed RBAC policy.
     struct Rbac(Arc<rbac::Policy>);
@@ -432,24 +433,6 @@ mod tests {
                 self.0.clone(),
             ))))
         }
-    }
-
-    struct NoHooks;
-
-    #[async_trait::async_trait]
-    impl CreateHooks for NoHooks {
-        async fn before_create(
-            &self,
-            _store: &Store,
-            _tenant: &Tenant,
-            _resource: &ResourceInfo,
-            obj: Value,
-            _dry_run: bool,
-        ) -> Result<Value, ApiError> {
-            Ok(obj)
-        }
-
-        async fn release(&self, _: &Store, _: &Tenant, _: &ResourceInfo, _: &Value) {}
     }
 
     /// A policy whose validation asks the authorizer denies a user RBAC does not let list
