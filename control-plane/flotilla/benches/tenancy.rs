@@ -10,6 +10,9 @@
 //!   100 and 1000 idle clusters, and the increment per cluster;
 //! - **idle cost**: the CPU the service uses with the 1000 clusters idle, and the store writes
 //!   per second meanwhile (etcd's revision before and after);
+//! - **reaction time**: then a Deployment of one replica in each of the 1000 clusters, and one
+//!   at a time in turn, scaled to one more: the time from the scale to its new Pod's `ADDED`
+//!   event on a watch opened before it;
 //! - **noisy neighbour**: the latency of cluster B's single reader (100 GETs/s of one
 //!   ConfigMap) alone, and while cluster A is flooded with ConfigMap creates by many clients,
 //!   which wait out a 429's Retry-After as client-go does, in alternating rounds (so a drift
@@ -25,7 +28,7 @@
 //! targets; it never asserts. `FLOTILLA_BENCH_NOISY_ONLY=1` measures the two noisy-neighbour
 //! parts alone (no fleet of 1000 clusters); `FLOTILLA_BENCH_FLEET_ONLY=1` the fleet alone (no
 //! noisy-neighbour parts); `FLOTILLA_BENCH_IDLE_SECONDS=N` measures the idle fleet for N s
-//! (default 6).
+//! (default 6); `FLOTILLA_BENCH_NO_REACTION=1` leaves out the reaction time.
 
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 #[allow(dead_code)] // shared with the storage tests; this bench needs only start and endpoint
@@ -42,10 +45,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use flotilla::client::ManagementClient;
+use futures::TryStreamExt;
 use http::Method;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
 /// Clusters created one at a time for the create → ready figure.
@@ -67,6 +72,10 @@ const PROBE_RATE: u32 = 100;
 const FLOOD_CLIENTS: usize = 64;
 /// How long to wait for one cluster to become ready before the bench gives up.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deployments scaled, one at a time, for the reaction figure.
+const REACTION_SAMPLES: usize = 100;
+/// Issue 28's target for a scale → new pod.
+const TARGET_REACTION_P99: Duration = Duration::from_millis(100);
 /// Targets of the tenancy issue.
 const TARGET_READY_P50: Duration = Duration::from_millis(100);
 const TARGET_READY_P99: Duration = Duration::from_millis(500);
@@ -360,10 +369,13 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
     eprintln!("create → ready: {READY_SAMPLES} clusters, one at a time…");
     let mut ready = Vec::new();
     let mut clients = Vec::new();
+    // Every cluster's client, for the reaction time over the whole fleet.
+    let mut fleet_clients: Vec<kube::Client> = Vec::new();
     for i in 0..READY_SAMPLES {
         let started = Instant::now();
         let (kube, kubeconfig) = create_ready(&client, &format!("ready-{i}")).await?;
         ready.push(started.elapsed());
+        fleet_clients.push(kube.clone());
         if i < 2 {
             clients.push((kube, kubeconfig));
         }
@@ -460,10 +472,10 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
             let batch = (size - fleet).min(CREATE_CONCURRENCY);
             let creates = (fleet..fleet + batch).map(|i| {
                 let client = &client;
-                async move { create_ready(client, &format!("idle-{i}")).await.map(|_| ()) }
+                async move { create_ready(client, &format!("idle-{i}")).await }
             });
             for outcome in futures::future::join_all(creates).await {
-                outcome?;
+                fleet_clients.push(outcome?.0);
             }
             fleet += batch;
         }
@@ -495,7 +507,114 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
     println!(
         "\nidle fleet of {fleet} clusters over {idle_secs:.0} s: flotilla serve uses {idle_cores:.3} cores; the store takes {writes_per_second:.2} writes/s (targets at 10,000 clusters: ≤ 0.1 core, ≤ 10 writes/s)"
     );
+    if std::env::var_os("FLOTILLA_BENCH_NO_REACTION").is_none() {
+        eprintln!(
+            "reaction time: a Deployment in each of {} clusters, then {REACTION_SAMPLES} scaled one at a time…",
+            fleet_clients.len()
+        );
+        let mut samples = reaction(&fleet_clients).await?;
+        samples.sort();
+        let p99 = percentile(&samples, 0.99);
+        println!(
+            "\nreaction time with {} clusters each running a Deployment: scale one → its new Pod ADDED, {} samples: p50 {}, p99 {}, max {}",
+            fleet_clients.len(),
+            samples.len(),
+            ms(percentile(&samples, 0.5)),
+            ms(p99),
+            ms(percentile(&samples, 1.0))
+        );
+        println!(
+            "  target p99 ≤ {}: {}",
+            ms(TARGET_REACTION_P99),
+            verdict(p99 <= TARGET_REACTION_P99)
+        );
+    }
     Ok(())
+}
+
+/// A Deployment `web` of `replicas` pods.
+fn deployment(replicas: i32) -> anyhow::Result<Deployment> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+            }
+        }
+    }))?)
+}
+
+/// One Deployment in every cluster, then, one cluster at a time, the time from scaling it
+/// by one to the new Pod's `ADDED` on a watch opened before the scale.
+async fn reaction(clients: &[kube::Client]) -> anyhow::Result<Vec<Duration>> {
+    let selector = ListParams::default().labels("app=web");
+    for chunk in clients.chunks(CREATE_CONCURRENCY) {
+        let creates = chunk.iter().map(|client| async move {
+            Api::<Deployment>::namespaced(client.clone(), "default")
+                .create(&PostParams::default(), &deployment(1)?)
+                .await?;
+            anyhow::Ok(())
+        });
+        for outcome in futures::future::join_all(creates).await {
+            outcome?;
+        }
+    }
+    // Every cluster's first pod, so that each sample measures one scale alone.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for chunk in clients.chunks(CREATE_CONCURRENCY) {
+        let waits = chunk.iter().map(|client| {
+            let selector = selector.clone();
+            async move {
+                let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+                while pods.list(&selector).await?.items.is_empty() {
+                    if Instant::now() > deadline {
+                        bail!("a Deployment's first pod did not appear");
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                anyhow::Ok(())
+            }
+        });
+        for outcome in futures::future::join_all(waits).await {
+            outcome?;
+        }
+    }
+    let mut samples = Vec::with_capacity(REACTION_SAMPLES);
+    for i in 0..REACTION_SAMPLES {
+        // A prime stride visits distinct clusters across the fleet.
+        let client = &clients[(i * 7919) % clients.len()];
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let listed = pods.list(&selector).await?;
+        let replicas = i32::try_from(listed.items.len())? + 1;
+        let version = listed.metadata.resource_version.unwrap_or_default();
+        let mut events = Box::pin(
+            pods.watch(&WatchParams::default().labels("app=web"), &version)
+                .await?,
+        );
+        let started = Instant::now();
+        Api::<Deployment>::namespaced(client.clone(), "default")
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await?;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), events.try_next()).await {
+                Ok(Ok(Some(WatchEvent::Added(_)))) => break,
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => bail!("the pod watch ended before the new pod"),
+                Ok(Err(err)) => return Err(err.into()),
+                Err(_) => bail!("no new pod 30 s after the scale"),
+            }
+        }
+        samples.push(started.elapsed());
+    }
+    Ok(samples)
 }
 
 /// etcd's current revision (every write moves it by one), through its JSON gateway.
