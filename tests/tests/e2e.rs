@@ -50,6 +50,8 @@ mod loadbalancer;
 mod nodeimage;
 #[path = "e2e/nodepools.rs"]
 mod nodepools;
+#[path = "e2e/proxy.rs"]
+mod proxy;
 #[path = "e2e/scheduling.rs"]
 mod scheduling;
 #[path = "e2e/sets.rs"]

@@ -352,8 +352,11 @@ pub fn request_attributes(
         [] => return non_resource(),
     };
     let mut name = name.to_string();
+    // `?watch` makes a list a watch; on a named request (a proxied path's query) it is no
+    // watch, as upstream's RequestInfo reads it.
     let watch = watch_path
-        || flotilla_api_machinery::query::query_bool(query.get("watch").map(|v| v.as_str()));
+        || (name.is_empty()
+            && flotilla_api_machinery::query::query_bool(query.get("watch").map(|v| v.as_str())));
     let verb = match *method {
         Method::POST => "create",
         Method::GET | Method::HEAD if watch => "watch",
@@ -562,6 +565,50 @@ mod tests {
                 "/api/v1/namespaces/team/pods/web/eviction",
                 &[],
                 ("create", "team", "", "pods", "web", "eviction"),
+            ),
+            // The proxy subresources: the method's verb, the name with its port, whatever
+            // the proxied path and query.
+            (
+                Method::GET,
+                "/api/v1/namespaces/team/pods/web:8080/proxy/metrics",
+                &[("watch", "true")],
+                ("get", "team", "", "pods", "web:8080", "proxy"),
+            ),
+            (
+                Method::HEAD,
+                "/api/v1/namespaces/team/services/https:web:443/proxy/",
+                &[],
+                ("get", "team", "", "services", "https:web:443", "proxy"),
+            ),
+            (
+                Method::POST,
+                "/api/v1/namespaces/team/services/web/proxy/a/b",
+                &[],
+                ("create", "team", "", "services", "web", "proxy"),
+            ),
+            (
+                Method::PUT,
+                "/api/v1/nodes/n1/proxy/configz",
+                &[],
+                ("update", "", "", "nodes", "n1", "proxy"),
+            ),
+            (
+                Method::PATCH,
+                "/api/v1/nodes/n1:9100/proxy",
+                &[],
+                ("patch", "", "", "nodes", "n1:9100", "proxy"),
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/team/pods/web/proxy/x",
+                &[],
+                ("delete", "team", "", "pods", "web", "proxy"),
+            ),
+            (
+                Method::OPTIONS,
+                "/api/v1/namespaces/team/pods/web/proxy/x",
+                &[],
+                ("", "team", "", "pods", "web", "proxy"),
             ),
             (
                 Method::PATCH,

@@ -82,6 +82,22 @@ pub(crate) fn subresources(
             vec!["create", "get"],
         ));
     }
+    // Served by the pod, a Service endpoint or the node through the API server (`proxy`).
+    let proxy_options = match (&*resource.group, &*resource.kind) {
+        ("", "Pod") => Some("PodProxyOptions"),
+        ("", "Service") => Some("ServiceProxyOptions"),
+        ("", "Node") => Some("NodeProxyOptions"),
+        _ => None,
+    };
+    if let Some(kind) = proxy_options {
+        out.push((
+            "proxy",
+            "",
+            "v1",
+            kind,
+            vec!["create", "delete", "get", "patch", "update"],
+        ));
+    }
     if resource.kind == "CertificateSigningRequest" {
         out.push((
             "approval",
@@ -278,9 +294,12 @@ mod tests {
             "pods/exec",
             "pods/attach",
             "pods/portforward",
+            "pods/proxy",
             "namespaces",
             "namespaces/finalize",
             "services",
+            "services/proxy",
+            "nodes/proxy",
         ] {
             assert!(names.contains(&want), "{want} missing");
         }

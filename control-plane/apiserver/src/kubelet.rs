@@ -131,7 +131,10 @@ pub struct KubeletClients {
 
 impl KubeletClients {
     /// The configuration presenting tenant `state`'s kubelet client certificate.
-    fn config(&self, state: &TenantState) -> Result<Arc<rustls::ClientConfig>, ApiError> {
+    pub(crate) fn config(
+        &self,
+        state: &TenantState,
+    ) -> Result<Arc<rustls::ClientConfig>, ApiError> {
         let id = &state.record.id;
         let ca = &state.record.client_ca;
         if let Ok(configs) = self.configs.lock()

@@ -36,6 +36,7 @@ pub mod openapi;
 pub mod outbound;
 pub mod patching;
 pub mod pki;
+pub mod proxy;
 pub mod resources;
 pub mod reviews;
 pub mod scale;
@@ -88,7 +89,8 @@ pub struct ServerOptions {
     pub serving_ca_pem: String,
     /// Seals every stored record that holds a private key.
     pub key_encryption: Arc<KeyEncryptionKey>,
-    /// Where kubelets may be dialled for `logs`, `exec`, `attach` and `portforward`.
+    /// Where kubelets may be dialled for `logs`, `exec`, `attach` and `portforward`, and pods,
+    /// Service endpoints and nodes for `proxy`.
     pub kubelet_networks: kubelet::KubeletNetworks,
     /// The networks a cluster's private endpoint answers (`endpointAccess.private`).
     pub private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
@@ -498,6 +500,15 @@ impl ApiServer {
         }
         let span = tracing::debug_span!("request", tenant = cluster, method = %parts.method, path = %path,
             user = %user.name);
+        // The proxy subresources pass the body on as it arrives (upstream's proxy never reads
+        // it), so they are served before it would be read here; a body they refuse before
+        // taking it is drained as any refused request's.
+        if let Some(target) = proxy::proxy_target(path, rest) {
+            return proxy::serve(self, tenant, &target, &user, parts, body)
+                .instrument(span)
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
+        }
         let Some(unread) = body.take() else {
             return ApiError::internal("the request body was read twice").into_response();
         };

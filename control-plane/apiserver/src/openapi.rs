@@ -600,6 +600,59 @@ fn operations(
             Some(schema) => Answer::Schema(schema.clone()),
             None => Answer::Text,
         };
+        if sub == "proxy" {
+            // Every method is proxied, with and without a path after `proxy` (upstream's
+            // `connect…Proxy` and `connect…ProxyWithPath` operations).
+            let singular: &str = &resource.singular;
+            for with_path in [false, true] {
+                let mut ops = json!({});
+                for method in ["Delete", "Get", "Head", "Options", "Patch", "Post", "Put"] {
+                    let suffix = if with_path { "WithPath" } else { "" };
+                    ops[method.to_ascii_lowercase()] = op(
+                        "connect",
+                        format!("connect{gv}{method}{scope}{kind}Proxy{suffix}"),
+                        &sub_gvk,
+                        vec![],
+                        None,
+                        "200",
+                        Answer::Text,
+                    );
+                }
+                let mut params = vec![parameter(
+                    "name",
+                    "path",
+                    &format!("name of the {sub_kind}"),
+                    v3,
+                )];
+                if resource.namespaced {
+                    params.push(parameter(
+                        "namespace",
+                        "path",
+                        "object name and auth scope, such as for teams and projects",
+                        v3,
+                    ));
+                }
+                if with_path {
+                    params.push(parameter("path", "path", "path to the resource", v3));
+                }
+                params.push(parameter(
+                    "path",
+                    "query",
+                    &format!(
+                        "Path is the URL path to use for the current proxy request to {singular}."
+                    ),
+                    v3,
+                ));
+                ops["parameters"] = Value::Array(params);
+                let path = if with_path {
+                    format!("{item}/proxy/{{path}}")
+                } else {
+                    format!("{item}/proxy")
+                };
+                paths.push((path, ops));
+            }
+            continue;
+        }
         let connect = matches!(sub, "exec" | "attach" | "portforward");
         let mut ops = json!({});
         for verb in verbs {
@@ -1035,6 +1088,12 @@ mod tests {
             "/api/v1/namespaces/{namespace}/pods/{name}/exec",
             "/api/v1/namespaces/{namespace}/pods/{name}/attach",
             "/api/v1/namespaces/{namespace}/pods/{name}/portforward",
+            "/api/v1/namespaces/{namespace}/pods/{name}/proxy",
+            "/api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}",
+            "/api/v1/namespaces/{namespace}/services/{name}/proxy",
+            "/api/v1/namespaces/{namespace}/services/{name}/proxy/{path}",
+            "/api/v1/nodes/{name}/proxy",
+            "/api/v1/nodes/{name}/proxy/{path}",
             "/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             "/api/v1/namespaces/{name}/finalize",
             "/api/v1/nodes/{name}/status",
@@ -1055,6 +1114,54 @@ mod tests {
         assert_eq!(
             paths["/api/v1/namespaces/{namespace}/pods/{name}/exec"]["post"]["operationId"],
             "connectCoreV1PostNamespacedPodExec"
+        );
+        // The proxies: every method, upstream's ids, the options kind, `path` in the path and
+        // in the query.
+        let proxy = &paths["/api/v1/namespaces/{namespace}/services/{name}/proxy/{path}"];
+        for (method, id) in [
+            (
+                "delete",
+                "connectCoreV1DeleteNamespacedServiceProxyWithPath",
+            ),
+            ("get", "connectCoreV1GetNamespacedServiceProxyWithPath"),
+            ("head", "connectCoreV1HeadNamespacedServiceProxyWithPath"),
+            (
+                "options",
+                "connectCoreV1OptionsNamespacedServiceProxyWithPath",
+            ),
+            ("patch", "connectCoreV1PatchNamespacedServiceProxyWithPath"),
+            ("post", "connectCoreV1PostNamespacedServiceProxyWithPath"),
+            ("put", "connectCoreV1PutNamespacedServiceProxyWithPath"),
+        ] {
+            assert_eq!(proxy[method]["operationId"], id);
+            assert_eq!(proxy[method]["x-kubernetes-action"], "connect");
+        }
+        assert_eq!(
+            proxy["get"]["x-kubernetes-group-version-kind"]["kind"],
+            "ServiceProxyOptions"
+        );
+        let parameters: Vec<(&str, &str)> = proxy["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["name"].as_str()?, p["in"].as_str()?)))
+            .collect();
+        assert_eq!(
+            parameters,
+            [
+                ("name", "path"),
+                ("namespace", "path"),
+                ("path", "path"),
+                ("path", "query")
+            ]
+        );
+        assert_eq!(
+            paths["/api/v1/nodes/{name}/proxy"]["get"]["operationId"],
+            "connectCoreV1GetNodeProxy"
+        );
+        assert_eq!(
+            paths["/api/v1/namespaces/{namespace}/pods/{name}/proxy"]["options"]["operationId"],
+            "connectCoreV1OptionsNamespacedPodProxy"
         );
         let eviction = &paths["/api/v1/namespaces/{namespace}/pods/{name}/eviction"]["post"];
         assert_eq!(
@@ -1105,6 +1212,10 @@ mod tests {
 
         let v2: Value = serde_json::from_slice(api.v2()).unwrap_or_default();
         assert!(v2["paths"]["/api/v1/watch/namespaces/{namespace}/pods"]["get"].is_object());
+        assert_eq!(
+            v2["paths"]["/api/v1/nodes/{name}/proxy/{path}"]["head"]["operationId"],
+            "connectCoreV1HeadNodeProxyWithPath"
+        );
         assert!(v2["definitions"]["io.k8s.api.apps.v1.DeploymentList"].is_object());
         assert!(!api.v2_protobuf().is_empty());
     }
