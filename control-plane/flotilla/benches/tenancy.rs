@@ -13,8 +13,9 @@
 //! - **reaction time**: then a Deployment of one replica in each of the 1000 clusters, and one
 //!   at a time in turn, scaled to one more: the time from the scale to its new Pod's `ADDED`
 //!   event on a watch opened before it;
-//! - **noisy neighbour**: the latency of cluster B's single reader (100 GETs/s of one
-//!   ConfigMap) alone, and while cluster A is flooded with ConfigMap creates by many clients,
+//! - **noisy neighbour**, once the fleet of 1000 idle clusters is there: the latency of
+//!   cluster B's single reader (100 GETs/s of one ConfigMap) alone, and while cluster A is
+//!   flooded with ConfigMap creates by many clients,
 //!   which wait out a 429's Retry-After as client-go does, in alternating rounds (so a drift
 //!   of the machine or of etcd over the run weighs on both sides alike). The service runs with
 //!   its default per-cluster request limit and seats.
@@ -81,6 +82,8 @@ const TARGET_READY_P50: Duration = Duration::from_millis(100);
 const TARGET_READY_P99: Duration = Duration::from_millis(500);
 const TARGET_MIB_PER_TENANT: f64 = 2.0;
 const TARGET_NOISY_RATIO: f64 = 2.0;
+/// Issue 28's target for the same ratio at 1000 clusters.
+const TARGET_FLEET_NOISY_RATIO: f64 = 1.3;
 /// Clients of cluster A sending the worst bodies.
 const WORST_BODY_CLIENTS: usize = 8;
 /// The security review's target: B's p99 while A sends the worst bodies, against B alone.
@@ -384,11 +387,48 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
     let mut fleet = READY_SAMPLES;
 
     let fleet_only = std::env::var_os("FLOTILLA_BENCH_FLEET_ONLY").is_some();
+    let noisy_only = std::env::var_os("FLOTILLA_BENCH_NOISY_ONLY").is_some();
+    // Memory with a growing fleet of idle clusters.
+    let mut memory = vec![(0usize, empty)];
+    for size in FLEET_SIZES.iter().copied().filter(|_| !noisy_only) {
+        if fleet < size {
+            eprintln!("growing the fleet to {size} clusters…");
+        }
+        while fleet < size {
+            let batch = (size - fleet).min(CREATE_CONCURRENCY);
+            let creates = (fleet..fleet + batch).map(|i| {
+                let client = &client;
+                async move { create_ready(client, &format!("idle-{i}")).await }
+            });
+            for outcome in futures::future::join_all(creates).await {
+                fleet_clients.push(outcome?.0);
+            }
+            fleet += batch;
+        }
+        // Let the fleet settle (reconciler passes, connection pools) before reading.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        memory.push((size.max(fleet), service.rss()?));
+    }
+    // What an idle fleet costs: the replica's lease renewal and whatever the clusters' loops
+    // and watches still do when nothing changes; store writes counted by etcd's revision.
+    let idle_run = std::env::var("FLOTILLA_BENCH_IDLE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(IDLE_RUN, Duration::from_secs);
+    let revision_before = etcd_revision(etcd)?;
+    let (cpu_before, idle_started) = (service.cpu(), Instant::now());
+    tokio::time::sleep(idle_run).await;
+    let idle_secs = idle_started.elapsed().as_secs_f64();
+    let idle_cores = (service.cpu() - cpu_before).as_secs_f64() / idle_secs;
+    let writes_per_second = (etcd_revision(etcd)? - revision_before) as f64 / idle_secs;
+    // The first reading above the empty service may have been taken with more clusters
+    // than asked for (the create → ready samples); the table says how many.
     let noisy = if fleet_only {
         None
     } else {
         Some({
-            // Noisy neighbour, before the fleet grows: A = ready-0 floods, B = ready-1 reads.
+            // Noisy neighbour, with the whole fleet there (issue 28 asks for it at 1000
+            // clusters): A = ready-0 floods, B = ready-1 reads.
             let ((a, _), (b, b_kubeconfig)) = (&clients[0], &clients[1]);
             Api::<ConfigMap>::namespaced(b.clone(), "default")
                 .create(&PostParams::default(), &config_map("probe".into()))
@@ -448,7 +488,7 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
             alone_again.sort();
             attacked.sort();
             let worst = (alone_again, attacked, bodies_answered as f64 / attack_secs);
-            if std::env::var_os("FLOTILLA_BENCH_NOISY_ONLY").is_some() {
+            if noisy_only {
                 report_noisy(&alone, &flooded, (flood_done, flood_refused, flood_secs));
                 report_worst(&worst);
                 return Ok(());
@@ -462,41 +502,6 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
         })
     };
 
-    // Memory with a growing fleet of idle clusters.
-    let mut memory = vec![(0usize, empty)];
-    for size in FLEET_SIZES {
-        if fleet < size {
-            eprintln!("growing the fleet to {size} clusters…");
-        }
-        while fleet < size {
-            let batch = (size - fleet).min(CREATE_CONCURRENCY);
-            let creates = (fleet..fleet + batch).map(|i| {
-                let client = &client;
-                async move { create_ready(client, &format!("idle-{i}")).await }
-            });
-            for outcome in futures::future::join_all(creates).await {
-                fleet_clients.push(outcome?.0);
-            }
-            fleet += batch;
-        }
-        // Let the fleet settle (reconciler passes, connection pools) before reading.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        memory.push((size.max(fleet), service.rss()?));
-    }
-    // What an idle fleet costs: the replica's lease renewal and whatever the clusters' loops
-    // and watches still do when nothing changes; store writes counted by etcd's revision.
-    let idle_run = std::env::var("FLOTILLA_BENCH_IDLE_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(IDLE_RUN, Duration::from_secs);
-    let revision_before = etcd_revision(etcd)?;
-    let (cpu_before, idle_started) = (service.cpu(), Instant::now());
-    tokio::time::sleep(idle_run).await;
-    let idle_secs = idle_started.elapsed().as_secs_f64();
-    let idle_cores = (service.cpu() - cpu_before).as_secs_f64() / idle_secs;
-    let writes_per_second = (etcd_revision(etcd)? - revision_before) as f64 / idle_secs;
-    // The first reading above the empty service may have been taken with more clusters
-    // than asked for (the create → ready samples); the table says how many.
     match &noisy {
         Some((alone, flooded, flood, worst)) => {
             report(&ready, &memory, alone, flooded, *flood);
@@ -698,6 +703,10 @@ fn report(
         "\n  B's p99 under A's flood within {TARGET_NOISY_RATIO}× of B alone: {:.2}× — {}",
         noisy_ratio(alone, flooded),
         verdict(noisy_ratio(alone, flooded) <= TARGET_NOISY_RATIO)
+    );
+    println!(
+        "  issue 28, with the whole fleet there: within {TARGET_FLEET_NOISY_RATIO}× — {}",
+        verdict(noisy_ratio(alone, flooded) <= TARGET_FLEET_NOISY_RATIO)
     );
 }
 
