@@ -98,7 +98,7 @@ impl Strategy for CertificateSigningRequestStrategy {
                 populate_condition_timestamps(new, old);
             }
             // Served for pods only.
-            UpdateTarget::EphemeralContainers => {}
+            UpdateTarget::EphemeralContainers | UpdateTarget::Resize => {}
         }
     }
 

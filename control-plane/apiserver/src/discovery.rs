@@ -63,6 +63,7 @@ pub(crate) fn subresources(
     if resource.kind == "Pod" && resource.group.is_empty() {
         out.push(("binding", "", "v1", "Binding", vec!["create"]));
         out.push(("ephemeralcontainers", "", "v1", "Pod", read_write()));
+        out.push(("resize", "", "v1", "Pod", read_write()));
         out.push(("eviction", "policy", "v1", "Eviction", vec!["create"]));
         // Served by the pod's kubelet through the API server (see `kubelet`).
         out.push(("log", "", "v1", "Pod", vec!["get"]));

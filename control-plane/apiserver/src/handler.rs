@@ -615,7 +615,7 @@ async fn serve_kind(
         (
             &Method::GET,
             Some(name),
-            None | Some("status") | Some("approval") | Some("ephemeralcontainers"),
+            None | Some("status") | Some("approval") | Some("ephemeralcontainers") | Some("resize"),
         ) => {
             check_subresource(resource, target.subresource)?;
             let read_at = ReadAt::parse(call.param("resourceVersion"), None)?;
@@ -708,7 +708,8 @@ async fn serve_kind(
             | Some("status")
             | Some("finalize")
             | Some("approval")
-            | Some("ephemeralcontainers")),
+            | Some("ephemeralcontainers")
+            | Some("resize")),
         ) => {
             check_subresource(resource, sub)?;
             let body = call.body_json()?;
@@ -717,6 +718,7 @@ async fn serve_kind(
                 Some("status") => UpdateTarget::Status,
                 Some("approval") => UpdateTarget::Approval,
                 Some("ephemeralcontainers") => UpdateTarget::EphemeralContainers,
+                Some("resize") => UpdateTarget::Resize,
                 _ => UpdateTarget::Main,
             };
             let mut warnings = Vec::new();
@@ -788,13 +790,18 @@ async fn serve_kind(
         (
             &Method::PATCH,
             Some(name),
-            sub @ (None | Some("status") | Some("approval") | Some("ephemeralcontainers")),
+            sub @ (None
+            | Some("status")
+            | Some("approval")
+            | Some("ephemeralcontainers")
+            | Some("resize")),
         ) => {
             check_subresource(resource, sub)?;
             let target_part = match sub {
                 Some("status") => UpdateTarget::Status,
                 Some("approval") => UpdateTarget::Approval,
                 Some("ephemeralcontainers") => UpdateTarget::EphemeralContainers,
+                Some("resize") => UpdateTarget::Resize,
                 _ => UpdateTarget::Main,
             };
             patch_request(
@@ -1102,7 +1109,9 @@ fn check_subresource(resource: &ResourceInfo, sub: Option<&str>) -> Result<(), A
         Some("status") if resource.status_subresource => Ok(()),
         Some("approval") if resource.kind == "CertificateSigningRequest" => Ok(()),
         Some("finalize") if resource.kind == "Namespace" => Ok(()),
-        Some("ephemeralcontainers") if resource.kind == "Pod" && resource.group.is_empty() => {
+        Some("ephemeralcontainers" | "resize")
+            if resource.kind == "Pod" && resource.group.is_empty() =>
+        {
             Ok(())
         }
         Some(_) => Err(ApiError::no_such_path()),

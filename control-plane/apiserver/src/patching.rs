@@ -133,8 +133,11 @@ fn apply_options(
     let mut ignored = managed_fields::FieldSet::new();
     let field = |name: &str| [managed_fields::PathElement::Field(name.to_string())];
     match target {
-        UpdateTarget::Main if resource.status_subresource => ignored.insert(&field("status")),
-        UpdateTarget::Main => {}
+        // A resize keeps only what it may change (see the store); it owns like the object.
+        UpdateTarget::Main | UpdateTarget::Resize if resource.status_subresource => {
+            ignored.insert(&field("status"))
+        }
+        UpdateTarget::Main | UpdateTarget::Resize => {}
         UpdateTarget::Status | UpdateTarget::Approval | UpdateTarget::EphemeralContainers => {
             let names = top_level_fields
                 .iter()

@@ -954,6 +954,10 @@ impl Store {
                 }
                 new = next;
             }
+            UpdateTarget::Resize => {
+                // Upstream's dropNonResizeUpdates: everything else stays.
+                new = crate::strategies::resize_only(&new, current);
+            }
             UpdateTarget::Status | UpdateTarget::Approval => {
                 // Only status (and labels/annotations, as ResetObjectMetaForStatus allows) move.
                 let mut next = current.clone();
@@ -1242,6 +1246,8 @@ pub enum UpdateTarget {
     Approval,
     /// A Pod's `/ephemeralcontainers`: only `spec.ephemeralContainers` changes.
     EphemeralContainers,
+    /// A Pod's `/resize`: only its containers' `resources` and `resizePolicy` change.
+    Resize,
 }
 
 impl UpdateTarget {
@@ -1252,6 +1258,7 @@ impl UpdateTarget {
             UpdateTarget::Status => Some("status"),
             UpdateTarget::Approval => Some("approval"),
             UpdateTarget::EphemeralContainers => Some("ephemeralcontainers"),
+            UpdateTarget::Resize => Some("resize"),
         }
     }
 }

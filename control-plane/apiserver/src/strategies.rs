@@ -11,6 +11,7 @@ use crate::table::{Column, age_column, int_at, name_column, or_none};
 
 mod config;
 mod ephemeral;
+mod resize;
 mod runtimeclass;
 mod storage;
 pub mod webhooks;
@@ -446,6 +447,11 @@ fn pod_status_cell(pod: &Value) -> Value {
     json!(pod_row(pod).reason)
 }
 
+/// What a pod's `resize` subresource keeps of a request (see [`resize::resize_only`]).
+pub(crate) fn resize_only(requested: &Value, current: &Value) -> Value {
+    resize::resize_only(requested, current)
+}
+
 /// `GetPodQOS`: Guaranteed when every container has CPU and memory limits equal to its
 /// requests, BestEffort when none has any, Burstable otherwise.
 fn pod_qos_class(pod: &Value) -> &'static str {
@@ -547,6 +553,7 @@ impl Strategy for PodStrategy {
     ) -> Vec<FieldError> {
         match target {
             UpdateTarget::EphemeralContainers => ephemeral::validate_update(new, old),
+            UpdateTarget::Resize => resize::validate(new, old, pod_qos_class),
             _ => self.validate_update(new, old),
         }
     }

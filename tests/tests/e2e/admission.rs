@@ -640,3 +640,84 @@ spec:
         "pods \"lost\" is forbidden: pod rejected: RuntimeClass \"nope\" not found",
     )
 }
+
+/// Upstream 1.33's `pods/resize`: only the containers' resources change through it, as
+/// upstream validates them; the pod itself still refuses a resources change.
+#[test]
+fn pods_resize_changes_only_resources_as_upstream() -> anyhow::Result<()> {
+    let f = Flotilla::up(Backend::Embedded)?;
+    let kubectl = f.kubectl();
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: sized, namespace: default}
+spec:
+  containers:
+  - name: c
+    image: nginx
+    resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 128Mi}}
+"#,
+    )?;
+    let resize = |patch: &str| {
+        kubectl.run(
+            &[
+                "patch",
+                "pod",
+                "sized",
+                "--subresource",
+                "resize",
+                "-p",
+                patch,
+            ],
+            None,
+            &[],
+        )
+    };
+    let grown = resize(
+        r#"{"spec":{"containers":[{"name":"c","image":"evil","resources":{"requests":{"cpu":"200m"}}}]}}"#,
+    )?;
+    ensure!(
+        grown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&grown.stderr)
+    );
+    let cpu = jsonpath(
+        &kubectl,
+        &["get", "pod", "sized"],
+        "{.spec.containers[0].resources.requests.cpu} {.spec.containers[0].image}",
+    )?;
+    ensure!(cpu == "200m nginx", "after the resize: {cpu}");
+    // Through the pod itself, resources stay immutable.
+    let refused = kubectl.fails(&[
+        "patch",
+        "pod",
+        "sized",
+        "-p",
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"300m"}}}]}}"#,
+    ])?;
+    contains(&refused, "pod updates may not change fields")?;
+    // A memory limit lowered without a restart, and a change of QoS class, are refused.
+    let lowered = resize(
+        r#"{"spec":{"containers":[{"name":"c","resources":{"limits":{"memory":"96Mi"}}}]}}"#,
+    )?;
+    contains(
+        &String::from_utf8_lossy(&lowered.stderr),
+        "memory limits cannot be decreased unless resizePolicy is RestartContainer",
+    )?;
+    let guaranteed = resize(
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"200m","memory":"128Mi"},"limits":{"cpu":"200m","memory":"128Mi"}}}]}}"#,
+    )?;
+    contains(
+        &String::from_utf8_lossy(&guaranteed.stderr),
+        "Pod QOS Class may not change as a result of resizing",
+    )?;
+    let openapi = kubectl.ok(&["get", "--raw", "/openapi/v3/api/v1"])?;
+    contains(
+        &openapi,
+        "/api/v1/namespaces/{namespace}/pods/{name}/resize",
+    )?;
+    contains(&openapi, "patchCoreV1NamespacedPodResize")?;
+    Ok(())
+}
