@@ -84,7 +84,12 @@ pub async fn resolve(dialer: &Dialer<'_>, config: &Value) -> Result<Endpoint, St
         let (ip, target_port) = service_endpoint(dialer, namespace, name, port)
             .await
             .map_err(|unreachable| unreachable.message)?;
-        (ip, target_port, path, format!("{name}.{namespace}.svc"))
+        (
+            ip.to_string(),
+            target_port,
+            path,
+            format!("{name}.{namespace}.svc"),
+        )
     };
     let ip: std::net::IpAddr = match host.parse() {
         Ok(ip) => ip,
@@ -155,18 +160,12 @@ pub async fn service(
     port: u64,
     trust: Trust,
 ) -> Result<Endpoint, Unreachable> {
-    let (ip, target_port) = service_endpoint(dialer, namespace, name, port).await?;
-    let address: std::net::IpAddr = ip.parse().map_err(|_| {
-        Unreachable::new(
-            "MissingEndpoints",
-            format!("endpoint address {ip:?} is not an IP"),
-        )
-    })?;
+    let (address, target_port) = service_endpoint(dialer, namespace, name, port).await?;
     if !dialer.networks.permits(address) {
         return Err(Unreachable::new(
             "ServiceAccessError",
             format!(
-                "dial tcp {ip}:{target_port}: the address is outside the networks the cluster's services may be reached in"
+                "dial tcp {address}:{target_port}: the address is outside the networks the cluster's services may be reached in"
             ),
         ));
     }
@@ -186,7 +185,7 @@ async fn service_endpoint(
     namespace: &str,
     name: &str,
     port: u64,
-) -> Result<(String, u16), Unreachable> {
+) -> Result<(std::net::IpAddr, u16), Unreachable> {
     let served = |group: &str, plural: &str| {
         dialer.resources.find(group, "v1", plural).ok_or_else(|| {
             Unreachable::new("ServiceAccessError", format!("{plural} are not served"))
@@ -232,13 +231,27 @@ async fn service_endpoint(
         .map_err(|e| Unreachable::new("ServiceAccessError", e.message))?
         .items;
     let port_name = service_port["name"].as_str().unwrap_or("");
-    for slice in slices.iter().filter(|s| {
-        meta::labels(s)
-            .get("kubernetes.io/service-name")
-            .map(String::as_str)
-            == Some(name)
-    }) {
-        let Some(target) = slice["ports"]
+    if let Some(&found) = ready_endpoints(&slices, name, port_name).first() {
+        return Ok(found);
+    }
+    Err(Unreachable::new(
+        "MissingEndpoints",
+        format!(
+            "endpoints for service/{name} in {namespace:?} have no addresses with port name {port_name:?}"
+        ),
+    ))
+}
+
+/// Service `name`'s ready endpoints for its port named `port_name`, from `slices` (its
+/// EndpointSlices and others): each endpoint's first address with the slice's port.
+pub fn ready_endpoints(
+    slices: &[Value],
+    name: &str,
+    port_name: &str,
+) -> Vec<(std::net::IpAddr, u16)> {
+    let mut found = Vec::new();
+    for slice in owned_slices(slices, name) {
+        let Some(port) = slice["ports"]
             .as_array()
             .into_iter()
             .flatten()
@@ -249,20 +262,27 @@ async fn service_endpoint(
             continue;
         };
         for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
+            // Unset readiness is ready, as upstream's consumers read it.
             if endpoint["conditions"]["ready"] == json!(false) {
                 continue;
             }
-            if let Some(address) = endpoint["addresses"].get(0).and_then(Value::as_str) {
-                return Ok((address.to_string(), target));
+            if let Some(ip) = endpoint["addresses"]
+                .get(0)
+                .and_then(Value::as_str)
+                .and_then(|a| a.parse().ok())
+            {
+                found.push((ip, port));
             }
         }
     }
-    Err(Unreachable::new(
-        "MissingEndpoints",
-        format!(
-            "endpoints for service/{name} in {namespace:?} have no addresses with port name {port_name:?}"
-        ),
-    ))
+    found
+}
+
+/// The EndpointSlices of Service `name` among `slices`.
+pub fn owned_slices<'a>(slices: &'a [Value], name: &'a str) -> impl Iterator<Item = &'a Value> {
+    slices.iter().filter(move |slice| {
+        meta::str_at(slice, &["metadata", "labels", "kubernetes.io/service-name"]) == Some(name)
+    })
 }
 
 /// Kept-alive connections to webhooks, by address, certificate name and CA bundle (upstream

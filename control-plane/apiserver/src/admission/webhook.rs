@@ -444,19 +444,10 @@ async fn call_and_apply(
     warnings: &mut Vec<String>,
     round: usize,
 ) -> Result<(), ApiError> {
-    let mut mutated = false;
-    let result = call_and_patch(
-        context,
-        attributes,
-        hook,
-        object,
-        warnings,
-        round,
-        &mut mutated,
-    )
-    .await;
-    // Upstream's record of every mutating call that answered (`mutation.webhook…`).
-    if result.is_ok() {
+    // Upstream's record of every mutating call that answered (`mutation.webhook…`); one
+    // that failed open has its own (`failed-open…`).
+    let mutated = call_and_patch(context, attributes, hook, object, warnings, round).await?;
+    if let Some(mutated) = mutated {
         crate::audit::annotate(
             &format!(
                 "mutation.webhook.admission.k8s.io/round_{round}_index_{}",
@@ -466,10 +457,11 @@ async fn call_and_apply(
                 .to_string(),
         );
     }
-    result
+    Ok(())
 }
 
-/// [`call_and_apply`]'s call and patch; `mutated` says whether the patch changed the object.
+/// [`call_and_apply`]'s call and patch: whether the patch changed the object, `None` when
+/// the call failed open.
 async fn call_and_patch(
     context: &Context<'_>,
     attributes: &Attributes<'_>,
@@ -477,8 +469,7 @@ async fn call_and_patch(
     object: &mut Value,
     warnings: &mut Vec<String>,
     round: usize,
-    mutated: &mut bool,
-) -> Result<(), ApiError> {
+) -> Result<Option<bool>, ApiError> {
     match call(context, attributes, hook, object, Phase::Mutating).await {
         Ok(review) => {
             warnings.extend(review.warnings);
@@ -489,7 +480,7 @@ async fn call_and_patch(
                 // A delete has no object to patch (upstream refuses the attempt the same way).
                 if attributes.operation == Operation::Delete {
                     if patch.as_array().is_none_or(Vec::is_empty) {
-                        return Ok(());
+                        return Ok(Some(false));
                     }
                     return Err(ApiError::internal(format!(
                         "admission webhook {:?} attempted to modify the object, which is not supported for this operation",
@@ -507,7 +498,8 @@ async fn call_and_patch(
                         match in_version(&no_old, object, version).await {
                             Ok((seen, _)) => seen,
                             Err(failure) => {
-                                return failed(hook, failure, Phase::Mutating, round);
+                                return failed(hook, failure, Phase::Mutating, round)
+                                    .map(|()| None);
                             }
                         }
                     }
@@ -527,8 +519,8 @@ async fn call_and_patch(
                         .await?;
                 }
                 let [patched] = patched;
-                *mutated = *object != patched;
-                if *mutated {
+                let mutated = *object != patched;
+                if mutated {
                     crate::audit::annotate_at(
                         crate::audit::Level::Request,
                         &format!(
@@ -545,10 +537,11 @@ async fn call_and_patch(
                     );
                 }
                 *object = patched;
+                return Ok(Some(mutated));
             }
-            Ok(())
+            Ok(Some(false))
         }
-        Err(failure) => failed(hook, failure, Phase::Mutating, round),
+        Err(failure) => failed(hook, failure, Phase::Mutating, round).map(|()| None),
     }
 }
 

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use crate::ApiServer;
 use crate::error::ApiError;
 use crate::meta;
+use crate::outbound::{owned_slices, ready_endpoints};
 use crate::store::{ListOptions, ReadAt};
 use crate::tenants::TenantState;
 
@@ -255,45 +256,6 @@ pub fn service_port_name(service: &Value, port: &str) -> Result<String, ApiError
                 meta::name(service)
             ))
         })
-}
-
-/// Service `name`'s ready endpoints for its port named `port_name`, from `slices` (its
-/// EndpointSlices and others): each endpoint's first address with the slice's port.
-pub fn ready_endpoints(slices: &[Value], name: &str, port_name: &str) -> Vec<(IpAddr, u16)> {
-    let mut found = Vec::new();
-    for slice in owned_slices(slices, name) {
-        let Some(port) = slice["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or("") == port_name)
-            .and_then(|p| p["port"].as_u64())
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for endpoint in slice["endpoints"].as_array().into_iter().flatten() {
-            // Unset readiness is ready, as upstream's consumers read it.
-            if endpoint["conditions"]["ready"] == json!(false) {
-                continue;
-            }
-            if let Some(ip) = endpoint["addresses"]
-                .get(0)
-                .and_then(Value::as_str)
-                .and_then(|a| a.parse().ok())
-            {
-                found.push((ip, port));
-            }
-        }
-    }
-    found
-}
-
-/// The EndpointSlices of Service `name` among `slices`.
-fn owned_slices<'a>(slices: &'a [Value], name: &'a str) -> impl Iterator<Item = &'a Value> {
-    slices.iter().filter(move |slice| {
-        meta::str_at(slice, &["metadata", "labels", "kubernetes.io/service-name"]) == Some(name)
-    })
 }
 
 /// `host:port` as Go's `net.JoinHostPort` writes it (IPv6 bracketed).

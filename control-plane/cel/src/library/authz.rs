@@ -369,6 +369,41 @@ fn resource_check<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, E
     Ok(CowVal::owned(check.authorizer.decide(attributes)))
 }
 
+/// A test authorizer: allows what its list names as `verb group/resource` or `verb path`
+/// (reason `allowed to <that>`), remembering every question.
+#[cfg(test)]
+pub(crate) struct Listed {
+    pub(crate) allowed: Vec<&'static str>,
+    pub(crate) asked: std::sync::Mutex<Vec<Attributes>>,
+}
+
+#[cfg(test)]
+impl RequestAuthorizer for Listed {
+    fn check(&self, attributes: &Attributes) -> AuthorizerDecision {
+        if let Ok(mut asked) = self.asked.lock() {
+            asked.push(attributes.clone());
+        }
+        let key = if attributes.resource_request {
+            format!(
+                "{} {}/{}",
+                attributes.verb, attributes.api_group, attributes.resource
+            )
+        } else {
+            format!("{} {}", attributes.verb, attributes.path)
+        };
+        let allowed = self.allowed.contains(&key.as_str());
+        AuthorizerDecision {
+            allowed,
+            reason: if allowed {
+                format!("allowed to {key}")
+            } else {
+                String::new()
+            },
+            error: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -376,35 +411,6 @@ mod tests {
     use cel::{Context, Value};
 
     use super::*;
-
-    /// Allows what its list names as `verb group/resource` or `verb path`, remembering every
-    /// question.
-    struct Listed {
-        allowed: Vec<&'static str>,
-        asked: Mutex<Vec<Attributes>>,
-    }
-
-    impl RequestAuthorizer for Listed {
-        fn check(&self, attributes: &Attributes) -> AuthorizerDecision {
-            if let Ok(mut asked) = self.asked.lock() {
-                asked.push(attributes.clone());
-            }
-            let key = if attributes.resource_request {
-                format!(
-                    "{} {}/{}",
-                    attributes.verb, attributes.api_group, attributes.resource
-                )
-            } else {
-                format!("{} {}", attributes.verb, attributes.path)
-            };
-            let allowed = self.allowed.contains(&key.as_str());
-            AuthorizerDecision {
-                allowed,
-                reason: if allowed { "listed" } else { "not listed" }.to_string(),
-                error: None,
-            }
-        }
-    }
 
     fn run(source: &str, authorizer: Option<Arc<dyn RequestAuthorizer>>) -> Value {
         let program = crate::env::env().compile(source).expect("parses");
@@ -430,7 +436,7 @@ mod tests {
         );
         assert_eq!(
             run("authorizer.path('/healthz').check('get').reason()"),
-            Value::String(Arc::new("listed".to_string()))
+            Value::String(Arc::new("allowed to get /healthz".to_string()))
         );
         assert_eq!(
             run(

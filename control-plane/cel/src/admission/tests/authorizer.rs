@@ -8,6 +8,7 @@ use flotilla_api_machinery::rbac::{Attributes, UserInfo};
 use serde_json::json;
 
 use super::*;
+use crate::library::authz::Listed;
 
 #[test]
 fn compiles_authorizer_chains_where_upstream_declares_them() {
@@ -151,41 +152,9 @@ fn a_check_costs_what_upstream_charges() {
     );
 }
 
-/// Allows `verb group/resource` (or `verb path`) when listed, remembering every question.
-struct Recording {
-    allowed: Vec<&'static str>,
-    asked: Mutex<Vec<Attributes>>,
-}
-
-impl RequestAuthorizer for Recording {
-    fn check(&self, attributes: &Attributes) -> AuthorizerDecision {
-        if let Ok(mut asked) = self.asked.lock() {
-            asked.push(attributes.clone());
-        }
-        let key = if attributes.resource_request {
-            format!(
-                "{} {}/{}",
-                attributes.verb, attributes.api_group, attributes.resource
-            )
-        } else {
-            format!("{} {}", attributes.verb, attributes.path)
-        };
-        let allowed = self.allowed.contains(&key.as_str());
-        AuthorizerDecision {
-            allowed,
-            reason: if allowed {
-                format!("allowed to {key}")
-            } else {
-                String::new()
-            },
-            error: None,
-        }
-    }
-}
-
 #[test]
 fn checks_are_made_as_the_requesting_user() {
-    let recording = Arc::new(Recording {
+    let recording = Arc::new(Listed {
         allowed: vec!["get /logs", "update apps/deployments"],
         asked: Mutex::new(Vec::new()),
     });
@@ -314,7 +283,7 @@ fn a_policy_denies_who_may_not_and_admits_who_may() {
     let request = request();
     let object = deployment(1);
     let decide = |allowed: Vec<&'static str>| {
-        let authorizer: Arc<dyn RequestAuthorizer> = Arc::new(Recording {
+        let authorizer: Arc<dyn RequestAuthorizer> = Arc::new(Listed {
             allowed,
             asked: Mutex::new(Vec::new()),
         });
