@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuotaSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, PersistentVolumeClaim, Pod, ResourceQuotaSpec,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as WireQuantity;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -143,43 +145,87 @@ fn quantity(value: Option<&WireQuantity>) -> Option<Quantity> {
     value.and_then(|q| Quantity::parse(&q.0).ok())
 }
 
-/// A pod's request (or limit) of `resource`, as the scheduler and quota see it: the larger of
-/// the containers' sum and the largest init container, plus the pod overhead. A container
-/// without a request of something it limits requests its limit (the API server's default).
+/// A pod's request (or limit) of `resource`, as the scheduler and quota see it (upstream's
+/// `PodRequests` / `PodLimits`): the app containers and sidecars summed, at least each init
+/// container with the sidecars started before it, plus the pod overhead. A container without a
+/// request of something it limits requests its limit (the API server's default). While a resize
+/// is pending or under way, a container counts the larger of what its spec asks and what the
+/// kubelet reports in its status (`resources`, `allocatedResources`); a resize the kubelet
+/// found infeasible counts only the status.
 pub fn pod_amount(pod: &Pod, resource: &str, limits: bool) -> Quantity {
     let Some(spec) = &pod.spec else {
         return Quantity::ZERO;
     };
-    let of = |c: &k8s_openapi::api::core::v1::Container| {
+    let status = pod.status.as_ref();
+    let infeasible = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "PodResizePending" && c.reason.as_deref() == Some("Infeasible"));
+    let reported = |statuses: Option<&Vec<ContainerStatus>>, name: &str| {
+        statuses
+            .into_iter()
+            .flatten()
+            .find(|s| s.name == name && s.resources.is_some())
+            .cloned()
+    };
+    let of = |c: &Container, statuses: Option<&Vec<ContainerStatus>>| {
         let r = c.resources.as_ref();
         let limit = quantity(
             r.and_then(|r| r.limits.as_ref())
                 .and_then(|l| l.get(resource)),
         );
-        if limits {
-            return limit;
-        }
-        quantity(
-            r.and_then(|r| r.requests.as_ref())
-                .and_then(|l| l.get(resource)),
-        )
-        .or(limit)
+        let desired = if limits {
+            limit
+        } else {
+            quantity(
+                r.and_then(|r| r.requests.as_ref())
+                    .and_then(|l| l.get(resource)),
+            )
+            .or(limit)
+        };
+        let Some(status) = reported(statuses, &c.name) else {
+            return desired;
+        };
+        let actual = status.resources.as_ref().and_then(|r| {
+            let list = if limits { &r.limits } else { &r.requests };
+            quantity(list.as_ref().and_then(|l| l.get(resource)))
+        });
+        let allocated = if limits {
+            None
+        } else {
+            quantity(
+                status
+                    .allocated_resources
+                    .as_ref()
+                    .and_then(|l| l.get(resource)),
+            )
+        };
+        let desired = if infeasible { None } else { desired };
+        [desired, actual, allocated].into_iter().flatten().max()
     };
-    let containers = spec
+    let container_statuses = status.and_then(|s| s.container_statuses.as_ref());
+    let init_statuses = status.and_then(|s| s.init_container_statuses.as_ref());
+    let mut total = spec
         .containers
         .iter()
-        .filter_map(of)
+        .filter_map(|c| of(c, container_statuses))
         .fold(Quantity::ZERO, |sum, q| sum + q);
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter_map(of)
-        .max()
-        .unwrap_or(Quantity::ZERO);
+    let mut sidecars = Quantity::ZERO;
+    let mut init = Quantity::ZERO;
+    for container in spec.init_containers.iter().flatten() {
+        let amount = of(container, init_statuses).unwrap_or(Quantity::ZERO);
+        if container.restart_policy.as_deref() == Some("Always") {
+            total = total + amount;
+            sidecars = sidecars + amount;
+            init = init.max(sidecars);
+        } else {
+            init = init.max(amount + sidecars);
+        }
+    }
     let overhead =
         quantity(spec.overhead.as_ref().and_then(|o| o.get(resource))).unwrap_or(Quantity::ZERO);
-    containers.max(init) + overhead
+    total.max(init) + overhead
 }
 
 /// Upstream's BestEffort QoS: no container requests or limits cpu or memory.
@@ -559,6 +605,52 @@ mod tests {
         assert!(!is_best_effort(&p));
         let sums = pod_usage(&Tracked::Requests("cpu".into()), &[&p, &p]);
         assert_eq!(sums.to_string(), "1");
+    }
+
+    #[test]
+    fn sidecars_add_to_the_containers_and_to_later_init_containers() {
+        let mut sidecar = container(json!({"cpu": "100m"}), json!({}));
+        sidecar["restartPolicy"] = json!("Always");
+        let p = pod(json!({"spec": {
+            "containers": [container(json!({"cpu": "200m"}), json!({}))],
+            "initContainers": [
+                sidecar,
+                container(json!({"cpu": "250m"}), json!({})),
+            ],
+        }}));
+        // The app container and the sidecar run together (300m); the second init container
+        // ran beside the sidecar (350m).
+        assert_eq!(pod_amount(&p, "cpu", false).to_string(), "350m");
+    }
+
+    #[test]
+    fn a_pending_resize_counts_the_larger_of_spec_and_status() {
+        let resized = |reason: &str| {
+            pod(json!({
+                "spec": {"containers": [container(json!({"cpu": "2"}), json!({"cpu": "2"}))]},
+                "status": {
+                    "conditions": [{"type": "PodResizePending", "status": "True", "reason": reason}],
+                    "containerStatuses": [{
+                        "name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                        "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m"}},
+                        "allocatedResources": {"cpu": "1"},
+                    }],
+                },
+            }))
+        };
+        let deferred = resized("Deferred");
+        assert_eq!(pod_amount(&deferred, "cpu", false).to_string(), "2");
+        assert_eq!(pod_amount(&deferred, "cpu", true).to_string(), "2");
+        let infeasible = resized("Infeasible");
+        assert_eq!(pod_amount(&infeasible, "cpu", false).to_string(), "1");
+        assert_eq!(pod_amount(&infeasible, "cpu", true).to_string(), "500m");
+        // A scale-down counts the old, larger size until the kubelet reports the new one.
+        let mut shrinking = deferred.clone();
+        let spec = shrinking.spec.as_mut().expect("spec");
+        spec.containers[0].resources =
+            serde_json::from_value(json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}))
+                .expect("resources");
+        assert_eq!(pod_amount(&shrinking, "cpu", false).to_string(), "1");
     }
 
     #[test]

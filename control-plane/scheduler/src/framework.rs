@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodAffinityTerm, ReplicationController,
-    Service, Taint, Toleration, WeightedPodAffinityTerm,
+    Container, ContainerStatus, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    PodAffinityTerm, ReplicationController, Service, Taint, Toleration, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -127,47 +127,105 @@ fn read_list(list: Option<&ResourceList>) -> (Resources, ScalarResources) {
     (resources, scalar)
 }
 
-/// The requests of a pod: the sum over containers, at least the largest init container, plus
-/// overhead (upstream's `PodRequests`), and one pod.
+/// The requests of a pod (upstream's `PodRequests`): the app containers and sidecars summed,
+/// at least each init container with the sidecars started before it, plus overhead, and one
+/// pod. While a resize is pending or under way, a container counts the larger of its spec and
+/// what the kubelet reports (`resources`, `allocatedResources`); a resize the kubelet found
+/// infeasible counts only what it reports.
 pub fn pod_requests(pod: &Pod) -> (Resources, ScalarResources) {
     let mut total = Resources::default();
     let mut scalar = ScalarResources::new();
     if let Some(spec) = &pod.spec {
+        let status = pod.status.as_ref();
+        let infeasible = status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "PodResizePending" && c.reason.as_deref() == Some("Infeasible"));
+        let app_statuses = status.and_then(|s| s.container_statuses.as_deref());
         for container in &spec.containers {
-            let (r, s) = read_list(
-                container
-                    .resources
-                    .as_ref()
-                    .and_then(|r| r.requests.as_ref()),
-            );
+            let (r, s) = container_requests(container, app_statuses, infeasible);
             total.add(&r);
-            for (name, value) in s {
-                *scalar.entry(name).or_default() += value;
-            }
+            add_scalars(&mut scalar, s);
         }
+        let init_statuses = status.and_then(|s| s.init_container_statuses.as_deref());
+        let (mut sidecars, mut sidecar_scalars) = (Resources::default(), ScalarResources::new());
+        let (mut init, mut init_scalars) = (Resources::default(), ScalarResources::new());
         for container in spec.init_containers.iter().flatten() {
-            let (r, s) = read_list(
-                container
-                    .resources
-                    .as_ref()
-                    .and_then(|r| r.requests.as_ref()),
-            );
-            total.milli_cpu = total.milli_cpu.max(r.milli_cpu);
-            total.memory = total.memory.max(r.memory);
-            total.ephemeral_storage = total.ephemeral_storage.max(r.ephemeral_storage);
-            for (name, value) in s {
-                let entry = scalar.entry(name).or_default();
-                *entry = (*entry).max(value);
+            let (mut r, mut s) = container_requests(container, init_statuses, infeasible);
+            if container.restart_policy.as_deref() == Some("Always") {
+                total.add(&r);
+                add_scalars(&mut scalar, s.clone());
+                sidecars.add(&r);
+                add_scalars(&mut sidecar_scalars, s);
+                (r, s) = (sidecars, sidecar_scalars.clone());
+            } else {
+                r.add(&sidecars);
+                add_scalars(&mut s, sidecar_scalars.clone());
             }
+            max_into(&mut init, &mut init_scalars, &r, s);
         }
+        max_into(&mut total, &mut scalar, &init, init_scalars);
         let (overhead, s) = read_list(spec.overhead.as_ref());
         total.add(&overhead);
-        for (name, value) in s {
-            *scalar.entry(name).or_default() += value;
-        }
+        add_scalars(&mut scalar, s);
     }
     total.pods = 1;
     (total, scalar)
+}
+
+/// One container's requests as [`pod_requests`] counts them (upstream's `determineContainerReqs`).
+fn container_requests(
+    container: &Container,
+    statuses: Option<&[ContainerStatus]>,
+    infeasible: bool,
+) -> (Resources, ScalarResources) {
+    let desired = read_list(
+        container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref()),
+    );
+    let Some(status) = statuses
+        .into_iter()
+        .flatten()
+        .find(|s| s.name == container.name && s.resources.is_some())
+    else {
+        return desired;
+    };
+    let (mut total, mut scalar) = if infeasible {
+        Default::default()
+    } else {
+        desired
+    };
+    let actual = read_list(status.resources.as_ref().and_then(|r| r.requests.as_ref()));
+    let allocated = read_list(status.allocated_resources.as_ref());
+    for (r, s) in [actual, allocated] {
+        max_into(&mut total, &mut scalar, &r, s);
+    }
+    (total, scalar)
+}
+
+fn add_scalars(into: &mut ScalarResources, from: ScalarResources) {
+    for (name, value) in from {
+        *into.entry(name).or_default() += value;
+    }
+}
+
+/// Raises each amount of `into` to `other`'s where that is larger.
+fn max_into(
+    into: &mut Resources,
+    into_scalars: &mut ScalarResources,
+    other: &Resources,
+    other_scalars: ScalarResources,
+) {
+    into.milli_cpu = into.milli_cpu.max(other.milli_cpu);
+    into.memory = into.memory.max(other.memory);
+    into.ephemeral_storage = into.ephemeral_storage.max(other.ephemeral_storage);
+    for (name, value) in other_scalars {
+        let entry = into_scalars.entry(name).or_default();
+        *entry = (*entry).max(value);
+    }
 }
 
 /// Upstream's `DefaultMilliCPURequest` and `DefaultMemoryRequest` for scoring.

@@ -186,7 +186,16 @@ async fn sleep_or_never(wait: Option<Duration>) {
 }
 
 /// Runs the scheduler on `client`'s cluster until the task is aborted.
-pub async fn run(client: kube::Client) {
+///
+/// Boxed here, in this crate: an `async fn`'s state machines are not exported, so a caller in
+/// another crate that awaited the bare future would compile all of them again (the `flotilla`
+/// crate held a second copy of the scheduler). Through the box's vtable it calls this
+/// crate's copy.
+pub fn run(client: kube::Client) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(schedule(client))
+}
+
+async fn schedule(client: kube::Client) {
     let mut updates = futures::stream::select_all([
         watch::<Pod>(&client, Update::Pod),
         watch::<Node>(&client, Update::Node),

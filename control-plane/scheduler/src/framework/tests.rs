@@ -1476,3 +1476,36 @@ fn match_counts_are_remembered_until_the_node_pods_change() {
         3
     );
 }
+
+#[test]
+fn pod_requests_count_sidecars_and_pending_resizes() {
+    // Upstream's TestPodRequests cases: sidecars run beside the app containers and beside the
+    // init containers after them; a resize counts the larger of spec and status unless the
+    // kubelet found it infeasible.
+    let resources = |cpu: &str| json!({"requests": {"cpu": cpu}});
+    let sidecars: Pod = serde_json::from_value(json!({"spec": {
+        "containers": [{"name": "app", "resources": resources("200m")}],
+        "initContainers": [
+            {"name": "sidecar", "restartPolicy": "Always", "resources": resources("100m")},
+            {"name": "init", "resources": resources("250m")},
+        ],
+    }}))
+    .expect("pod");
+    assert_eq!(pod_requests(&sidecars).0.milli_cpu, 350);
+    let resized = |reason: &str| -> Pod {
+        serde_json::from_value(json!({
+            "spec": {"containers": [{"name": "app", "resources": resources("2")}]},
+            "status": {
+                "conditions": [{"type": "PodResizePending", "status": "True", "reason": reason}],
+                "containerStatuses": [{
+                    "name": "app", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                    "resources": resources("500m"),
+                    "allocatedResources": {"cpu": "1"},
+                }],
+            },
+        }))
+        .expect("pod")
+    };
+    assert_eq!(pod_requests(&resized("Deferred")).0.milli_cpu, 2000);
+    assert_eq!(pod_requests(&resized("Infeasible")).0.milli_cpu, 1000);
+}
