@@ -170,6 +170,23 @@ impl Cri {
             .status)
     }
 
+    /// `UpdateContainerResources`: new cgroup limits for a running container (a resize).
+    pub async fn update_resources(
+        &mut self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<(), CriError> {
+        self.runtime
+            .update_container_resources(cri::UpdateContainerResourcesRequest {
+                container_id: id.to_string(),
+                linux: Some(linux),
+                ..Default::default()
+            })
+            .await
+            .map_err(call("UpdateContainerResources"))?;
+        Ok(())
+    }
+
     /// `PodSandboxStatus` of one sandbox.
     pub async fn sandbox_status(
         &mut self,

@@ -16,6 +16,7 @@ mod pods;
 mod portforward;
 mod probe;
 mod prober;
+mod resize;
 mod resources;
 mod server;
 mod spdy;
@@ -290,7 +291,17 @@ async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     ));
     let pleg = Arc::new(pleg::Pleg::default());
     tokio::spawn(pleg::run(pleg.clone(), cri.clone()));
+    let allocations = resize::Allocations::load(
+        &args.root_dir,
+        resize::Requests {
+            milli_cpu: i64::try_from(spec.machine.cpus)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
+            memory: memory_capacity,
+        },
+    );
     let kubelet = Arc::new(pods::Kubelet {
+        allocations,
         sandbox_starts: tokio::sync::Semaphore::new(spec.machine.cpus.max(1)),
         pleg,
         recorder,

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
@@ -26,6 +27,7 @@ use crate::init::{self, InitPlan, InitState};
 use crate::node::manager;
 use crate::probe::{Observed, is_restartable_init};
 use crate::prober::{self, PodProbes, Seen};
+use crate::resize;
 use crate::resources;
 use crate::static_pods::{self, Mirror};
 use crate::status::{self, Backoff, ContainerView, RuntimeContainer, RuntimeState};
@@ -59,6 +61,8 @@ pub struct Kubelet {
     pub volumes: crate::volumes::VolumeManager,
     /// Events about the node's pods.
     pub recorder: Arc<Recorder>,
+    /// What each pod's containers were admitted and resized to, and what the runtime took.
+    pub allocations: crate::resize::Allocations,
     /// The node's memory in bytes (for Burstable containers' OOM score).
     pub memory_capacity: i64,
     /// Node pressure: admission, and the pods the eviction manager evicted.
@@ -158,6 +162,7 @@ pub async fn run(
                     .chain(statics.workers.keys())
                     .cloned()
                     .collect();
+                kubelet.allocations.retain(&known);
                 match remove_orphans(&kubelet, &known).await {
                     Ok(()) => kubelet.volumes.remove_orphans(&known),
                     Err(err) => tracing::warn!(%err, "removing orphaned sandboxes failed"),
@@ -351,6 +356,7 @@ async fn worker(kubelet: Arc<Kubelet>, mut pod: watch::Receiver<Pod>) {
     }
     kubelet.recorder.forget_pod(&uid);
     kubelet.pressure.forget(&uid);
+    kubelet.allocations.release(&uid);
     let mut cri = kubelet.cri.clone();
     // A static pod whose manifest went away stops gracefully (preStop, grace period); an
     // API pod already did, when its deletion was seen.
@@ -543,6 +549,17 @@ async fn sync_pod(
     // An evicted (or refused) pod is finished: its containers stop and never restart.
     let eviction = kubelet.pressure.eviction_of(uid);
     let terminal = matches!(phase.as_str(), "Succeeded" | "Failed") || eviction.is_some();
+    // The pod as it runs here: its containers at the resources the kubelet allocated them (a
+    // resize that does not fit waits, reported in the status).
+    let allocated = if terminal {
+        pod.clone()
+    } else {
+        kubelet.allocations.allocate(pod)
+    };
+    let pod = &allocated;
+    let Some(spec) = &pod.spec else {
+        return Ok(STEADY_RESYNC);
+    };
     if eviction.is_some() {
         let running = cri
             .containers(uid)
@@ -656,6 +673,7 @@ async fn sync_pod(
             .push(container_view(&mut cri, &all, container, sandbox_id.as_deref()).await?);
     }
     let has_probes = probes.prober.lock().is_ok_and(|p| !p.is_empty());
+    let mut resizing = false;
 
     if let Some(sandbox) = sandbox.as_ref().filter(|_| volumes_ready && !terminal) {
         let mut ctx = SyncCtx {
@@ -705,6 +723,33 @@ async fn sync_pod(
                 view.current = Some(runtime_container(&status));
             }
             killed.insert(container.name.clone());
+        }
+        // An allocated resize reaches the running containers, in place or by a restart.
+        let running = running_containers(spec, &views, &init_views);
+        let stopped = resize::actuate(
+            &kubelet.allocations,
+            &kubelet.recorder,
+            &mut cri,
+            pod,
+            uid,
+            &running,
+            kubelet.memory_capacity,
+            &facts.pod_ip,
+        )
+        .await?;
+        drop(running);
+        for name in stopped {
+            let view = views
+                .iter_mut()
+                .chain(init_views.iter_mut())
+                .find(|(view, _)| view.name == name);
+            if let Some((view, _)) = view
+                && let Some(current) = &view.current
+                && let Some(status) = cri.container_status(&current.id).await?
+            {
+                view.current = Some(runtime_container(&status));
+            }
+            killed.insert(name);
         }
 
         // Init containers in order, then the app containers.
@@ -777,6 +822,9 @@ async fn sync_pod(
                 }
             }
         }
+        let running = running_containers(spec, &views, &init_views);
+        resizing = resize::in_progress(&kubelet.allocations, uid, &running);
+        drop(running);
         // Ephemeral containers (`kubectl debug`) start once, when added, and are never
         // restarted (upstream `computePodActions`); one with a target shares its running
         // container's process namespace.
@@ -837,6 +885,7 @@ async fn sync_pod(
         k8s_openapi::jiff::Timestamp::now(),
     );
     computed.ephemeral_container_statuses = status::ephemeral_statuses(&ephemeral_views);
+    report_resize(kubelet, pod, uid, resizing, &mut computed);
     if let Some(eviction) = &eviction {
         status::mark_evicted(&mut computed, eviction, k8s_openapi::jiff::Timestamp::now());
     }
@@ -871,8 +920,73 @@ async fn sync_pod(
                 .map_err(call("StopPodSandbox"))?;
         }
         kubelet.volumes.cleanup(uid);
+        kubelet.allocations.release(uid);
     }
     Ok(wait)
+}
+
+/// The app containers and sidecars running in the pod's current sandbox (`views` and
+/// `init_views` are in the spec's order).
+fn running_containers<'a>(
+    spec: &'a PodSpec,
+    views: &'a [(ContainerView, bool)],
+    init_views: &'a [(ContainerView, bool)],
+) -> Vec<resize::Running<'a>> {
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .zip(init_views)
+        .filter(|(c, _)| is_restartable_init(c));
+    spec.containers
+        .iter()
+        .zip(views)
+        .chain(sidecars)
+        .filter_map(|(container, (view, in_sandbox))| {
+            let current = view.current.as_ref()?;
+            (*in_sandbox && current.state == RuntimeState::Running).then(|| resize::Running {
+                container,
+                id: current.id.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The resize part of the status: each resizable container's `resources`, and the
+/// `PodResizePending` / `PodResizeInProgress` conditions in place of the old ones.
+fn report_resize(kubelet: &Kubelet, pod: &Pod, uid: &str, resizing: bool, status: &mut PodStatus) {
+    let Some(spec) = &pod.spec else {
+        return;
+    };
+    let statuses = status
+        .container_statuses
+        .iter_mut()
+        .flatten()
+        .zip(&spec.containers)
+        .chain(
+            status
+                .init_container_statuses
+                .iter_mut()
+                .flatten()
+                .zip(spec.init_containers.iter().flatten()),
+        );
+    for (container_status, container) in statuses {
+        let running = container_status
+            .state
+            .as_ref()
+            .is_some_and(|s| s.running.is_some());
+        container_status.resources =
+            resize::status_resources(&kubelet.allocations, uid, container, running);
+    }
+    let old = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let conditions = status.conditions.get_or_insert_default();
+    conditions.retain(|c| !resize::is_resize_condition(c));
+    conditions.extend(kubelet.allocations.conditions(uid, resizing, &old, &now));
 }
 
 /// For each ephemeral container naming a `targetContainerName`, the runtime id of that
@@ -1297,6 +1411,9 @@ async fn start_container(
         &format!("Started container {name}"),
     );
     tracing::info!(pod = ?pod.metadata.name, container = %name, %id, restart_count, "container started");
+    if let Some(uid) = &pod.metadata.uid {
+        kubelet.allocations.set_actuated(uid, container);
+    }
     let post_start = container
         .lifecycle
         .as_ref()

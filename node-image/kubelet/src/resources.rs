@@ -86,7 +86,8 @@ pub fn scaled(quantity: &str, scale: i32) -> Option<i64> {
     i64::try_from(value).ok()
 }
 
-fn get(list: Option<&BTreeMap<String, Quantity>>, name: &str) -> Option<i64> {
+/// The amount of `name` in `list`: millicores for CPU, whole units otherwise.
+pub fn get(list: Option<&BTreeMap<String, Quantity>>, name: &str) -> Option<i64> {
     let scale = if name == "cpu" { -3 } else { 0 };
     list?.get(name).and_then(|q| scaled(&q.0, scale))
 }

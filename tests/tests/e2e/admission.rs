@@ -713,6 +713,35 @@ spec:
         &String::from_utf8_lossy(&guaranteed.stderr),
         "Pod QOS Class may not change as a result of resizing",
     )?;
+    // A quota is charged what a resize grows, and refuses one past it with upstream's text.
+    kubectl.ok(&[
+        "create",
+        "quota",
+        "cpu",
+        "--hard=requests.cpu=500m,limits.memory=1Gi",
+    ])?;
+    until("the quota counts the pod", Duration::from_secs(20), || {
+        Ok(jsonpath(
+            &kubectl,
+            &["get", "quota", "cpu"],
+            "{.status.used.requests\\.cpu}",
+        )? == "200m")
+    })?;
+    let past = resize(
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"600m"}}}]}}"#,
+    )?;
+    contains(
+        &String::from_utf8_lossy(&past.stderr),
+        "exceeded quota: cpu, requested: requests.cpu=400m, used: requests.cpu=200m, limited: requests.cpu=500m",
+    )?;
+    let within = resize(
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"400m"}}}]}}"#,
+    )?;
+    ensure!(
+        within.status.success(),
+        "{}",
+        String::from_utf8_lossy(&within.stderr)
+    );
     let openapi = kubectl.ok(&["get", "--raw", "/openapi/v3/api/v1"])?;
     contains(
         &openapi,

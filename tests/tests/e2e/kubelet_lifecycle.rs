@@ -3,7 +3,8 @@
 //! order before the app, a sidecar init container, a failed one failing a restartPolicy
 //! Never pod, exec, httpGet and tcpSocket probes (readiness flipping Ready, liveness
 //! restarting with `Unhealthy` and `Killing` events), a failing postStart hook, preStop on
-//! deletion within the grace period, and requests/limits in the container's own cgroup.
+//! deletion within the grace period, requests/limits in the container's own cgroup, and an
+//! in-place resize (CPU in place, an infeasible one refused, memory by a restart).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -133,6 +134,8 @@ spec:
     command: [sh, -c, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares /proc/self/oom_score_adj; sleep 3600"]
     resources:
       limits: {cpu: 500m, memory: 64Mi}
+    resizePolicy:
+    - {resourceName: memory, restartPolicy: RestartContainer}
 ---
 apiVersion: v1
 kind: Pod
@@ -267,6 +270,123 @@ fn kubelet_runs_container_lifecycle() -> anyhow::Result<()> {
         .wait_ready(NODE)
         .and_then(|()| scenario(flotilla, &kubectl, &dir.join("kubelet")));
     outcome.with_context(|| format!("kubelet log:\n{}", node.kubelet.log()))
+}
+
+/// In-place resize of the `limits` pod (`kubectl patch --subresource resize`): CPU in place
+/// (the cgroup changes, the container keeps running), more CPU than the node has refused as
+/// `Infeasible`, and memory, whose resize policy restarts the container.
+fn resize(kubectl: &Kubectl) -> anyhow::Result<()> {
+    let patch = |cpu: &str, memory: &str| {
+        let body = format!(
+            r#"{{"spec":{{"containers":[{{"name":"main","resources":{{"requests":{{"cpu":"{cpu}","memory":"{memory}"}},"limits":{{"cpu":"{cpu}","memory":"{memory}"}}}}}}]}}}}"#
+        );
+        kubectl.ok(&[
+            "patch",
+            "pod",
+            "limits",
+            "--subresource",
+            "resize",
+            "-p",
+            &body,
+        ])
+    };
+    let reported = |path: &str| {
+        field(
+            kubectl,
+            "limits",
+            &format!("{{.status.containerStatuses[0].resources.{path}}}"),
+        )
+    };
+    let cgroup = |file: &str| -> anyhow::Result<String> {
+        Ok(kubectl
+            .ok(&["exec", "limits", "--", "cat", file])?
+            .trim()
+            .to_string())
+    };
+    ensure!(
+        reported("limits.cpu")? == "500m",
+        "resources before: {}",
+        field(
+            kubectl,
+            "limits",
+            "{.status.containerStatuses[0].resources}"
+        )?
+    );
+    patch("800m", "64Mi")?;
+    until(
+        "the CPU resize is actuated",
+        Duration::from_secs(30),
+        || {
+            Ok(reported("limits.cpu")? == "800m"
+                && condition(kubectl, "limits", "PodResizeInProgress")?.is_empty())
+        },
+    )?;
+    let quota = cgroup("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")?;
+    let shares = cgroup("/sys/fs/cgroup/cpu/cpu.shares")?;
+    ensure!(
+        (quota.as_str(), shares.as_str()) == ("80000", "819"),
+        "after the resize: quota {quota}, shares {shares}"
+    );
+    ensure!(
+        restarts(kubectl, "limits")? == 0,
+        "a CPU resize restarted the container"
+    );
+
+    patch("1000", "64Mi")?;
+    until("the resize is Infeasible", Duration::from_secs(30), || {
+        Ok(field(
+            kubectl,
+            "limits",
+            r#"{.status.conditions[?(@.type=="PodResizePending")].reason}"#,
+        )? == "Infeasible")
+    })?;
+    let message = field(
+        kubectl,
+        "limits",
+        r#"{.status.conditions[?(@.type=="PodResizePending")].message}"#,
+    )?;
+    ensure!(
+        message
+            .starts_with("Node didn't have enough capacity: cpu, requested: 1000000, capacity: "),
+        "PodResizePending message {message:?}"
+    );
+    ensure!(
+        reported("limits.cpu")? == "800m",
+        "an infeasible resize changed the status"
+    );
+
+    patch("800m", "128Mi")?;
+    until(
+        "the memory resize restarts the container",
+        Duration::from_secs(60),
+        || {
+            Ok(restarts(kubectl, "limits")? == 1
+                && reported("limits.memory")? == "128Mi"
+                && field(kubectl, "limits", "{.status.phase}")? == "Running")
+        },
+    )?;
+    until(
+        "the new container has 128Mi",
+        Duration::from_secs(20),
+        || {
+            Ok(
+                cgroup("/sys/fs/cgroup/memory/memory.limit_in_bytes").unwrap_or_default()
+                    == "134217728",
+            )
+        },
+    )?;
+    ensure!(
+        condition(kubectl, "limits", "PodResizePending")?.is_empty(),
+        "conditions: {}",
+        field(kubectl, "limits", "{.status.conditions}")?
+    );
+    ensure!(
+        has_event(kubectl, "limits", "Killing", |m| m
+            == "Container main resize requires restart")?,
+        "limits events: {:?}",
+        events(kubectl, "limits")?
+    );
+    Ok(())
 }
 
 fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Result<()> {
@@ -446,6 +566,7 @@ fn scenario(flotilla: &Flotilla, kubectl: &Kubectl, root: &Path) -> anyhow::Resu
         "limits events: {:?}",
         events(kubectl, "limits")?
     );
+    resize(kubectl)?;
 
     // httpGet (named port, headers) and tcpSocket probes from the node to the pod IP.
     until("web is Ready", Duration::from_secs(60), || {
