@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Extracts the Kubernetes protobuf descriptors compiled into a Go binary (e.g. kubectl).
+"""Extracts the Kubernetes protobuf descriptors compiled into Go binaries or Go sources.
 
 Every `generated.pb.go` in k8s.io/api and k8s.io/apimachinery registers its gzipped
 FileDescriptorProto with the gogo protobuf registry, so any binary linking those packages
@@ -7,9 +7,15 @@ carries the descriptors, gogoproto field options (nullable, customname) included
 upstream `.proto` files alone lack those options, and `nullable` is what tells a Go pointer
 field from a value field, which the JSON mapping needs (see ../README.md).
 
-Usage: extract.py PATH/TO/kubectl OUT.binpb
-Writes a google.protobuf.FileDescriptorSet holding every `k8s.io/...proto` file found,
-sorted by name. Uses only the Python standard library.
+The same gzipped bytes are a `var fileDescriptor_... = []byte{...}` literal in each
+`generated.pb.go`, which is where the packages no kubectl links come from
+(k8s.io/apiextensions-apiserver's CustomResourceDefinition, k8s.io/kube-aggregator's
+APIService).
+
+Usage: extract.py OUT.binpb INPUT...
+Each INPUT is a Go binary (e.g. kubectl), a `generated.pb.go`, or a descriptor set written by
+this script before (to add to it). Writes a google.protobuf.FileDescriptorSet holding every
+`k8s.io/...proto` file found, sorted by name. Uses only the Python standard library.
 """
 
 import re
@@ -56,11 +62,7 @@ def descriptor_name(data):
     return name if name.startswith("k8s.io/") and name.endswith(".proto") else None
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    binary = open(sys.argv[1], "rb").read()
-    files = {}
+def from_binary(binary, files):
     for match in GZIP_MAGIC.finditer(binary):
         try:
             data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(
@@ -68,18 +70,56 @@ def main():
             )
         except zlib.error:
             continue
-        name = descriptor_name(data)
-        if name is None:
-            continue
-        if name in files and files[name] != data:
-            sys.exit(f"two different descriptors named {name}")
-        files[name] = data
+        add(descriptor_name(data), data, files)
+
+
+GO_LITERAL = re.compile(rb"var fileDescriptor_\w+ = \[\]byte\{(.*?)\n\}", re.S)
+GO_BYTE = re.compile(rb"0x([0-9a-f]{2})")
+
+
+def from_go_source(source, files):
+    for literal in GO_LITERAL.finditer(source):
+        gzipped = bytes(int(b, 16) for b in GO_BYTE.findall(literal.group(1)))
+        data = zlib.decompress(gzipped, 16 + zlib.MAX_WBITS)
+        add(descriptor_name(data), data, files)
+
+
+def from_descriptor_set(data, files):
+    pos = 0
+    while pos < len(data):
+        if data[pos] != 0x0A:
+            sys.exit("not a FileDescriptorSet")
+        length, pos = read_varint(data, pos + 1)
+        add(descriptor_name(data[pos : pos + length]), data[pos : pos + length], files)
+        pos += length
+
+
+def add(name, data, files):
+    if name is None:
+        return
+    if name in files and files[name] != data:
+        sys.exit(f"two different descriptors named {name}")
+    files[name] = data
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    files = {}
+    for path in sys.argv[2:]:
+        data = open(path, "rb").read()
+        if path.endswith(".go"):
+            from_go_source(data, files)
+        elif path.endswith(".binpb"):
+            from_descriptor_set(data, files)
+        else:
+            from_binary(data, files)
     if "k8s.io/api/core/v1/generated.proto" not in files:
-        sys.exit("no Kubernetes descriptors found in " + sys.argv[1])
-    with open(sys.argv[2], "wb") as out:
+        sys.exit("no Kubernetes descriptors found in " + " ".join(sys.argv[2:]))
+    with open(sys.argv[1], "wb") as out:
         for name in sorted(files):
             out.write(b"\x0a" + write_varint(len(files[name])) + files[name])
-    print(f"wrote {len(files)} descriptors to {sys.argv[2]}")
+    print(f"wrote {len(files)} descriptors to {sys.argv[1]}")
 
 
 if __name__ == "__main__":

@@ -96,6 +96,9 @@ fn message(
     }
     let message = &schema.messages[index];
     if let Some(special) = message.special {
+        if special.is_schema_union() {
+            return schema_union(schema, index, special, data, path, depth);
+        }
         return self::special(schema, special, data, path, depth);
     }
 
@@ -337,8 +340,13 @@ fn varint(value: WireValue<'_>, path: &Path<'_>) -> Result<u64, ProtobufError> {
     }
 }
 
-/// A JSON number from a float, which JSON cannot hold when NaN or infinite.
+/// A JSON number from a float, which JSON cannot hold when NaN or infinite. A whole number is
+/// written without a fraction, as Go's encoder writes a float64 (`0`, not `0.0`).
 fn float(value: f64, path: &Path<'_>) -> Result<Value, ProtobufError> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole number below is exact
+    if value.fract() == 0.0 && value.abs() < EXACT {
+        return Ok(Value::from(value as i64));
+    }
     Number::from_f64(value)
         .map(Value::Number)
         .ok_or_else(|| ProtobufError::InvalidValue {
@@ -384,6 +392,46 @@ fn scalar(ty: Type, value: WireValue<'_>, path: &Path<'_>) -> Result<Value, Prot
             }
         }
         Type::Message(_) => return Err(wrong_wire_type("scalar", value, path)),
+    })
+}
+
+/// Decodes a CustomResourceDefinition schema union into its JSON form, as its Go
+/// `MarshalJSON` writes it: `JSONSchemaPropsOrArray` the array when it has items, else the
+/// schema; `JSONSchemaPropsOrBool` the schema when set, else the boolean;
+/// `JSONSchemaPropsOrStringArray` the strings when there are any, else the schema.
+fn schema_union(
+    schema: &Schema,
+    index: usize,
+    special: Special,
+    data: &[u8],
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<Value, ProtobufError> {
+    let message = &schema.messages[index];
+    let (mut single, mut list, mut allows) = (None, Vec::new(), false);
+    let mut reader = Reader::new(data);
+    while let Some((number, value)) = reader.next_field(path)? {
+        let Some(field) = message.field_index(number).map(|i| &message.fields[i]) else {
+            continue;
+        };
+        match field.ty {
+            Type::Message(target) => {
+                let decoded = self::message(schema, target, bytes(value, path)?, path, depth + 1)?;
+                match field.shape {
+                    Shape::Repeated => list.push(decoded),
+                    _ => single = Some(decoded),
+                }
+            }
+            Type::Bool => allows = varint(value, path)? != 0,
+            Type::String => list.push(Value::String(string(value, path)?)),
+            _ => {}
+        }
+    }
+    Ok(match (special, single) {
+        (Special::SchemaOrBool, Some(schema)) => schema,
+        (Special::SchemaOrBool, None) => Value::Bool(allows),
+        (_, _) if !list.is_empty() => Value::Array(list),
+        (_, single) => single.unwrap_or(Value::Null),
     })
 }
 
@@ -444,6 +492,10 @@ fn special(
         }
         Special::Duration => Value::String(gotime::format_duration(varints[1] as i64)),
         Special::StringList => Value::Array(items),
+        // Decoded by `schema_union` before this is reached.
+        Special::SchemaOrArray | Special::SchemaOrBool | Special::SchemaOrStringArray => {
+            Value::Null
+        }
         Special::RawJson => match raw {
             None | Some([]) => Value::Null,
             // An embedded object may itself be protobuf-encoded (runtime.Unknown inside a

@@ -87,6 +87,9 @@ fn message(
     let value = value.filter(|v| !v.is_null());
     let message = &schema.messages[index];
     if let Some(special) = message.special {
+        if special.is_schema_union() {
+            return schema_union(schema, index, special, value, out, path, depth);
+        }
         return self::special(special, value, out, path);
     }
     let object: Option<&Map<String, Value>> = match value {
@@ -318,6 +321,69 @@ fn integer(ty: Type, value: &Value, path: &Path<'_>) -> Result<i128, ProtobufErr
     }
 }
 
+/// Appends a CustomResourceDefinition schema union from its JSON form (its Go
+/// `UnmarshalJSON`): an object is the schema (for `JSONSchemaPropsOrBool` with `allows` true),
+/// an array the list, a boolean `allows`.
+fn schema_union(
+    schema: &Schema,
+    index: usize,
+    special: Special,
+    value: Option<&Value>,
+    out: &mut Vec<u8>,
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<(), ProtobufError> {
+    let message = &schema.messages[index];
+    let field = |number: u32| {
+        message
+            .field_index(number)
+            .map(|i| &message.fields[i])
+            .ok_or_else(|| invalid(path, format!("{} lacks field {number}", message.name)))
+    };
+    let schema_field = field(if special == Special::SchemaOrBool {
+        2
+    } else {
+        1
+    })?;
+    match value {
+        None => {}
+        Some(object @ Value::Object(_)) => {
+            if special == Special::SchemaOrBool {
+                put_varint_field(out, 1, 1);
+            }
+            self::value(
+                schema,
+                schema_field.ty,
+                schema_field.number,
+                Some(object),
+                out,
+                path,
+                depth,
+            )?;
+        }
+        Some(Value::Bool(allows)) if special == Special::SchemaOrBool => {
+            put_varint_field(out, 1, u64::from(*allows));
+        }
+        Some(Value::Array(items)) if special != Special::SchemaOrBool => {
+            let list = field(2)?;
+            for (i, item) in items.iter().enumerate() {
+                let item_path = Path::Index(path, i);
+                self::value(
+                    schema,
+                    list.ty,
+                    list.number,
+                    Some(item),
+                    out,
+                    &item_path,
+                    depth,
+                )?;
+            }
+        }
+        Some(other) => return Err(mismatch("schema or its alternative", other, path)),
+    }
+    Ok(())
+}
+
 /// Appends the fields of one of the types with a custom JSON form.
 fn special(
     special: Special,
@@ -384,6 +450,8 @@ fn special(
                 put_bytes(out, 1, &raw);
             }
         }
+        // Encoded by `schema_union` before this is reached.
+        Special::SchemaOrArray | Special::SchemaOrBool | Special::SchemaOrStringArray => {}
         Special::StringList => {
             if let Some(value) = value {
                 let items = value

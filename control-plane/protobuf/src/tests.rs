@@ -783,3 +783,56 @@ fn content_types() {
         assert_eq!(is_protobuf(content_type), want, "{content_type:?}");
     }
 }
+
+/// A CustomResourceDefinition's schema keeps its unions through protobuf: `items` as a schema
+/// or a list of them, `additionalProperties` as a schema or a boolean, `dependencies` as a
+/// schema or a list of names, `default` as raw JSON, and JSON Schema's own key names.
+#[test]
+fn custom_resource_definition_schemas_round_trip() {
+    let schema = json!({
+        "type": "object",
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "pair": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}]},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "closed": {"type": "object", "additionalProperties": false},
+                    "replicas": {"type": "integer", "default": 1, "minimum": 0},
+                },
+                "dependencies": {"a": ["b"], "c": {"required": ["d"]}},
+                "x-kubernetes-validations": [{"rule": "self.replicas >= 0"}],
+            },
+        },
+    });
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": schema},
+            }],
+        },
+    });
+    let body = match encode(&crd) {
+        Ok(body) => body,
+        Err(err) => panic!("encode: {err}"),
+    };
+    let decoded = match decode(&body) {
+        Ok(decoded) => decoded,
+        Err(err) => panic!("decode: {err}"),
+    };
+    assert_eq!(
+        decoded["spec"]["versions"][0]["schema"]["openAPIV3Schema"], schema,
+        "{decoded:#}"
+    );
+    assert_eq!(decoded["spec"]["names"]["kind"], "Widget");
+}

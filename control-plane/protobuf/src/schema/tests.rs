@@ -205,8 +205,13 @@ fn odd_protobuf_names_are_all_accounted_for() {
         Ok(raw) => raw,
         Err(err) => panic!("{err}"),
     };
-    // JSON names that really are capitalised.
-    let genuine = [("DaemonEndpoint", "Port"), ("FieldsV1", "Raw")];
+    // JSON names that really are capitalised, and a schema union's member, which has no JSON
+    // name of its own (the union is written as the member).
+    let genuine = [
+        ("DaemonEndpoint", "Port"),
+        ("FieldsV1", "Raw"),
+        ("JSONSchemaPropsOrArray", "jSONSchemas"),
+    ];
     let mut odd = BTreeSet::new();
     for message in &raw {
         let type_name = simple_name(&message.name);
@@ -354,6 +359,8 @@ fn json_names_match_k8s_openapi() {
         meta::APIResourceList,
         meta::APIVersions,
         meta::Status,
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService,
     ];
     generator.subschema_for::<meta::DeleteOptions>();
     generator.subschema_for::<meta::WatchEvent<k8s_openapi::api::core::v1::Pod>>();
@@ -369,6 +376,10 @@ fn json_names_match_k8s_openapi() {
         let Some(rest) = definition.strip_prefix("io.k8s.") else {
             continue;
         };
+        // The proto packages spell the repositories' names with underscores.
+        let rest = rest
+            .replace("apiextensions-apiserver", "apiextensions_apiserver")
+            .replace("kube-aggregator", "kube_aggregator");
         let proto_name = format!("k8s.io.{rest}");
         let Some(index) = schema.message(&proto_name) else {
             problems.push(format!("{definition}: no protobuf message"));
@@ -409,4 +420,36 @@ fn json_names_match_k8s_openapi() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(compared > 400, "only {compared} types compared");
+}
+
+/// Every field `json_zero_fields.py` listed is a field of the descriptor set (a regenerated
+/// list or descriptor set that drifted apart would otherwise lose fields silently), and
+/// none is a value struct, which is written as its zero struct.
+#[test]
+fn json_zero_fields_name_fields_of_the_schema() {
+    let schema = schema().expect("schema");
+    let listed = json_zero_fields();
+    let mut found = 0;
+    for message in &schema.messages {
+        for field in &message.fields {
+            if let Some(zero) = field.json_zero {
+                found += 1;
+                let value_struct = matches!(field.ty, Type::Message(_))
+                    && !field.nullable
+                    && field.shape == Shape::Single;
+                assert!(
+                    !value_struct || zero == JsonZero::Null,
+                    "{}.{} is a value struct",
+                    message.name,
+                    field.name
+                );
+            }
+        }
+    }
+    assert_eq!(found, listed.len(), "listed fields missing from the schema");
+    let ready = schema
+        .message("k8s.io.api.core.v1.ContainerStatus")
+        .and_then(|m| schema.messages[m].fields.iter().find(|f| f.name == "ready"))
+        .and_then(|f| f.json_zero);
+    assert_eq!(ready, Some(JsonZero::False));
 }
