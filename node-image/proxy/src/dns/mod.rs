@@ -1,0 +1,4 @@
+//! Cluster DNS on the node: the record mapping of the Kubernetes DNS specification
+//! (`records`).
+
+pub mod records;
