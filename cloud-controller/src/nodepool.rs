@@ -270,6 +270,8 @@ pub fn user_data(
                 bootstrap_token: bootstrap_token.into(),
                 node_labels: labels,
                 register_with_taints: taints,
+                cluster_dns: vec![flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DNS.into()],
+                cluster_domain: flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DOMAIN.into(),
             },
         },
     };

@@ -83,7 +83,20 @@ pub struct KubeletConfig {
     /// Taints the Node registers with (kubelet `--register-with-taints`).
     #[serde(default)]
     pub register_with_taints: Vec<Taint>,
+    /// The cluster DNS addresses pods resolve with (kubelet `--cluster-dns`); the node's
+    /// proxy answers the first. Empty: pods get the node's own resolvers.
+    #[serde(default, rename = "clusterDNS", skip_serializing_if = "Vec::is_empty")]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain (kubelet `--cluster-domain`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_domain: String,
 }
+
+/// The cluster DNS address every cluster has (`kube-system/kube-dns`, the tenth address of
+/// the default Service range).
+pub const DEFAULT_CLUSTER_DNS: &str = "10.96.0.10";
+/// The cluster DNS domain.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 impl NodeConfig {
     /// Parses and checks a document.

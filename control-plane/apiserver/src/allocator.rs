@@ -49,6 +49,12 @@ impl ServiceNetwork {
         Ipv4Addr::from(u32::from(self.base) + 1)
     }
 
+    /// The address of the cluster's DNS (`kube-system/kube-dns`): the tenth, as kubeadm and
+    /// EKS give it (`10.96.0.10`).
+    pub fn cluster_dns_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.base) + 10)
+    }
+
     fn cidr(&self) -> String {
         format!("{}/{}", self.base, self.prefix_len)
     }

@@ -634,6 +634,24 @@ async fn bootstrap_objects(server: &crate::ApiServer, state: &TenantState) -> Re
             "spec": {"type": "ClusterIP", "clusterIP": ip, "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
         });
         create_if_absent(server, tenant, services, "default", obj, &options).await?;
+        // The cluster DNS's address, where users and tools look for it. Every node answers it
+        // itself (the node proxy's responder), so the Service selects no pods.
+        let dns_ip = crate::allocator::ServiceNetwork::default()
+            .cluster_dns_ip()
+            .to_string();
+        let obj = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {
+                "k8s-app": "kube-dns",
+                "kubernetes.io/cluster-service": "true",
+                "kubernetes.io/name": "CoreDNS",
+            }},
+            "spec": {"type": "ClusterIP", "clusterIP": dns_ip, "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+            ]},
+        });
+        create_if_absent(server, tenant, services, "kube-system", obj, &options).await?;
     }
     // Each namespace's `default` ServiceAccount and upstream's default RBAC policy, written
     // concurrently (they are independent, and etcd commits concurrent writes together).

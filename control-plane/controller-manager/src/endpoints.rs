@@ -228,11 +228,15 @@ async fn sync(
         .collect();
     members.sort_by_key(|p| p.metadata.name.clone());
     let address = |pod: &Pod| {
-        json!({
+        let mut address = json!({
             "ip": pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
             "nodeName": pod.spec.as_ref().and_then(|s| s.node_name.clone()),
             "targetRef": {"kind": "Pod", "namespace": namespace, "name": pod.metadata.name, "uid": pod.metadata.uid},
-        })
+        });
+        if let Some(hostname) = hostname_under(pod, name) {
+            address["hostname"] = json!(hostname);
+        }
+        address
     };
     let ready = |pod: &Pod| endpoint_ready(pod, publish_not_ready);
     let endpoint_ports: Vec<Value> = ports
@@ -315,6 +319,14 @@ async fn sync(
     .await
 }
 
+/// A pod's hostname when it names itself under the Service `service` (its `subdomain`), as
+/// upstream's `ShouldSetHostname` has it: DNS then knows it as `<hostname>.<service>…`.
+fn hostname_under(pod: &Pod, service: &str) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let hostname = spec.hostname.as_deref().filter(|h| !h.is_empty())?;
+    (spec.subdomain.as_deref() == Some(service)).then(|| hostname.to_string())
+}
+
 /// The Service's one EndpointSlice (named after it), replaced whole.
 async fn write_slice(
     client: &kube::Client,
@@ -329,12 +341,16 @@ async fn write_slice(
         .iter()
         .map(|pod| {
             let terminating = pod.metadata.deletion_timestamp.is_some();
-            json!({
+            let mut endpoint = json!({
                 "addresses": [pod.status.as_ref().and_then(|s| s.pod_ip.clone())],
                 "conditions": {"ready": endpoint_ready(pod, publish_not_ready), "serving": crate::pods::is_ready(pod), "terminating": terminating},
                 "nodeName": pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                 "targetRef": {"kind": "Pod", "namespace": namespace, "name": pod.metadata.name, "uid": pod.metadata.uid},
-            })
+            });
+            if let Some(hostname) = hostname_under(pod, name) {
+                endpoint["hostname"] = json!(hostname);
+            }
+            endpoint
         })
         .collect();
     let slice: EndpointSlice = serde_json::from_value(json!({

@@ -248,6 +248,11 @@ impl LocalNodes {
                         bootstrap_token: token.clone(),
                         node_labels: Default::default(),
                         register_with_taints: Vec::new(),
+                        cluster_dns: vec![
+                            flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DNS.into(),
+                        ],
+                        cluster_domain: flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DOMAIN
+                            .into(),
                     },
                 },
             };
@@ -298,6 +303,11 @@ impl LocalNodes {
                     CLUSTER_CIDR,
                     "--healthz-bind-address",
                     &format!("{}:10256", node.ip),
+                    // The node answers the cluster DNS itself.
+                    "--cluster-dns",
+                    flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DNS,
+                    "--cluster-domain",
+                    flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DOMAIN,
                 ],
             )?;
             self.daemons.push(proxy);

@@ -347,8 +347,6 @@ pub(crate) struct Field {
     pub(crate) inline: bool,
     /// What Go's JSON writes for the field when it is zero or nil, when its tag has no
     /// `omitempty` and it is not a value struct (those are written as the struct's zero).
-    // Read by the JSON writer (`go_json`) in the next step; until then only by tests.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) json_zero: Option<JsonZero>,
 }
 

@@ -289,12 +289,25 @@ fn taint_flag(taint: &Taint) -> String {
 }
 
 /// The proxy's flags for this instance.
-pub fn proxy_args(identity: &InstanceIdentity, layout: &Layout) -> Vec<String> {
-    vec![
+pub fn proxy_args(
+    config: &NodeConfig,
+    identity: &InstanceIdentity,
+    layout: &Layout,
+) -> Vec<String> {
+    let mut args = vec![
         format!("--kubeconfig={}", layout.proxy_kubeconfig().display()),
         format!("--hostname-override={}", identity.local_hostname),
         format!("--node-ip={}", identity.local_ipv4),
-    ]
+    ];
+    // The proxy answers the cluster DNS address on the node.
+    let kubelet = &config.spec.kubelet;
+    if let Some(dns) = kubelet.cluster_dns.first() {
+        args.push(format!("--cluster-dns={dns}"));
+    }
+    if !kubelet.cluster_domain.is_empty() {
+        args.push(format!("--cluster-domain={}", kubelet.cluster_domain));
+    }
+    args
 }
 
 /// A systemd environment file setting `variable` to `args`, which the unit expands unquoted
@@ -344,7 +357,7 @@ pub fn render(
         },
         RenderedFile {
             path: layout.proxy_env(),
-            text: environment_file("PROXY_ARGS", &proxy_args(identity, layout))?,
+            text: environment_file("PROXY_ARGS", &proxy_args(config, identity, layout))?,
             mode: 0o644,
         },
         RenderedFile {

@@ -4,6 +4,7 @@
 //! `flotilla-kubelet` binary of the node image and by `flotilla kubelet`.
 
 mod cri;
+mod dns;
 mod events;
 mod eviction;
 mod hooks;
@@ -100,6 +101,16 @@ pub struct KubeletArgs {
     /// How long a pressure condition stays after its threshold was last met.
     #[arg(long, default_value = "5m0s", value_parser = static_pods::parse_duration)]
     eviction_pressure_transition_period: std::time::Duration,
+    /// The cluster DNS addresses pods resolve with (comma-separated; default: the node
+    /// bootstrap document's `clusterDNS`).
+    #[arg(long, value_delimiter = ',')]
+    cluster_dns: Vec<String>,
+    /// The cluster's DNS domain (default: the node bootstrap document's `clusterDomain`).
+    #[arg(long)]
+    cluster_domain: Option<String>,
+    /// The node's resolv.conf, which pods with `dnsPolicy: Default` get.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
     /// The CA (PEM) client certificates must be signed by; default: the cluster's client CA
     /// as the API server publishes it in kube-system/extension-apiserver-authentication.
     #[arg(long)]
@@ -188,6 +199,8 @@ async fn run(args: KubeletArgs) -> anyhow::Result<()> {
         .map_err(|err| anyhow::anyhow!("--eviction-hard: {err}"))?;
     let mut labels = node::parse_labels(&args.node_labels).map_err(anyhow::Error::msg)?;
     let mut taints = node::parse_taints(&args.register_with_taints).map_err(anyhow::Error::msg)?;
+    let mut cluster_dns = args.cluster_dns.clone();
+    let mut cluster_domain = args.cluster_domain.clone();
     let (client, server) = match (&args.kubeconfig, &args.node_config, &args.cert_dir) {
         (Some(path), _, _) => {
             let text = std::fs::read_to_string(path)
@@ -207,6 +220,12 @@ async fn run(args: KubeletArgs) -> anyhow::Result<()> {
                 labels.entry(key).or_insert(value);
             }
             taints.extend(config.spec.kubelet.register_with_taints);
+            if cluster_dns.is_empty() {
+                cluster_dns = config.spec.kubelet.cluster_dns;
+            }
+            if cluster_domain.is_none() && !config.spec.kubelet.cluster_domain.is_empty() {
+                cluster_domain = Some(config.spec.kubelet.cluster_domain);
+            }
             (client, config.spec.cluster.api_server_endpoint)
         }
         _ => anyhow::bail!("either --kubeconfig or --node-config with --cert-dir is required"),
@@ -300,8 +319,19 @@ async fn run(args: KubeletArgs) -> anyhow::Result<()> {
             memory: memory_capacity,
         },
     );
+    // A node without one gives pods no resolvers of its own (upstream warns and goes on).
+    let resolv_conf = std::fs::read_to_string(&args.resolv_conf).unwrap_or_else(|err| {
+        tracing::warn!(path = %args.resolv_conf.display(), %err, "no resolv.conf for pods");
+        String::new()
+    });
+    let dns = dns::DnsSettings {
+        cluster_dns,
+        cluster_domain: cluster_domain.unwrap_or_default(),
+        host: dns::parse_resolv_conf(&resolv_conf),
+    };
     let kubelet = Arc::new(pods::Kubelet {
         allocations,
+        dns,
         sandbox_starts: tokio::sync::Semaphore::new(spec.machine.cpus.max(1)),
         pleg,
         recorder,

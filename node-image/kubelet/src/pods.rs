@@ -61,6 +61,8 @@ pub struct Kubelet {
     pub volumes: crate::volumes::VolumeManager,
     /// Events about the node's pods.
     pub recorder: Arc<Recorder>,
+    /// Cluster DNS, the cluster domain and the node's resolvers: pods' resolv.conf.
+    pub dns: crate::dns::DnsSettings,
     /// What each pod's containers were admitted and resized to, and what the runtime took.
     pub allocations: crate::resize::Allocations,
     /// The node's memory in bytes (for Burstable containers' OOM score).
@@ -601,7 +603,12 @@ async fn sync_pod(
             for old in &sandboxes {
                 kill_pod_sandbox(&mut cri, old).await?;
             }
-            let config = translate::sandbox_config(pod, next_attempt, &kubelet.log_root)?;
+            let mut config = translate::sandbox_config(pod, next_attempt, &kubelet.log_root)?;
+            let (dns, warnings) = crate::dns::pod_dns(&kubelet.dns, pod);
+            for (reason, message) in warnings {
+                kubelet.recorder.pod_event(pod, "Warning", reason, &message);
+            }
+            config.dns_config = Some(dns);
             std::fs::create_dir_all(&config.log_directory)?;
             // Upstream's FailedCreatePodSandBox: the pod stays in ContainerCreating, told why.
             let failed = |why: String| {

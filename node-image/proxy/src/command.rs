@@ -3,16 +3,17 @@
 //! EndpointSlices until SIGINT/SIGTERM (leaving the rules in place); `--cleanup` deletes the
 //! table and exits.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::dns::{self, records::ClusterDns};
 use crate::health::{self, Metrics, ProxyHealth};
 use crate::model::Cidr;
 use crate::netlink::Netlink;
 use crate::nft::Nft;
-use crate::proxier::{self, BridgeMasquerade, NodePortAddresses, ProxierConfig};
+use crate::proxier::{self, BridgeMasquerade, NodeDns, NodePortAddresses, ProxierConfig};
 use crate::render;
 use anyhow::Context;
 use clap::Parser;
@@ -93,7 +94,22 @@ pub struct ProxyArgs {
     /// Delete the proxy's tables and exit.
     #[arg(long)]
     cleanup: bool,
+    /// The cluster DNS address (the `kube-system/kube-dns` Service's ClusterIP): this node
+    /// answers it itself, on a local interface, with the cluster's records (as NodeLocal
+    /// DNSCache does). Unset: no DNS on this node.
+    #[arg(long)]
+    cluster_dns: Option<Ipv4Addr>,
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
+    /// The resolv.conf naming the resolvers that answer names outside the cluster.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
 }
+
+/// The interface holding the cluster DNS address on the node: the loopback, as load balancers
+/// put a virtual address there (a dummy interface needs a kernel module some nodes lack).
+const DNS_INTERFACE: &str = "lo";
 
 /// The proxy's default log filter (`RUST_LOG` overrides it).
 pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,tower=warn,h2=warn";
@@ -159,6 +175,10 @@ async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let server =
         health::serve_healthz(args.healthz_bind_address, health.clone(), metrics.clone()).await?;
+    let dns = match args.cluster_dns {
+        Some(address) => Some(start_dns(address, &args.cluster_domain, &args.resolv_conf).await?),
+        None => None,
+    };
     let config = ProxierConfig {
         hostname: args.hostname_override.unwrap_or_else(hostname),
         node_ip: args.node_ip,
@@ -168,6 +188,7 @@ async fn run(args: ProxyArgs) -> anyhow::Result<()> {
             masquerade_bit: args.masquerade_bit,
             service_cidrs: args.service_cluster_ip_range.into_iter().collect(),
             service_tables: args.service_tables,
+            node_local_ips: dns.iter().map(|d| d.address).collect(),
             ..render::Config::default()
         },
         node_port_addresses: args.nodeport_addresses,
@@ -177,11 +198,57 @@ async fn run(args: ProxyArgs) -> anyhow::Result<()> {
         sync_period: args.sync_period,
         full_sync_period: args.full_sync_period,
         nft,
+        dns,
     };
     tracing::info!(node = %config.hostname, healthz = %args.healthz_bind_address, "starting the proxy");
     let outcome = proxier::run(client, config, health, metrics).await;
     server.abort();
     outcome
+}
+
+/// Puts the cluster DNS `address` on this node (on the loopback, so that pods' packets to it
+/// are delivered here) and starts answering on it.
+async fn start_dns(
+    address: Ipv4Addr,
+    domain: &str,
+    resolv_conf: &std::path::Path,
+) -> anyhow::Result<NodeDns> {
+    let records = ClusterDns::new(domain)
+        .map_err(|err| anyhow::anyhow!("--cluster-domain {domain:?}: {err}"))?;
+    let ip = |args: &[&str]| -> anyhow::Result<()> {
+        let output = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .context("running ip (iproute2)")?;
+        anyhow::ensure!(
+            output.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        Ok(())
+    };
+    // `replace`: left from an earlier run, the address is kept.
+    ip(&[
+        "addr",
+        "replace",
+        &format!("{address}/32"),
+        "dev",
+        DNS_INTERFACE,
+    ])?;
+    let conf = std::fs::read_to_string(resolv_conf).unwrap_or_default();
+    let upstreams = dns::server::upstreams(&conf, IpAddr::V4(address));
+    let records = Arc::new(RwLock::new(records));
+    let socket = SocketAddr::new(IpAddr::V4(address), 53);
+    let served = records.clone();
+    // Bound before the proxier starts, so that a taken port fails the start.
+    let listening = dns::server::bind(socket).await?;
+    tokio::spawn(async move {
+        if let Err(err) = dns::server::serve(listening, served, upstreams).await {
+            tracing::error!(%err, "the cluster DNS stopped");
+        }
+    });
+    Ok(NodeDns { address, records })
 }
 
 #[cfg(test)]

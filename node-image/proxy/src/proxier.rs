@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::{StreamExt, stream::BoxStream};
@@ -14,6 +14,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
 
+use crate::dns::records::ClusterDns;
 use crate::health::{Metrics, ProxyHealth, ServiceHealthServer, TO_BE_DELETED_TAINT};
 use crate::model::{Cidr, NamespacedName, ProxyState};
 use crate::nft::{Nft, NftError};
@@ -84,6 +85,18 @@ pub struct ProxierConfig {
     pub full_sync_period: Duration,
     /// How nft is run.
     pub nft: Nft,
+    /// The cluster DNS this node answers (`--cluster-dns`): its records follow the watches.
+    pub dns: Option<NodeDns>,
+}
+
+/// The cluster DNS on this node: its address (the `kube-dns` Service's, which this node
+/// answers itself rather than proxying) and the records it serves.
+#[derive(Debug, Clone)]
+pub struct NodeDns {
+    /// The cluster DNS address.
+    pub address: Ipv4Addr,
+    /// The records, shared with the responder.
+    pub records: Arc<RwLock<ClusterDns>>,
 }
 
 /// Whether bridged IPv4 traffic passes netfilter here (`br_netfilter` with
@@ -174,6 +187,8 @@ struct Proxier {
     slices_synced: bool,
     listed_services: BTreeSet<NamespacedName>,
     listed_slices: BTreeSet<(NamespacedName, String)>,
+    /// The slices of the current list, by (namespace, name), for the DNS records.
+    dns_listed_slices: BTreeSet<(String, String)>,
     last_sync: Option<Instant>,
     last_full_sync: Option<Instant>,
     retry_at: Option<Instant>,
@@ -213,6 +228,28 @@ impl Proxier {
         }
     }
 
+    /// Applies a change to the DNS records, when this node answers DNS.
+    fn with_dns<T>(&self, change: impl FnOnce(&mut ClusterDns) -> T) {
+        if let Some(dns) = &self.config.dns
+            && let Ok(mut records) = dns.records.write()
+        {
+            change(&mut records);
+        }
+    }
+
+    /// Whether `service` is the cluster DNS this node answers itself (not proxied).
+    fn answered_here(&self, service: &Service) -> bool {
+        let Some(dns) = &self.config.dns else {
+            return false;
+        };
+        let address = dns.address.to_string();
+        service
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.as_deref())
+            .is_some_and(|ip| ip == address)
+    }
+
     fn handle(&mut self, update: Update) {
         match update {
             Update::Service(update) => match *update {
@@ -220,20 +257,35 @@ impl Proxier {
                 Ok(event) => match event {
                     Event::Init => self.listed_services.clear(),
                     Event::InitApply(service) | Event::Apply(service) => {
-                        self.listed_services.insert(NamespacedName::new(
-                            service.metadata.namespace.as_deref().unwrap_or_default(),
-                            service.metadata.name.as_deref().unwrap_or_default(),
-                        ));
-                        self.state.apply_service(&service);
-                    }
-                    Event::Delete(service) => {
-                        self.state.delete_service(
+                        let (namespace, name) = (
                             service.metadata.namespace.as_deref().unwrap_or_default(),
                             service.metadata.name.as_deref().unwrap_or_default(),
                         );
+                        self.listed_services
+                            .insert(NamespacedName::new(namespace, name));
+                        self.with_dns(|dns| dns.apply_service(&service));
+                        if self.answered_here(&service) {
+                            self.state.delete_service(namespace, name);
+                        } else {
+                            self.state.apply_service(&service);
+                        }
+                    }
+                    Event::Delete(service) => {
+                        let (namespace, name) = (
+                            service.metadata.namespace.as_deref().unwrap_or_default(),
+                            service.metadata.name.as_deref().unwrap_or_default(),
+                        );
+                        self.with_dns(|dns| dns.delete_service(namespace, name));
+                        self.state.delete_service(namespace, name);
                     }
                     Event::InitDone => {
                         self.state.retain_services(&self.listed_services);
+                        let listed = self
+                            .listed_services
+                            .iter()
+                            .map(|n| (n.namespace.clone(), n.name.clone()))
+                            .collect();
+                        self.with_dns(|dns| dns.retain_services(&listed));
                         self.services_synced = true;
                     }
                 },
@@ -241,18 +293,32 @@ impl Proxier {
             Update::Slice(update) => match *update {
                 Err(err) => tracing::warn!(%err, "endpointslice watch failed; retrying"),
                 Ok(event) => match event {
-                    Event::Init => self.listed_slices.clear(),
+                    Event::Init => {
+                        self.listed_slices.clear();
+                        self.dns_listed_slices.clear();
+                    }
                     Event::InitApply(slice) | Event::Apply(slice) => {
                         if let Some(key) = ProxyState::slice_key(&slice) {
                             self.listed_slices.insert(key);
                         }
+                        if let (Some(namespace), Some(name)) =
+                            (&slice.metadata.namespace, &slice.metadata.name)
+                        {
+                            self.dns_listed_slices
+                                .insert((namespace.clone(), name.clone()));
+                        }
+                        self.with_dns(|dns| dns.apply_slice(&slice));
                         self.state.apply_slice(&slice);
                     }
                     Event::Delete(slice) => {
+                        self.with_dns(|dns| dns.delete_slice(&slice));
                         self.state.delete_slice(&slice);
                     }
                     Event::InitDone => {
                         self.state.retain_slices(&self.listed_slices);
+                        let listed = std::mem::take(&mut self.dns_listed_slices);
+                        self.with_dns(|dns| dns.retain_slices(&listed));
+                        self.dns_listed_slices = listed;
                         self.slices_synced = true;
                     }
                 },
@@ -391,6 +457,7 @@ pub async fn run(
         slices_synced: false,
         listed_services: BTreeSet::new(),
         listed_slices: BTreeSet::new(),
+        dns_listed_slices: BTreeSet::new(),
         last_sync: None,
         last_full_sync: None,
         retry_at: None,

@@ -63,6 +63,9 @@ pub struct Config {
     pub node_port_ips: Option<Vec<Ipv4Addr>>,
     /// `--service-cluster-ip-range`: traffic to unallocated ClusterIPs in it is dropped.
     pub service_cidrs: Vec<Cidr>,
+    /// Service addresses this node answers itself (the cluster DNS address, on a local
+    /// interface): never rejected or dropped as unallocated ClusterIPs.
+    pub node_local_ips: Vec<Ipv4Addr>,
     /// This node's IP (a LoadBalancer source range containing it also admits the VIPs).
     pub node_ip: Option<Ipv4Addr>,
     /// This node's pod CIDR when pods sit on a Linux bridge whose traffic netfilter does not
@@ -103,6 +106,7 @@ impl Default for Config {
             masquerade_bit: 14,
             node_port_ips: None,
             service_cidrs: Vec::new(),
+            node_local_ips: Vec::new(),
             node_ip: None,
             bridge_pod_cidr: None,
             load_balancing: LoadBalancing::default(),
@@ -744,6 +748,20 @@ pub fn render_base(config: &Config) -> String {
             "add set {t} {CLUSTER_IPS_SET} {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}"
         ),
     );
+    if !config.node_local_ips.is_empty() {
+        let ips: Vec<String> = config
+            .node_local_ips
+            .iter()
+            .map(Ipv4Addr::to_string)
+            .collect();
+        push(
+            &mut s,
+            format!(
+                "add rule {t} {CLUSTER_IPS_CHECK_CHAIN} ip daddr {{ {} }} return comment \"Addresses this node answers itself\"",
+                ips.join(", ")
+            ),
+        );
+    }
     push(
         &mut s,
         format!(

@@ -48,6 +48,27 @@ spec:
   ports: [{port: 80, targetPort: http}]
 ---
 apiVersion: v1
+kind: Service
+metadata: {name: named}
+spec:
+  clusterIP: None
+  selector: {dns: named}
+  ports: [{port: 8080, name: http}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: named-0, labels: {dns: named}}
+spec:
+  hostname: named-0
+  subdomain: named
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: httpd
+    image: flotilla.local/busybox:1
+    imagePullPolicy: Never
+    command: [sh, -c, "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+---
+apiVersion: v1
 kind: Pod
 metadata: {name: client}
 spec:
@@ -175,6 +196,7 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
         },
     )?;
     ensure!(!seen.contains("FAILED"), "some requests failed: {seen:?}");
+    cluster_dns(&kubectl, &cluster_ip, &pods)?;
 
     // The NodePort on node 1's address, from node 2's namespace.
     let node_port = jsonpath(
@@ -233,6 +255,94 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
         "after {unready} went unready: {after:?}"
     );
     static_pods(cluster)
+}
+
+/// The cluster DNS on the nodes: the client pod's resolv.conf points at `kube-dns`, the
+/// Service resolves by its full name and reaches its pods by its short one, a headless
+/// Service's pod resolves by `hostname.subdomain`, and a missing name is NXDOMAIN.
+fn cluster_dns(
+    kubectl: &Kubectl,
+    cluster_ip: &str,
+    pods: &[(String, String, String)],
+) -> anyhow::Result<()> {
+    let dns_ip = jsonpath(
+        kubectl,
+        &["-n", "kube-system", "get", "svc", "kube-dns"],
+        "{.spec.clusterIP}",
+    )?;
+    ensure!(dns_ip == "10.96.0.10", "kube-dns at {dns_ip:?}");
+    let resolv = kubectl.ok(&["exec", "client", "--", "cat", "/etc/resolv.conf"])?;
+    for line in [
+        "nameserver 10.96.0.10",
+        "search default.svc.cluster.local svc.cluster.local cluster.local",
+        "options ndots:5",
+    ] {
+        ensure!(resolv.contains(line), "the client's resolv.conf:\n{resolv}");
+    }
+    let lookup = |name: &str| -> anyhow::Result<String> {
+        let out = kubectl.run(&["exec", "client", "--", "nslookup", name], None, &[])?;
+        Ok(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    };
+    let full = lookup("web.default.svc.cluster.local")?;
+    ensure!(
+        full.contains(cluster_ip),
+        "nslookup of the Service:\n{full}"
+    );
+    // By its short name (the search path), over HTTP, answered by the Deployment's pods.
+    let by_name = answers(kubectl, "web", "80", 6)?;
+    ensure!(
+        by_name
+            .iter()
+            .all(|a| pods.iter().any(|(name, _, _)| name == a)),
+        "http://web answered {by_name:?}"
+    );
+    until("the named pod is Running", Duration::from_secs(60), || {
+        Ok(jsonpath(kubectl, &["get", "pod", "named-0"], "{.status.phase}")? == "Running")
+    })?;
+    let named_ip = jsonpath(kubectl, &["get", "pod", "named-0"], "{.status.podIP}")?;
+    let mut named = String::new();
+    until(
+        "the headless Service's pod resolves",
+        Duration::from_secs(30),
+        || {
+            named = lookup("named-0.named.default.svc.cluster.local")?;
+            Ok(named.contains(&named_ip))
+        },
+    )
+    .with_context(|| format!("nslookup named-0.named:\n{named}"))?;
+    let answered = answers(kubectl, "named-0.named", "8080", 1)?;
+    ensure!(
+        answered == ["named-0"],
+        "http://named-0.named answered {answered:?}"
+    );
+    let missing = lookup("nope.default.svc.cluster.local")?;
+    ensure!(
+        missing.contains("NXDOMAIN") || missing.contains("can't find"),
+        "nslookup of a missing name:\n{missing}"
+    );
+    // Node 2 answers too, from its own proxy: a lookup from a pod there.
+    let (on_node_2, _, _) = pods
+        .iter()
+        .find(|(_, node, _)| node == "node-2")
+        .context("a pod on node-2")?;
+    let out = kubectl.run(
+        &[
+            "exec",
+            on_node_2,
+            "--",
+            "nslookup",
+            "web.default.svc.cluster.local",
+        ],
+        None,
+        &[],
+    )?;
+    let there = String::from_utf8_lossy(&out.stdout);
+    ensure!(there.contains(cluster_ip), "nslookup on node-2:\n{there}");
+    Ok(())
 }
 
 /// A static pod on node 1: busybox httpd from a manifest in the node's manifest directory.
