@@ -465,16 +465,9 @@ impl MessageJson<'_> {
                 out.serialize_entry(key, value)?;
                 continue;
             };
-            if self.zero_structs && usize::from(layout.next_always[pending]) < index {
-                self.serialize_absent(layout, pending, index, &mut out)?;
-            }
-            pending = index + 1;
-            out.serialize_key(key)?;
-            self.serialize_value(&layout.fields[index], value, &mut out)?;
+            self.serialize_field(layout, &mut pending, index, key, value, &mut out)?;
         }
-        if self.zero_structs && usize::from(layout.next_always[pending]) < layout.fields.len() {
-            self.serialize_absent(layout, pending, layout.fields.len(), &mut out)?;
-        }
+        self.serialize_absent(layout, pending, layout.fields.len(), &mut out)?;
         out.end()
     }
 
@@ -539,16 +532,9 @@ impl MessageJson<'_> {
                 out.serialize_entry(key, value)?;
                 continue;
             };
-            if self.zero_structs && usize::from(layout.next_always[pending]) < index {
-                self.serialize_absent(layout, pending, index, &mut out)?;
-            }
-            pending = index + 1;
-            out.serialize_key(key)?;
-            self.serialize_value(&layout.fields[index], value, &mut out)?;
+            self.serialize_field(layout, &mut pending, index, key, value, &mut out)?;
         }
-        if self.zero_structs && usize::from(layout.next_always[pending]) < layout.fields.len() {
-            self.serialize_absent(layout, pending, layout.fields.len(), &mut out)?;
-        }
+        self.serialize_absent(layout, pending, layout.fields.len(), &mut out)?;
         // What is left are the keys the type lacks.
         for &(_, key, value) in next_moved.into_iter().chain(moved) {
             out.serialize_entry(key, value)?;
@@ -573,8 +559,41 @@ impl MessageJson<'_> {
         }
     }
 
+    /// Writes field `index` (`key`, `value`) after the absent value structs since `pending`,
+    /// the first field not written yet, and moves `pending` past it.
+    #[inline(always)]
+    fn serialize_field<M: SerializeMap>(
+        &self,
+        layout: &'static Layout,
+        pending: &mut usize,
+        index: usize,
+        key: &str,
+        value: &Value,
+        out: &mut M,
+    ) -> Result<(), M::Error> {
+        self.serialize_absent(layout, *pending, index, out)?;
+        *pending = index + 1;
+        out.serialize_key(key)?;
+        self.serialize_value(&layout.fields[index], value, out)
+    }
+
     /// Writes the absent value structs among fields `from..to` (none are present).
+    #[inline(always)]
     fn serialize_absent<M: SerializeMap>(
+        &self,
+        layout: &'static Layout,
+        from: usize,
+        to: usize,
+        out: &mut M,
+    ) -> Result<(), M::Error> {
+        if !self.zero_structs || usize::from(layout.next_always[from]) >= to {
+            return Ok(());
+        }
+        self.serialize_absent_among(layout, from, to, out)
+    }
+
+    /// [`Self::serialize_absent`]'s loop, out of line: most objects have nothing absent.
+    fn serialize_absent_among<M: SerializeMap>(
         &self,
         layout: &'static Layout,
         from: usize,

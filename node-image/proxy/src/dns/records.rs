@@ -141,13 +141,7 @@ impl ClusterDns {
             .ports
             .iter()
             .flatten()
-            .filter_map(|p| {
-                Some(NamedPort {
-                    name: p.name.clone().filter(|n| !n.is_empty())?,
-                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                    port: u16::try_from(p.port).ok()?,
-                })
-            })
+            .filter_map(|p| named_port(p.name.as_ref(), p.protocol.as_ref(), Some(p.port)))
             .collect();
         let entry = (target, ports);
         let key = (namespace.clone(), name.clone());
@@ -184,13 +178,7 @@ impl ClusterDns {
             .ports
             .iter()
             .flatten()
-            .filter_map(|p| {
-                Some(NamedPort {
-                    name: p.name.clone().filter(|n| !n.is_empty())?,
-                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                    port: u16::try_from(p.port?).ok()?,
-                })
-            })
+            .filter_map(|p| named_port(p.name.as_ref(), p.protocol.as_ref(), p.port))
             .collect();
         let entry = Slice { endpoints, ports };
         if self.slices.get(&key) == Some(&entry) {
@@ -543,6 +531,19 @@ impl Found {
             other => other,
         }
     }
+}
+
+/// A port SRV can name: one with a name (the protocol defaulting to TCP).
+fn named_port(
+    name: Option<&String>,
+    protocol: Option<&String>,
+    port: Option<i32>,
+) -> Option<NamedPort> {
+    Some(NamedPort {
+        name: name.filter(|n| !n.is_empty())?.clone(),
+        protocol: protocol.cloned().unwrap_or_else(|| "TCP".into()),
+        port: u16::try_from(port?).ok()?,
+    })
 }
 
 fn slice_key(slice: &EndpointSlice) -> Option<(String, String, String)> {

@@ -127,12 +127,18 @@ pub struct Listening {
     tcp: TcpListener,
 }
 
-/// Binds `address` over UDP and TCP.
+impl Listening {
+    /// The address bound (the port chosen, when asked for port 0).
+    pub fn local_address(&self) -> std::io::Result<SocketAddr> {
+        self.udp.local_addr()
+    }
+}
+
+/// Binds `address` over UDP and TCP (the same port for both).
 pub async fn bind(address: SocketAddr) -> std::io::Result<Listening> {
-    Ok(Listening {
-        udp: UdpSocket::bind(address).await?,
-        tcp: TcpListener::bind(address).await?,
-    })
+    let udp = UdpSocket::bind(address).await?;
+    let tcp = TcpListener::bind(udp.local_addr()?).await?;
+    Ok(Listening { udp, tcp })
 }
 
 /// Answers DNS on `listening` until the task is dropped.
