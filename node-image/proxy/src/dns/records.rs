@@ -240,7 +240,11 @@ impl ClusterDns {
             },
             ["svc"] | ["pod"] => Found::Empty,
             [namespace, "svc"] => {
-                if self.services.keys().any(|(ns, _)| ns == namespace) {
+                let first = self
+                    .services
+                    .range((namespace.to_string(), String::new())..)
+                    .next();
+                if first.is_some_and(|((ns, _), _)| ns == namespace) {
                     Found::Empty
                 } else {
                     Found::Nothing
@@ -449,16 +453,26 @@ impl ClusterDns {
             .unwrap_or_else(|_| self.zone.clone())
     }
 
+    /// A Service's slices (a range of the index: slices are keyed by their Service).
+    fn slices_of<'a>(
+        &'a self,
+        namespace: &'a str,
+        service: &'a str,
+    ) -> impl Iterator<Item = &'a Slice> + 'a {
+        self.slices
+            .range((namespace.to_string(), service.to_string(), String::new())..)
+            .take_while(move |((ns, svc, _), _)| ns == namespace && svc == service)
+            .map(|(_, slice)| slice)
+    }
+
     /// The ready endpoints of a Service, from all its slices.
     fn ready_endpoints<'a>(
         &'a self,
         namespace: &'a str,
         service: &'a str,
     ) -> impl Iterator<Item = &'a Endpoint> + 'a {
-        self.slices
-            .iter()
-            .filter(move |((ns, svc, _), _)| ns == namespace && svc == service)
-            .flat_map(|(_, slice)| slice.endpoints.iter())
+        self.slices_of(namespace, service)
+            .flat_map(|slice| slice.endpoints.iter())
     }
 
     /// Each ready endpoint's name and port number, for the slices' ports that `port` accepts
@@ -471,10 +485,7 @@ impl ClusterDns {
     ) -> Vec<(Name, u16)> {
         let service_name = self.service_name(namespace, service);
         let mut targets = Vec::new();
-        for ((ns, svc, _), slice) in &self.slices {
-            if ns != namespace || svc != service {
-                continue;
-            }
+        for slice in self.slices_of(namespace, service) {
             for named in slice.ports.iter().filter(|p| port.is_none_or(|f| f(p))) {
                 for endpoint in &slice.endpoints {
                     for ip in &endpoint.addresses {
