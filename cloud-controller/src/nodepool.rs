@@ -270,8 +270,10 @@ pub fn user_data(
                 bootstrap_token: bootstrap_token.into(),
                 node_labels: labels,
                 register_with_taints: taints,
-                cluster_dns: vec![flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DNS.into()],
-                cluster_domain: flotilla_api_machinery::nodeconfig::DEFAULT_CLUSTER_DOMAIN.into(),
+                // Left to the node's first boot (it defaults them): a node image from
+                // before these fields refuses a document that has them.
+                cluster_dns: Vec::new(),
+                cluster_domain: String::new(),
             },
         },
     };

@@ -257,6 +257,7 @@ pub fn kubelet_args(
         format!("--node-ip={}", identity.local_ipv4),
         format!("--root-dir={}", layout.state_dir.join("kubelet").display()),
     ];
+    args.extend(dns_args(config));
     // Zone labels and the providerID are the cloud controller's to set, as upstream's.
     let labels: Vec<String> = config
         .spec
@@ -300,14 +301,28 @@ pub fn proxy_args(
         format!("--node-ip={}", identity.local_ipv4),
     ];
     // The proxy answers the cluster DNS address on the node.
-    let kubelet = &config.spec.kubelet;
-    if let Some(dns) = kubelet.cluster_dns.first() {
-        args.push(format!("--cluster-dns={dns}"));
-    }
-    if !kubelet.cluster_domain.is_empty() {
-        args.push(format!("--cluster-domain={}", kubelet.cluster_domain));
-    }
+    args.extend(dns_args(config));
     args
+}
+
+/// `--cluster-dns` and `--cluster-domain`, for the kubelet and the proxy alike: the
+/// document's, or every cluster's defaults (the cloud controller leaves them out, since node
+/// images from before these fields refuse a document that has them).
+fn dns_args(config: &NodeConfig) -> [String; 2] {
+    use flotilla_api_machinery::nodeconfig::{DEFAULT_CLUSTER_DNS, DEFAULT_CLUSTER_DOMAIN};
+    let kubelet = &config.spec.kubelet;
+    let dns = kubelet
+        .cluster_dns
+        .first()
+        .map_or(DEFAULT_CLUSTER_DNS, String::as_str);
+    let domain = match kubelet.cluster_domain.as_str() {
+        "" => DEFAULT_CLUSTER_DOMAIN,
+        domain => domain,
+    };
+    [
+        format!("--cluster-dns={dns}"),
+        format!("--cluster-domain={domain}"),
+    ]
 }
 
 /// A systemd environment file setting `variable` to `args`, which the unit expands unquoted
@@ -555,12 +570,14 @@ spec:
              --cert-dir=/var/lib/flotilla/pki \
              --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
              --node-name=ip-10-0-1-5.ec2.internal --node-ip=10.0.1.5 \
-             --root-dir=/var/lib/flotilla/kubelet --node-labels=pool=workers,tier=web \
+             --root-dir=/var/lib/flotilla/kubelet --cluster-dns=10.96.0.10 \
+             --cluster-domain=cluster.local --node-labels=pool=workers,tier=web \
              --register-with-taints=dedicated=gpu:NoSchedule,spot:NoExecute\n"
         );
         let (proxy, _) = text("proxy.env");
         assert!(
-            proxy.contains(" --hostname-override=ip-10-0-1-5.ec2.internal "),
+            proxy.contains(" --hostname-override=ip-10-0-1-5.ec2.internal ")
+                && proxy.ends_with(" --cluster-dns=10.96.0.10 --cluster-domain=cluster.local\n"),
             "{proxy}"
         );
         let spaced = NodeConfig {
