@@ -254,6 +254,20 @@ fn build_layout(schema: &'static Schema, message: usize) -> Layout {
     }
 }
 
+impl Layout {
+    /// The first rank from `start` on whose name is `key`.
+    fn find(&self, start: usize, key: &str) -> Option<usize> {
+        let bytes = key.as_bytes();
+        find_name(
+            &self.heads,
+            &self.names,
+            start..self.names.len(),
+            bytes,
+            head_word(bytes),
+        )
+    }
+}
+
 /// What an absent value struct is written as.
 static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
 static NULL: Value = Value::Null;
@@ -485,14 +499,7 @@ impl MessageJson<'_> {
         let start = if leading { 0 } else { TYPE_META_RANKS };
         let mut displaced = Displaced::new();
         for ((key, value), _) in self.map.iter().zip(ranks).filter(|(_, r)| **r == DISPLACED) {
-            let bytes = key.as_bytes();
-            let found = find_name(
-                &layout.heads,
-                &layout.names,
-                start..layout.names.len(),
-                bytes,
-                head_word(bytes),
-            );
+            let found = layout.find(start, key);
             displaced.push(found.map_or(UNKNOWN, |r| r as u8), key, value);
         }
         let displaced = displaced.sorted();
@@ -626,14 +633,7 @@ impl MessageJson<'_> {
         let mut present = [0u64; 4];
         let mut unknown: Vec<(&String, &Value)> = Vec::new();
         for (key, value) in self.map {
-            let bytes = key.as_bytes();
-            let found = find_name(
-                &layout.heads,
-                &layout.names,
-                start..layout.names.len(),
-                bytes,
-                head_word(bytes),
-            );
+            let found = layout.find(start, key);
             let rank = found.and_then(|r| sort_rank.get(r)).map_or(UNKNOWN, |r| *r);
             match by_rank.get_mut(usize::from(rank)) {
                 Some(slot) => {
