@@ -7,7 +7,7 @@
 //! manifest directory and their mirror pods.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::nodes::LocalCluster;
@@ -323,6 +323,22 @@ fn cluster_dns(
     ensure!(
         missing.contains("NXDOMAIN") || missing.contains("can't find"),
         "nslookup of a missing name:\n{missing}"
+    );
+    // How soon a new Service resolves: the proxy's watch updates the records as the Service
+    // arrives. The figure includes `kubectl exec`'s own round trips, timed beside it.
+    let exec_started = Instant::now();
+    lookup("web.default.svc.cluster.local")?;
+    let one_exec = exec_started.elapsed();
+    let created = Instant::now();
+    kubectl.ok(&["create", "service", "clusterip", "late", "--tcp=80:8080"])?;
+    let late_ip = jsonpath(kubectl, &["get", "svc", "late"], "{.spec.clusterIP}")?;
+    until("a new Service resolves", Duration::from_secs(10), || {
+        Ok(lookup("late.default.svc.cluster.local")?.contains(&late_ip))
+    })?;
+    println!(
+        "figure: Service created → resolvable from a pod on node 1: {:.2} s (one kubectl exec of nslookup: {:.2} s)",
+        created.elapsed().as_secs_f64(),
+        one_exec.as_secs_f64()
     );
     // Node 2 answers too, from its own proxy: a lookup from a pod there.
     let (on_node_2, _, _) = pods
