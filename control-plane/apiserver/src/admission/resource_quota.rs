@@ -1,8 +1,8 @@
 //! Upstream's ResourceQuota admission plugin: a create in a namespace with quotas is charged
 //! against each quota that counts it, by a compare-and-swap on the quota's `status.used`
 //! before the object is written, so two creates racing for the last unit cannot both pass.
-//! A claim's resize, a pod's resize and a Service's type change are charged what they add. Refusals carry
-//! upstream's texts (`exceeded quota: …, requested: …, used: …, limited: …`,
+//! A claim's resize, a pod's resize and a Service's type change are charged what they add.
+//! Refusals carry upstream's texts (`exceeded quota: …, requested: …, used: …, limited: …`,
 //! `status unknown for quota: …`, `failed quota: …: must specify …`). A dry run is checked,
 //! never charged. The quota controller later recounts `status.used` from what is stored.
 
@@ -67,10 +67,9 @@ impl Plugin for ResourceQuota {
 
     fn handles(&self, attributes: &Attributes<'_>) -> bool {
         let kind = attributes.resource;
-        // Updates change usage only for claims (a bigger request) and Services (a type
-        // with load balancers or node ports), as upstream's evaluators see it.
-        // A pod's resize (its `resize` subresource) is charged what it grows, as upstream's pod
-        // evaluator handles it.
+        // Updates change usage only for claims (a bigger request), Services (a type with load
+        // balancers or node ports) and a pod's `resize` subresource, as upstream's evaluators
+        // see it.
         let counted_on_update =
             kind.group.is_empty() && matches!(&*kind.plural, "persistentvolumeclaims" | "services");
         let resize = kind.group.is_empty() && &*kind.plural == "pods";
