@@ -111,32 +111,40 @@ impl Allocations {
         let Ok(mut pods) = self.pods.lock() else {
             return pod.clone();
         };
-        let others: Requests = pods.iter().filter(|(other, _)| other.as_str() != uid).fold(
-            Requests::default(),
-            |sum, (_, a)| Requests {
-                milli_cpu: sum.milli_cpu + a.requests.milli_cpu,
-                memory: sum.memory + a.requests.memory,
-            },
-        );
-        let fresh = !pods.contains_key(uid);
-        let allocation = pods.entry(uid.to_string()).or_default();
-        let (running, changed) = if fresh {
-            allocation.allocated = desired;
-            allocation.requests = pod_requests(pod);
-            (pod.clone(), true)
-        } else if allocation.allocated == desired {
-            allocation.pending = None;
-            (pod.clone(), false)
-        } else {
-            let wanted = pod_requests(pod);
-            allocation.pending = self.misfit(wanted, others);
-            if allocation.pending.is_none() {
+        let (running, changed) = match pods.get(uid).map(|a| a.allocated == desired) {
+            None => {
+                let allocation = pods.entry(uid.to_string()).or_default();
                 allocation.allocated = desired;
-                allocation.requests = wanted;
-                allocation.error = None;
+                allocation.requests = pod_requests(pod);
                 (pod.clone(), true)
-            } else {
-                (with_resources(pod, &allocation.allocated), false)
+            }
+            Some(true) => {
+                if let Some(allocation) = pods.get_mut(uid) {
+                    allocation.pending = None;
+                }
+                (pod.clone(), false)
+            }
+            Some(false) => {
+                let wanted = pod_requests(pod);
+                // What the node's other pods hold: summed only when a resize is judged.
+                let others = pods.iter().filter(|(other, _)| other.as_str() != uid).fold(
+                    Requests::default(),
+                    |sum, (_, a)| Requests {
+                        milli_cpu: sum.milli_cpu + a.requests.milli_cpu,
+                        memory: sum.memory + a.requests.memory,
+                    },
+                );
+                let pending = self.misfit(wanted, others);
+                let allocation = pods.entry(uid.to_string()).or_default();
+                allocation.pending = pending;
+                if allocation.pending.is_none() {
+                    allocation.allocated = desired;
+                    allocation.requests = wanted;
+                    allocation.error = None;
+                    (pod.clone(), true)
+                } else {
+                    (with_resources(pod, &allocation.allocated), false)
+                }
             }
         };
         if changed {
@@ -452,8 +460,9 @@ pub async fn actuate(
         let allocated = container.resources.clone().unwrap_or_default();
         // Without a record of what the runtime took (a lost checkpoint), the update is sent
         // again: the runtime takes the same limits twice without harm.
-        let changes = match allocations.actuated(uid, &container.name) {
-            Some(actuated) => changed(&actuated, &allocated),
+        let actuated = allocations.actuated(uid, &container.name);
+        let changes = match &actuated {
+            Some(actuated) => changed(actuated, &allocated),
             None => vec!["cpu", "memory"],
         };
         if changes.is_empty() {
@@ -477,9 +486,7 @@ pub async fn actuate(
             stopped.push(name.clone());
             continue;
         }
-        let lowered = allocations
-            .actuated(uid, &container.name)
-            .is_some_and(|actuated| limits_lowered(&actuated, &allocated));
+        let lowered = actuated.is_some_and(|actuated| limits_lowered(&actuated, &allocated));
         updates.push((!lowered, *container, id));
     }
     // Decreases first, so the containers never hold more than the pod is allowed.
