@@ -42,8 +42,8 @@ use redb::{
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::types::{
-    EventKind, KeyValue, Outcome, RangeRequest, RangeResponse, Revision, Storage, StorageError,
-    WatchEvent, WatchStream,
+    EventKind, KeyValue, Outcome, ProgressRequester, RangeRequest, RangeResponse, Revision,
+    Storage, StorageError, WatchEvent, WatchStream,
 };
 use codec::{Change, Revisions, Stored};
 
@@ -198,6 +198,42 @@ impl Drop for EmbeddedStorage {
     }
 }
 
+impl EmbeddedStorage {
+    async fn open_watch(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+        progress: Option<ProgressRequester>,
+    ) -> Result<WatchStream, StorageError> {
+        // Subscribe before reading the head revision: every batch committed after that read is
+        // then in the channel, every batch before it is in the `changes` table, and the overlap
+        // is skipped by revision. Subscribing after the read would leave a window where a commit is in
+        // neither.
+        let live = self.events.subscribe();
+        let heads = self.read(read_heads).await?;
+        if from_revision > 0 && from_revision < heads.compacted {
+            return Err(StorageError::Compacted {
+                requested: from_revision,
+                compacted: heads.compacted,
+            });
+        }
+        let next = if from_revision > 0 {
+            from_revision
+        } else {
+            heads.current + 1
+        };
+        Ok(watch::Watch::new(
+            Arc::clone(&self.db),
+            prefix.to_owned(),
+            live,
+            next,
+            heads.current,
+            progress,
+        )
+        .into_stream())
+    }
+}
+
 #[async_trait]
 impl Storage for EmbeddedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
@@ -264,31 +300,19 @@ impl Storage for EmbeddedStorage {
         prefix: &str,
         from_revision: Revision,
     ) -> Result<WatchStream, StorageError> {
-        // Subscribe before reading the head revision: every batch committed after that read is
-        // then in the channel, every batch before it is in the `changes` table, and the overlap
-        // is skipped by revision. Subscribing after the read would leave a window where a commit is in
-        // neither.
-        let live = self.events.subscribe();
-        let heads = self.read(read_heads).await?;
-        if from_revision > 0 && from_revision < heads.compacted {
-            return Err(StorageError::Compacted {
-                requested: from_revision,
-                compacted: heads.compacted,
-            });
-        }
-        let next = if from_revision > 0 {
-            from_revision
-        } else {
-            heads.current + 1
-        };
-        Ok(watch::Watch::new(
-            Arc::clone(&self.db),
-            prefix.to_owned(),
-            live,
-            next,
-            heads.current,
-        )
-        .into_stream())
+        self.open_watch(prefix, from_revision, None).await
+    }
+
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+    ) -> Result<(WatchStream, ProgressRequester), StorageError> {
+        let progress = ProgressRequester::default();
+        let stream = self
+            .open_watch(prefix, from_revision, Some(progress.clone()))
+            .await?;
+        Ok((stream, progress))
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {

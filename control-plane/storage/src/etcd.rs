@@ -11,7 +11,8 @@
 //! Watches are strict about etcd's known watch bugs (etcd-io/etcd#15220, #15271, #17529,
 //! #18089): a watch never resumes silently. If etcd's stream ends, errors, is cancelled, goes
 //! backwards or omits a previous value it was asked for, the [`WatchStream`] ends with an error
-//! and the caller relists. Progress notifications are neither requested nor forwarded.
+//! and the caller relists. Progress notifications are requested only by a watch made with
+//! [`Storage::watch_with_progress`], and forwarded only to it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -30,8 +31,8 @@ mod batch;
 use batch::CreateBatcher;
 
 use crate::types::{
-    EventKind, KeyValue, Outcome, RangeRequest, RangeResponse, Revision, Storage, StorageError,
-    WatchEvent, WatchResponse, WatchStream,
+    EventKind, KeyValue, Outcome, ProgressRequester, RangeRequest, RangeResponse, Revision,
+    Storage, StorageError, WatchEvent, WatchResponse, WatchStream,
 };
 
 /// How long [`EtcdStorage::connect`] waits for a first answer before calling etcd unreachable.
@@ -267,6 +268,61 @@ impl EtcdStorage {
     }
 }
 
+impl EtcdStorage {
+    /// A watch of `prefix`; with `progress`, one that asks etcd for progress when requested.
+    async fn open_watch(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+        progress: Option<ProgressRequester>,
+    ) -> Result<WatchStream, StorageError> {
+        let mut options = WatchOptions::new().with_prefix().with_prev_key();
+        if from_revision > 0 {
+            // From inside an etcd revision: etcd sends all of it, the watch drops what precedes
+            // `from_revision`.
+            options = options.with_start_revision(etcd_revision(from_revision).0);
+        }
+        let mut stream = self
+            .client
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .watch(self.full_key(prefix), Some(options))
+            .await
+            .map_err(etcd_error("start watch"))?;
+        // Wait until etcd has registered the watch: a watch "from now" must see every write made
+        // after this call returns.
+        match stream.message().await {
+            Ok(Some(created)) if created.created() && !created.canceled() => {}
+            Ok(Some(other)) => {
+                return Err(StorageError::Unavailable {
+                    message: format!(
+                        "etcd refused the watch: canceled={} reason={:?}",
+                        other.canceled(),
+                        other.cancel_reason()
+                    ),
+                    source: None,
+                });
+            }
+            Ok(None) => return Err(unexpected("etcd closed the watch before creating it")),
+            Err(error) => return Err(etcd_error("start watch")(error)),
+        }
+        let (requests, responses) = stream.split();
+        let watch = EtcdWatch {
+            requests,
+            responses,
+            progress,
+            codec: self.codec.clone(),
+            next: from_revision.max(0),
+            finished: false,
+        };
+        Ok(futures::stream::unfold(watch, |mut watch| async move {
+            let item = watch.next_response().await?;
+            Some((item, watch))
+        })
+        .boxed())
+    }
+}
+
 #[async_trait]
 impl Storage for EtcdStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
@@ -440,47 +496,19 @@ impl Storage for EtcdStorage {
         prefix: &str,
         from_revision: Revision,
     ) -> Result<WatchStream, StorageError> {
-        let mut options = WatchOptions::new().with_prefix().with_prev_key();
-        if from_revision > 0 {
-            // From inside an etcd revision: etcd sends all of it, the watch drops what precedes
-            // `from_revision`.
-            options = options.with_start_revision(etcd_revision(from_revision).0);
-        }
-        let mut stream = self
-            .client
-            .watch_client()
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .watch(self.full_key(prefix), Some(options))
-            .await
-            .map_err(etcd_error("start watch"))?;
-        // Wait until etcd has registered the watch: a watch "from now" must see every write made
-        // after this call returns.
-        match stream.message().await {
-            Ok(Some(created)) if created.created() && !created.canceled() => {}
-            Ok(Some(other)) => {
-                return Err(StorageError::Unavailable {
-                    message: format!(
-                        "etcd refused the watch: canceled={} reason={:?}",
-                        other.canceled(),
-                        other.cancel_reason()
-                    ),
-                    source: None,
-                });
-            }
-            Ok(None) => return Err(unexpected("etcd closed the watch before creating it")),
-            Err(error) => return Err(etcd_error("start watch")(error)),
-        }
-        let watch = EtcdWatch {
-            stream,
-            codec: self.codec.clone(),
-            next: from_revision.max(0),
-            finished: false,
-        };
-        Ok(futures::stream::unfold(watch, |mut watch| async move {
-            let item = watch.next_response().await?;
-            Some((item, watch))
-        })
-        .boxed())
+        self.open_watch(prefix, from_revision, None).await
+    }
+
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+    ) -> Result<(WatchStream, ProgressRequester), StorageError> {
+        let progress = ProgressRequester::default();
+        let stream = self
+            .open_watch(prefix, from_revision, Some(progress.clone()))
+            .await?;
+        Ok((stream, progress))
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
@@ -541,7 +569,11 @@ impl Storage for EtcdStorage {
 
 /// One etcd watch, translated and checked response by response.
 struct EtcdWatch {
-    stream: etcd_client::WatchStream,
+    /// Kept while the watch lives: dropping it closes the gRPC stream, which ends the watch.
+    requests: etcd_client::WatchRequestSender,
+    responses: etcd_client::WatchResponseStream,
+    /// Set for a watch that reports progress when asked.
+    progress: Option<ProgressRequester>,
     codec: Arc<Codec>,
     /// Events below this revision were delivered already (or precede the watch's start).
     next: Revision,
@@ -562,7 +594,20 @@ impl EtcdWatch {
 
     async fn step(&mut self) -> Result<WatchResponse, StorageError> {
         loop {
-            let response = match self.stream.message().await {
+            let message = match &self.progress {
+                Some(progress) => tokio::select! {
+                    message = self.responses.message() => message,
+                    () = progress.requested() => {
+                        self.requests
+                            .request_progress()
+                            .await
+                            .map_err(etcd_error("request watch progress"))?;
+                        continue;
+                    }
+                },
+                None => self.responses.message().await,
+            };
+            let response = match message {
                 Ok(Some(response)) => response,
                 // A quiet end would look like "no more changes"; it means the opposite.
                 Ok(None) => return Err(unexpected("etcd ended the watch stream")),
@@ -590,8 +635,19 @@ impl EtcdWatch {
                 }
             }
             if events.is_empty() {
-                // A progress notification, a duplicate creation notice, or only events before
-                // the start: nothing to deliver.
+                // A progress notification (no events at all, answering a request: etcd sends
+                // them to a watch only once it has sent every event up to the header's
+                // revision), a duplicate creation notice, or only events before the start.
+                if self.progress.is_some() && response.events().is_empty() && !response.created() {
+                    let through = revision_through(header_revision(response.header())?);
+                    if through >= self.next {
+                        self.next = through + 1;
+                    }
+                    return Ok(WatchResponse {
+                        events,
+                        revision: self.next - 1,
+                    });
+                }
                 continue;
             }
             let mut previous = self.next;

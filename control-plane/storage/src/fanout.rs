@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{Notify, mpsc};
 
 use crate::types::{
-    KeyValue, Outcome, RangeRequest, RangeResponse, Revision, Storage, StorageError, WatchEvent,
-    WatchResponse, WatchStream,
+    KeyValue, Outcome, ProgressRequester, RangeRequest, RangeResponse, Revision, Storage,
+    StorageError, WatchEvent, WatchResponse, WatchStream,
 };
 
 /// Events a hub keeps for watches that start in the past (a client resuming right after its
@@ -372,6 +372,15 @@ impl<S: Storage> Storage for FanOut<S> {
             // Older than any hub's window: a watch of its own, as without fan-out.
             None => self.inner.watch(prefix, from_revision).await,
         }
+    }
+
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+    ) -> Result<(WatchStream, ProgressRequester), StorageError> {
+        // Its one consumer shares it onwards; a hub would only add a copy.
+        self.inner.watch_with_progress(prefix, from_revision).await
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {

@@ -111,6 +111,28 @@ pub struct WatchResponse {
 /// or when the store shuts down.
 pub type WatchStream = BoxStream<'static, Result<WatchResponse, StorageError>>;
 
+/// Asks a watch made by [`Storage::watch_with_progress`] to report how far it has got: after
+/// [`request`](Self::request), the watch's stream yields a response (with no events when none is
+/// due) whose `revision` covers, as far as the backend can promise, every write committed
+/// before the request (etcd's `RequestProgress`). A consistent read from a cache fed by the
+/// watch uses it to learn that the cache has caught up with the store, even when the writes
+/// since it last moved were all outside its prefix. Requests made while one is outstanding are
+/// answered together; a caller that needs a later revision asks again.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressRequester(std::sync::Arc<tokio::sync::Notify>);
+
+impl ProgressRequester {
+    /// Asks for a progress report.
+    pub fn request(&self) {
+        self.0.notify_one();
+    }
+
+    /// Waits for a request (the watch's side).
+    pub async fn requested(&self) {
+        self.0.notified().await;
+    }
+}
+
 /// Failures of the store itself. Precondition failures are [`Outcome::Conflict`], not errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -188,6 +210,15 @@ pub trait Storage: Send + Sync + 'static {
         prefix: &str,
         from_revision: Revision,
     ) -> Result<WatchStream, StorageError>;
+
+    /// [`watch`](Self::watch), plus a handle that asks the watch to report its progress. A
+    /// watch of its own, never shared: it is meant for one long-lived consumer (a watch cache)
+    /// that shares it onwards.
+    async fn watch_with_progress(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+    ) -> Result<(WatchStream, ProgressRequester), StorageError>;
 
     /// Discards history older than `revision`; reads and watches below it then fail `Compacted`.
     async fn compact(&self, revision: Revision) -> Result<(), StorageError>;

@@ -8,6 +8,10 @@
 //! were dropped, it reads the head revision again and replays the changes up to it: a slow
 //! consumer costs re-reads, never lost events. If compaction overtakes a replay, the watch ends with
 //! [`StorageError::Compacted`] and the caller relists, as it would with etcd.
+//!
+//! Progress: asked through its [`ProgressRequester`], a watch takes every batch already in its
+//! channel and answers with the revision it has accounted for. The writer broadcasts a batch
+//! before it acknowledges the batch's writes, so that revision covers every acknowledged write.
 
 use std::sync::Arc;
 
@@ -19,7 +23,9 @@ use super::{
     CHANGES, Committed, change_event, change_name, codec, read_blocking, read_heads, read_table,
     unavailable,
 };
-use crate::types::{Revision, StorageError, WatchEvent, WatchResponse, WatchStream};
+use crate::types::{
+    ProgressRequester, Revision, StorageError, WatchEvent, WatchResponse, WatchStream,
+};
 
 /// Events per replayed response: bounds the memory one response takes.
 const REPLAY_MAX_EVENTS: usize = 512;
@@ -35,6 +41,8 @@ pub(super) struct Watch {
     next: Revision,
     /// Replay the changes up to and including this revision before following live batches.
     replay_through: Revision,
+    /// Set for a watch that reports progress when asked.
+    progress: Option<ProgressRequester>,
     finished: bool,
 }
 
@@ -45,6 +53,7 @@ impl Watch {
         live: broadcast::Receiver<Arc<Committed>>,
         next: Revision,
         replay_through: Revision,
+        progress: Option<ProgressRequester>,
     ) -> Self {
         Self {
             db,
@@ -52,6 +61,7 @@ impl Watch {
             live,
             next,
             replay_through,
+            progress,
             finished: false,
         }
     }
@@ -96,25 +106,20 @@ impl Watch {
                 }
                 continue;
             }
-            match self.live.recv().await {
+            let received = match &self.progress {
+                Some(progress) => tokio::select! {
+                    received = self.live.recv() => received,
+                    () = progress.requested() => match self.progress_report().await? {
+                        Some(report) => return Ok(Some(report)),
+                        None => continue,
+                    },
+                },
+                None => self.live.recv().await,
+            };
+            match received {
                 Ok(batch) => {
-                    if batch.last_revision < self.next {
-                        continue;
-                    }
-                    let events: Vec<WatchEvent> = batch
-                        .events
-                        .iter()
-                        .filter(|e| {
-                            e.kv.mod_revision >= self.next && e.kv.key.starts_with(&self.prefix)
-                        })
-                        .cloned()
-                        .collect();
-                    self.next = batch.last_revision + 1;
-                    if !events.is_empty() {
-                        return Ok(Some(WatchResponse {
-                            events,
-                            revision: batch.last_revision,
-                        }));
+                    if let Some(response) = self.take(&batch) {
+                        return Ok(Some(response));
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(skipped)) => {
@@ -130,6 +135,60 @@ impl Watch {
                 Err(broadcast::error::RecvError::Closed) => return Ok(None),
             }
         }
+    }
+
+    /// This watch's part of a live batch, and its place moved past the batch.
+    fn take(&mut self, batch: &Committed) -> Option<WatchResponse> {
+        if batch.last_revision < self.next {
+            return None;
+        }
+        let events: Vec<WatchEvent> = batch
+            .events
+            .iter()
+            .filter(|e| e.kv.mod_revision >= self.next && e.kv.key.starts_with(&self.prefix))
+            .cloned()
+            .collect();
+        self.next = batch.last_revision + 1;
+        (!events.is_empty()).then_some(WatchResponse {
+            events,
+            revision: batch.last_revision,
+        })
+    }
+
+    /// Answers a progress request: the batches already broadcast, taken now, and the revision
+    /// they bring the watch to. `None` when the channel lagged: the changes are replayed first,
+    /// and the request is kept to be answered after them.
+    async fn progress_report(&mut self) -> Result<Option<WatchResponse>, StorageError> {
+        let mut events = Vec::new();
+        loop {
+            match self.live.try_recv() {
+                Ok(batch) => {
+                    if let Some(response) = self.take(&batch) {
+                        events.extend(response.events);
+                    }
+                }
+                // A closed channel ends the watch at its next receive.
+                Err(
+                    broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed,
+                ) => break,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    let heads = read_blocking(Arc::clone(&self.db), read_heads).await?;
+                    self.replay_through = heads.current;
+                    if let Some(progress) = &self.progress {
+                        progress.request();
+                    }
+                    if events.is_empty() {
+                        return Ok(None);
+                    }
+                    // What was taken is delivered now; its revision is a true report too.
+                    break;
+                }
+            }
+        }
+        Ok(Some(WatchResponse {
+            events,
+            revision: self.next - 1,
+        }))
     }
 }
 

@@ -169,6 +169,7 @@ conformance! {
         watch_replays_history_then_follows_live_writes,
         watch_from_zero_starts_after_the_current_revision,
         watch_sees_only_its_prefix,
+        progress_reports_cover_writes_outside_the_prefix,
         delete_events_carry_the_previous_state,
         watch_delivers_concurrent_writes_exactly_once_in_order,
         concurrent_compare_and_swap_loses_no_update,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use bytes::Bytes;
 use flotilla_storage::{
-    EventKind, KeyValue, Outcome, RangeRequest, Revision, Storage, StorageError, WatchEvent,
-    WatchResponse, WatchStream,
+    EventKind, KeyValue, Outcome, ProgressRequester, RangeRequest, Revision, Storage, StorageError,
+    WatchEvent, WatchResponse, WatchStream,
 };
 use futures::StreamExt;
 
@@ -438,6 +438,73 @@ pub async fn watch_sees_only_its_prefix(store: Store, p: &str) -> anyhow::Result
         "replaying watch saw {seen:?}"
     );
     replay.expect_quiet(Duration::from_millis(300)).await?;
+    Ok(())
+}
+
+/// Reads `stream` until a response reaches `revision`, asking for progress now and then (etcd
+/// answers a request only once its watches are synced, and drops it otherwise); returns the
+/// events it saw on the way.
+async fn progress_through(
+    stream: &mut WatchStream,
+    progress: &ProgressRequester,
+    revision: Revision,
+) -> anyhow::Result<Vec<WatchEvent>> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut events = Vec::new();
+    loop {
+        progress.request();
+        match tokio::time::timeout_at(
+            deadline.min(tokio::time::Instant::now() + Duration::from_millis(200)),
+            stream.next(),
+        )
+        .await
+        {
+            Ok(Some(response)) => {
+                let response = response?;
+                events.extend(response.events);
+                if response.revision >= revision {
+                    return Ok(events);
+                }
+            }
+            Ok(None) => bail!("watch ended"),
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                bail!("no progress to revision {revision} within {WAIT:?}")
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+pub async fn progress_reports_cover_writes_outside_the_prefix(
+    store: Store,
+    p: &str,
+) -> anyhow::Result<()> {
+    let watched = format!("{p}a/");
+    let (mut stream, progress) = store.watch_with_progress(&watched, 0).await?;
+    let mine = done(store.create(&format!("{watched}x"), value("mine")).await?)?;
+    for n in 0..5 {
+        done(store.create(&format!("{p}b/{n}"), value("other")).await?)?;
+    }
+    let current = store.current_revision().await?;
+    let seen = progress_through(&mut stream, &progress, current).await?;
+    ensure!(
+        seen.len() == 1 && seen[0].kv == mine,
+        "the watch saw {seen:?} on its way to the current revision"
+    );
+    // Asked again with nothing new, it answers at once, without events.
+    let current = store.current_revision().await?;
+    let seen = progress_through(&mut stream, &progress, current).await?;
+    ensure!(seen.is_empty(), "an idle watch's progress carried {seen:?}");
+    // Its events still come after the reports.
+    let later = done(store.create(&format!("{watched}y"), value("mine")).await?)?;
+    let mut events = Vec::new();
+    while events.is_empty() {
+        events = next_response(&mut stream).await?.events;
+    }
+    ensure!(
+        events[0].kv == later,
+        "after progress the watch saw {events:?}"
+    );
     Ok(())
 }
 
