@@ -14,9 +14,14 @@ use crate::error::{ApiError, FieldError, Path};
 use crate::meta;
 use crate::resources::ResourceInfo;
 use crate::selection::Selection;
+use crate::storage::cacher::WatchCaches;
 
 /// How many generated names a create tries before giving up.
 const GENERATE_NAME_ATTEMPTS: usize = 8;
+
+/// How long a read waits for the store, or a watch cache, to reach the revision it asks for
+/// (upstream's `blockTimeout`) before it is refused or served by the store.
+const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 
 /// How long a namespace read as Active is trusted by creates in it.
 const NAMESPACE_CACHE_TTL: Duration = Duration::from_secs(1);
@@ -237,6 +242,42 @@ impl ReadAt {
     }
 }
 
+/// Decodes `kvs` in order into `items`, keeping those `selection` matches, until `items` holds
+/// `limit` (0: no limit); returns how many of `kvs` were taken. In-place conversion (every
+/// built-in kind) decodes each object as served before judging it; a webhook converts the kept
+/// objects in one call, judged as stored.
+async fn take_matching(
+    kvs: &[KeyValue],
+    resource: &ResourceInfo,
+    selection: &Selection,
+    limit: usize,
+    items: &mut Vec<Value>,
+) -> Result<usize, ApiError> {
+    let start = items.len();
+    let filtering = !selection.is_everything();
+    let mut taken = 0;
+    for kv in kvs {
+        if limit > 0 && items.len() >= limit {
+            break;
+        }
+        taken += 1;
+        let obj = if resource.converts_in_place() {
+            decode_as(kv, resource).await?
+        } else {
+            decode(kv)?
+        };
+        if !filtering || selection.matches(&obj, resource) {
+            items.push(obj);
+        }
+    }
+    if !resource.converts_in_place() {
+        resource
+            .convert_all(&mut items[start..], &resource.api_version())
+            .await?;
+    }
+    Ok(taken)
+}
+
 /// Decodes a stored object and stamps its `resourceVersion` from the key's revision.
 pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     let mut obj: Value = serde_json::from_slice(&kv.value)
@@ -341,15 +382,24 @@ pub struct Store {
     /// namespace through this process forget it at once; another replica's delete is seen
     /// within [`NAMESPACE_CACHE_TTL`].
     active_namespaces: Arc<std::sync::Mutex<HashMap<String, Instant>>>,
+    /// Every resource's watch cache: lists of `resourceVersion=0`, consistent lists and
+    /// watches are served from them.
+    caches: WatchCaches,
 }
 
 impl Store {
     /// A store over `storage`.
     pub fn new(storage: Arc<dyn Storage>) -> Self {
         Store {
+            caches: WatchCaches::new(Arc::clone(&storage)),
             storage,
             active_namespaces: Arc::default(),
         }
+    }
+
+    /// The watch caches.
+    pub fn caches(&self) -> &WatchCaches {
+        &self.caches
     }
 
     fn namespace_known_active(&self, key: &str) -> bool {
@@ -648,6 +698,13 @@ impl Store {
         options: &ListOptions,
     ) -> Result<ListPage, ApiError> {
         let prefix = tenant.list_prefix(resource, namespace);
+        if options.continue_token.is_none()
+            && let Some(page) = self
+                .list_from_cache(tenant, resource, &prefix, options)
+                .await?
+        {
+            return Ok(page);
+        }
         let (mut revision, mut start_key) = match &options.continue_token {
             Some(token) => {
                 if !matches!(options.read_at, ReadAt::Latest)
@@ -713,22 +770,7 @@ impl Store {
             // In-place conversion (every built-in kind, and `None`) decodes each object as
             // served before judging it; a webhook converts the page's kept objects in one
             // call, judged as stored.
-            let page_start = items.len();
-            for kv in &page.kvs {
-                let obj = if resource.converts_in_place() {
-                    decode_as(kv, resource).await?
-                } else {
-                    decode(kv)?
-                };
-                if !filtering || options.selection.matches(&obj, resource) {
-                    items.push(obj);
-                }
-            }
-            if !resource.converts_in_place() {
-                resource
-                    .convert_all(&mut items[page_start..], &resource.api_version())
-                    .await?;
-            }
+            take_matching(&page.kvs, resource, &options.selection, 0, &mut items).await?;
             if !page.more {
                 break;
             }
@@ -754,6 +796,80 @@ impl Store {
             continue_token,
             remaining_item_count: remaining,
         })
+    }
+
+    /// A list served by the resource's watch cache: `resourceVersion=0` (any state) at once, a
+    /// not-older-than revision once the cache has reached it, and the latest state once the
+    /// cache has reached the store's current revision (upstream's consistent read from cache).
+    /// `None` when the store must answer: an exact revision, or a cache that could not catch up
+    /// in time or failed (the store's answer is the same, only dearer).
+    async fn list_from_cache(
+        &self,
+        tenant: &Tenant,
+        resource: &ResourceInfo,
+        prefix: &str,
+        options: &ListOptions,
+    ) -> Result<Option<ListPage>, ApiError> {
+        let wanted = match options.read_at {
+            ReadAt::Exact(_) => return Ok(None),
+            ReadAt::NotOlderThan(revision) => revision,
+            ReadAt::Latest => self.storage.current_revision().await?,
+        };
+        let cache = match self
+            .caches
+            .cache(&tenant.list_prefix(resource, None), 0)
+            .await
+        {
+            Ok(cache) => cache,
+            Err(error) => {
+                tracing::debug!(%error, prefix, "listing from the store: no watch cache");
+                return Ok(None);
+            }
+        };
+        match cache.wait_until(wanted, FRESHNESS_WAIT).await {
+            Ok(true) => {}
+            // A revision the store has not reached: refused after the wait, as upstream.
+            Ok(false) if options.read_at != ReadAt::Latest => {
+                let current = self.storage.current_revision().await?;
+                if current < wanted {
+                    return Err(ApiError::too_large_resource_version(wanted, current));
+                }
+                return Ok(None);
+            }
+            Ok(false) => return Ok(None),
+            Err(error) => {
+                tracing::debug!(%error, prefix, "listing from the store: the watch cache failed");
+                return Ok(None);
+            }
+        }
+        let (kvs, revision) = cache.list(prefix, None);
+        let mut items = Vec::new();
+        let consumed = take_matching(
+            &kvs,
+            resource,
+            &options.selection,
+            options.limit,
+            &mut items,
+        )
+        .await?;
+        let mut continue_token = None;
+        let mut remaining_item_count = None;
+        if let Some(last) = consumed.checked_sub(1).map(|i| &kvs[i].key)
+            && consumed < kvs.len()
+        {
+            let next_start = format!("{last}\u{0}");
+            let suffix = next_start.strip_prefix(prefix).unwrap_or("");
+            continue_token = Some(encode_continue(revision, suffix));
+            if options.selection.is_everything() {
+                remaining_item_count = Some((kvs.len() - consumed) as i64);
+            }
+        }
+        Ok(Some(ListPage {
+            items,
+            revision,
+            continue_token,
+            remaining_item_count,
+        }))
     }
 
     /// Writes `obj` over `key` if the key is still at `expected`: the stored object stamped

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use flotilla_storage::{EventKind, RangeRequest, Revision, StorageError};
+use flotilla_storage::{EventKind, Revision, StorageError};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -17,6 +17,7 @@ use crate::meta;
 use crate::negotiate::Representation;
 use crate::resources::ResourceInfo;
 use crate::selection::Selection;
+use crate::storage::cacher::Cache;
 use crate::store::{Store, Tenant, decode};
 use crate::table::{IncludeObject, table};
 
@@ -28,8 +29,9 @@ const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 /// from its revision, so no change is missed.
 const SNAPSHOT_REUSE: Duration = Duration::from_secs(1);
 
-/// The state of one key prefix at one revision, read once and sent by every watch that
-/// starts from it while any of them still sends from it (one copy however many watchers).
+/// The state of one key prefix at one revision, taken from its watch cache and decoded once,
+/// and sent by every watch that starts from it while any of them still sends from it (one
+/// decoded copy however many watchers).
 #[derive(Debug)]
 pub struct Snapshot {
     revision: Revision,
@@ -53,11 +55,7 @@ pub struct Snapshots {
 impl Snapshots {
     /// The state of `prefix`: one read by a recent watch, or a new read. The watch keeps
     /// what this returns while it sends from it; the entry lives as long as one does.
-    async fn state(
-        &self,
-        storage: &Arc<dyn flotilla_storage::Storage>,
-        prefix: &str,
-    ) -> Result<Arc<SharedSnapshot>, ApiError> {
+    async fn state(&self, cache: &Cache, prefix: &str) -> Result<Arc<SharedSnapshot>, ApiError> {
         let shared = {
             let mut by_prefix = self
                 .by_prefix
@@ -79,19 +77,9 @@ impl Snapshots {
         shared
             .snapshot
             .get_or_try_init(|| async {
-                let page = storage
-                    .range(RangeRequest {
-                        prefix: prefix.to_string(),
-                        start_key: None,
-                        limit: 0,
-                        revision: 0,
-                    })
-                    .await?;
-                let objects = page.kvs.iter().map(decode).collect::<Result<_, _>>()?;
-                Ok::<_, ApiError>(Snapshot {
-                    revision: page.revision,
-                    objects,
-                })
+                let (kvs, revision) = cache.list(prefix, None);
+                let objects = kvs.iter().map(decode).collect::<Result<_, _>>()?;
+                Ok::<_, ApiError>(Snapshot { revision, objects })
             })
             .await?;
         Ok(shared)
@@ -230,7 +218,15 @@ pub async fn start(
     include: IncludeObject,
 ) -> Result<WatchBody, ApiError> {
     let prefix = tenant.list_prefix(&resource, namespace);
-    let storage = store.storage().clone();
+    // A cache built for this watch starts where the watch does, so the watch is in its window.
+    let cache_start = match (options.from, options.send_initial_events) {
+        (Some(from), None | Some(false)) => from + 1,
+        _ => 0,
+    };
+    let cache = store
+        .caches()
+        .cache(&tenant.list_prefix(&resource, None), cache_start)
+        .await?;
     let mut encoder = Encoder {
         representation,
         include,
@@ -256,9 +252,9 @@ pub async fn start(
             store.wait_for_revision(from).await?;
             from
         }
-        (None, Some(false)) => storage.current_revision().await?,
+        (None, Some(false)) => store.storage().current_revision().await?,
         _ => {
-            let shared = snapshots.state(&storage, &prefix).await?;
+            let shared = snapshots.state(&cache, &prefix).await?;
             let revision = shared
                 .snapshot
                 .get()
@@ -268,7 +264,7 @@ pub async fn start(
             revision
         }
     };
-    let live = storage.watch(&prefix, start_after + 1).await;
+    let live = cache.watch(&prefix, start_after + 1);
 
     tokio::spawn(async move {
         let _slot = options.slot;
@@ -327,6 +323,9 @@ pub async fn start(
         loop {
             tokio::select! {
                 _ = &mut deadline => return,
+                // The client went away: its place in the cache is given up at once, not at the
+                // next event or the timeout.
+                () = tx.closed() => return,
                 _ = sleep_until_some(bookmark_due), if options.allow_bookmarks => {
                     bookmark_due = None;
                     if !send(encoder.bookmark(last_revision, false)).await {

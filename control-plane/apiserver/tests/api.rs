@@ -388,7 +388,10 @@ async fn watches_translate_selectors_and_expire() -> anyhow::Result<()> {
         "watch with a match: {code} {status}"
     );
 
-    // A watch from a compacted revision gets the 410 ERROR event.
+    // A watch from before the watch cache's window gets the 410 ERROR event. The window is
+    // the cache's, not the store's (as upstream): the cache is released, the store compacted,
+    // and the rebuilt cache starts after the revision asked for.
+    drop(stream);
     for i in 0..3 {
         api.create(
             &PostParams::default(),
@@ -398,6 +401,7 @@ async fn watches_translate_selectors_and_expire() -> anyhow::Result<()> {
     }
     let current = h.storage.current_revision().await?;
     h.storage.compact(current).await?;
+    h.server.server.store().caches().sweep(Duration::ZERO);
     let mut expired = api.watch(&WatchParams::default(), &rv).await?.boxed();
     let event = tokio::time::timeout(Duration::from_secs(5), expired.try_next())
         .await?

@@ -286,7 +286,7 @@ fn stream(from: Revision, replay: Vec<WatchEvent>, subscription: Subscription) -
                     };
                     return Some((Ok(response), Some(subscription)));
                 }
-                Some(Err(error)) => return Some((Err(same_error(&error)), None)),
+                Some(Err(error)) => return Some((Err(error.duplicate()), None)),
                 None if subscription.lagged.load(Ordering::Relaxed) => {
                     let reason = format!("the watch fell {LAG_BATCHES} batches behind");
                     return Some((Err(unavailable(&reason)), None));
@@ -296,32 +296,6 @@ fn stream(from: Revision, replay: Vec<WatchEvent>, subscription: Subscription) -
         }
     });
     futures::stream::iter(first).chain(live).boxed()
-}
-
-/// Each watcher's copy of the error that ended the hub, of the same kind (a compaction stays
-/// `Compacted`, so the client gets its 410).
-fn same_error(error: &StorageError) -> StorageError {
-    match error {
-        StorageError::Compacted {
-            requested,
-            compacted,
-        } => StorageError::Compacted {
-            requested: *requested,
-            compacted: *compacted,
-        },
-        StorageError::FutureRevision { requested, current } => StorageError::FutureRevision {
-            requested: *requested,
-            current: *current,
-        },
-        StorageError::Corrupt { key, message } => StorageError::Corrupt {
-            key: key.clone(),
-            message: message.clone(),
-        },
-        StorageError::Unavailable { message, .. } => StorageError::Unavailable {
-            message: message.clone(),
-            source: None,
-        },
-    }
 }
 
 fn unavailable(reason: &str) -> StorageError {

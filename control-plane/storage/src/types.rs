@@ -171,6 +171,34 @@ pub enum StorageError {
     },
 }
 
+impl StorageError {
+    /// A copy of the same kind, for each of the watchers one failure ends (a compaction stays
+    /// `Compacted`, so each client gets its 410); the underlying source is not copied.
+    pub fn duplicate(&self) -> StorageError {
+        match self {
+            StorageError::Compacted {
+                requested,
+                compacted,
+            } => StorageError::Compacted {
+                requested: *requested,
+                compacted: *compacted,
+            },
+            StorageError::FutureRevision { requested, current } => StorageError::FutureRevision {
+                requested: *requested,
+                current: *current,
+            },
+            StorageError::Corrupt { key, message } => StorageError::Corrupt {
+                key: key.clone(),
+                message: message.clone(),
+            },
+            StorageError::Unavailable { message, .. } => StorageError::Unavailable {
+                message: message.clone(),
+                source: None,
+            },
+        }
+    }
+}
+
 /// The revisioned key-value store the apiserver runs on (kube-apiserver's `storage.Interface`,
 /// one layer down: this knows keys and bytes, not objects).
 #[async_trait]

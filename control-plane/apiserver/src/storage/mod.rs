@@ -1,4 +1,5 @@
 //! The innermost layer of the API server: what happens to a value on its way into and out of
-//! the `Storage` trait (value transformers).
+//! the `Storage` trait (value transformers), and the watch cache in front of it.
 
+pub mod cacher;
 pub mod envelope;
