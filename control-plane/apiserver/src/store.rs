@@ -660,9 +660,27 @@ impl Store {
                     .await?;
                 page.kvs.into_iter().find(|kv| kv.key == key)
             }
+            // Served by the resource's watch cache when it has one (as upstream; a GET alone
+            // does not build one), once the cache has reached the revision.
             ReadAt::NotOlderThan(revision) => {
-                self.wait_for_revision(revision).await?;
-                self.storage.get(&key).await?
+                let cached = match self.caches.existing(&tenant.list_prefix(resource, None)) {
+                    Some(cache)
+                        if cache
+                            .wait_until(revision, FRESHNESS_WAIT)
+                            .await
+                            .unwrap_or(false) =>
+                    {
+                        Some(cache.get(&key))
+                    }
+                    _ => None,
+                };
+                match cached {
+                    Some(kv) => kv,
+                    None => {
+                        self.wait_for_revision(revision).await?;
+                        self.storage.get(&key).await?
+                    }
+                }
             }
             ReadAt::Latest => self.storage.get(&key).await?,
         };
@@ -823,6 +841,7 @@ impl Store {
             Ok(cache) => cache,
             Err(error) => {
                 tracing::debug!(%error, prefix, "listing from the store: no watch cache");
+                self.caches.count_fallback();
                 return Ok(None);
             }
         };
@@ -834,11 +853,21 @@ impl Store {
                 if current < wanted {
                     return Err(ApiError::too_large_resource_version(wanted, current));
                 }
+                self.caches.count_fallback();
                 return Ok(None);
             }
-            Ok(false) => return Ok(None),
+            Ok(false) => {
+                tracing::debug!(
+                    prefix,
+                    wanted,
+                    "listing from the store: the watch cache lags"
+                );
+                self.caches.count_fallback();
+                return Ok(None);
+            }
             Err(error) => {
                 tracing::debug!(%error, prefix, "listing from the store: the watch cache failed");
+                self.caches.count_fallback();
                 return Ok(None);
             }
         }

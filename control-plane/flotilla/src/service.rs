@@ -21,7 +21,7 @@ use flotilla_apiserver::storage::envelope::KeyEncryptionKey;
 use flotilla_apiserver::{ApiServer, ServerOptions};
 use flotilla_management::model::{CreateClusterRequest, HealthIssue};
 use flotilla_management::{Management, PublicEndpoint};
-use flotilla_storage::{EmbeddedStorage, EtcdStorage, FanOut, Storage};
+use flotilla_storage::{EmbeddedStorage, EtcdStorage, Storage};
 use k8s_openapi::api::core::v1::Event;
 use tokio::net::TcpListener;
 
@@ -54,9 +54,9 @@ async fn open_storage(
         let storage = EtcdStorage::connect(etcd, None)
             .await
             .context("connecting to etcd")?;
-        // Watches of one prefix (a cluster's kind, watched by its scheduler, controllers,
-        // kubelets and users alike) share one etcd watch.
-        return Ok(Arc::new(FanOut::new(storage)));
+        // Watches of one resource (a cluster's kind, watched by its scheduler, controllers,
+        // kubelets and users alike) share one etcd watch: its watch cache's.
+        return Ok(Arc::new(storage));
     }
     let Some(dir) = data_dir else {
         bail!("no storage: give --etcd or --data-dir");

@@ -10,10 +10,8 @@
 
 mod embedded;
 mod etcd;
-mod fanout;
 mod types;
 
 pub use embedded::{EmbeddedConfig, EmbeddedStorage};
 pub use etcd::EtcdStorage;
-pub use fanout::FanOut;
 pub use types::*;

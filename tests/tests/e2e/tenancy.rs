@@ -310,13 +310,14 @@ fn clusters_are_isolated_from_each_other_and_from_other_accounts() -> anyhow::Re
             && at_b_revision.contains("only-in-a-0"),
         "A's list at B's revision: {status} {at_b_revision}"
     );
-    // A watch from the first revision on A's path streams only A's events.
+    // A watch on A's path streams only A's objects. (It starts from resourceVersion 0: one
+    // from before the watch cache's window gets 410, as upstream's.)
     let (status, watched) = a
         .kubectl
-        .raw_get("/api/v1/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1")?;
+        .raw_get("/api/v1/configmaps?watch=true&resourceVersion=0&timeoutSeconds=1")?;
     ensure!(
         status == 200 && watched.contains("only-in-a-0") && !watched.contains("only-in-b"),
-        "A's watch from revision 1: {status} {watched}"
+        "A's watch from resourceVersion 0: {status} {watched}"
     );
 
     // Account Y cannot see, read, change or delete X's clusters: 404 as if absent.

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,9 @@ struct Caches {
     storage: Arc<dyn Storage>,
     by_prefix: Mutex<HashMap<String, Arc<OnceCell<Arc<Cache>>>>>,
     sweeping: AtomicBool,
+    /// Consistent reads the store answered because a cache could not (upstream's
+    /// `apiserver_watch_cache_consistent_read_total{fallback="true"}`).
+    fallbacks: AtomicU64,
 }
 
 impl WatchCaches {
@@ -66,6 +69,7 @@ impl WatchCaches {
                 storage,
                 by_prefix: Mutex::default(),
                 sweeping: AtomicBool::new(false),
+                fallbacks: AtomicU64::new(0),
             }),
         }
     }
@@ -90,6 +94,19 @@ impl WatchCaches {
         Ok(Arc::clone(cache))
     }
 
+    /// The cache of the resource stored under `prefix`, when it has one already.
+    pub fn existing(&self, prefix: &str) -> Option<Arc<Cache>> {
+        let cache = self
+            .inner
+            .lock()
+            .get(prefix)
+            .and_then(|cell| cell.get())
+            .filter(|cache| !cache.ended())
+            .cloned()?;
+        cache.touch();
+        Some(cache)
+    }
+
     /// How many resources have a cache now.
     pub fn live(&self) -> usize {
         self.inner
@@ -97,6 +114,16 @@ impl WatchCaches {
             .values()
             .filter(|cell| cell.get().is_some())
             .count()
+    }
+
+    /// Counts a read the store answered because a cache could not.
+    pub fn count_fallback(&self) {
+        self.inner.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many reads the store answered because a cache could not.
+    pub fn fallbacks(&self) -> u64 {
+        self.inner.fallbacks.load(Ordering::Relaxed)
     }
 
     /// Releases the caches unused for `idle`, and drops stale events from the others' windows.
@@ -413,6 +440,11 @@ impl Cache {
                 }
             }
         }
+    }
+
+    /// The object at `key`, as the cache stands.
+    pub fn get(&self, key: &str) -> Option<KeyValue> {
+        self.state().objects.get(key).cloned()
     }
 
     /// The objects under `prefix` (a part of the cache's, such as one namespace), from

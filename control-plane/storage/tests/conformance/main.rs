@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use flotilla_storage::{EmbeddedStorage, Storage};
 use tempfile::TempDir;
 
@@ -80,18 +79,6 @@ pub async fn private_etcd(case: &str) -> anyhow::Result<Fixture> {
     etcd_fixture(server, case).await
 }
 
-/// The fixture's etcd behind a fresh watch fan-out.
-async fn fanout(fixture: Fixture) -> anyhow::Result<Fixture> {
-    let server = fixture._etcd.clone().context("an etcd fixture")?;
-    let store = server.connect(None).await?;
-    Ok(Fixture {
-        store: Arc::new(flotilla_storage::FanOut::new(store)),
-        prefix: fixture.prefix.clone(),
-        _etcd: Some(server),
-        _dir: None,
-    })
-}
-
 async fn etcd_fixture(server: Arc<EtcdServer>, case: &str) -> anyhow::Result<Fixture> {
     let store = server.connect(None).await?;
     Ok(Fixture {
@@ -134,23 +121,6 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $private() -> anyhow::Result<()> {
                     let fixture = crate::private_etcd(stringify!($private)).await?;
-                    crate::suite::$private(fixture.store.clone(), &fixture.prefix).await
-                }
-            )*
-        }
-        /// The same cases on etcd behind the watch fan-out the service runs it with.
-        mod fanout_etcd {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $shared() -> anyhow::Result<()> {
-                    let fixture = crate::fanout(crate::shared_etcd(stringify!($shared)).await?).await?;
-                    crate::suite::$shared(fixture.store.clone(), &fixture.prefix).await
-                }
-            )*
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $private() -> anyhow::Result<()> {
-                    let fixture = crate::fanout(crate::private_etcd(stringify!($private)).await?).await?;
                     crate::suite::$private(fixture.store.clone(), &fixture.prefix).await
                 }
             )*
