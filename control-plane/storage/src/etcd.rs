@@ -660,11 +660,15 @@ impl EtcdWatch {
                 }
                 previous = event.kv.mod_revision;
             }
-            // Responses split only between revisions, so the next one starts after this one.
-            self.next = previous + 1;
+            // Responses split only between etcd revisions, so this one holds all of the last
+            // event's etcd revision: the watch has seen every slot of it, and the next response
+            // starts after it. Reporting that (not the last event's slot) lets a cache fed by
+            // the watch match the store's current revision without asking for progress.
+            let through = revision_through(etcd_revision(previous).0);
+            self.next = through + 1;
             return Ok(WatchResponse {
                 events,
-                revision: previous,
+                revision: through,
             });
         }
     }
