@@ -208,7 +208,9 @@ impl ApiServer {
     /// The request metrics of the whole process, in Prometheus' text format: every tenant's
     /// counts, so whoever serves them must allow only the operator.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render()
+        let mut out = self.metrics.render();
+        out.push_str(&self.store.caches().render_metrics());
+        out
     }
 
     /// Adds another component's process-wide metrics to [`ApiServer::render_metrics`].

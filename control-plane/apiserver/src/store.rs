@@ -871,6 +871,9 @@ impl Store {
                 return Ok(None);
             }
         }
+        if options.read_at == ReadAt::Latest {
+            self.caches.count_served();
+        }
         let (kvs, revision) = cache.list(prefix, None);
         let mut items = Vec::new();
         let consumed = take_matching(

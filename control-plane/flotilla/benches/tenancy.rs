@@ -29,7 +29,10 @@
 //! targets; it never asserts. `FLOTILLA_BENCH_NOISY_ONLY=1` measures the two noisy-neighbour
 //! parts alone (no fleet of 1000 clusters); `FLOTILLA_BENCH_FLEET_ONLY=1` the fleet alone (no
 //! noisy-neighbour parts); `FLOTILLA_BENCH_IDLE_SECONDS=N` measures the idle fleet for N s
-//! (default 6); `FLOTILLA_BENCH_NO_REACTION=1` leaves out the reaction time.
+//! (default 6); `FLOTILLA_BENCH_NO_REACTION=1` leaves out the reaction time;
+//! `FLOTILLA_BENCH_FLEET_SIZES=1,100,1000,5000` sets the fleet sizes memory is read at (issue
+//! 28's density runs); `FLOTILLA_BENCH_SERVE_ARGS="--external-control-loops"` adds arguments
+//! to `flotilla serve` (that one: memory without the clusters' hosted control loops).
 
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 #[allow(dead_code)] // shared with the storage tests; this bench needs only start and endpoint
@@ -116,6 +119,11 @@ impl Service {
             .arg(&operator)
             .arg("--key-encryption-key-file")
             .arg(dir.path().join("key-encryption-key"))
+            .args(
+                std::env::var("FLOTILLA_BENCH_SERVE_ARGS")
+                    .unwrap_or_default()
+                    .split_whitespace(),
+            )
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -390,7 +398,15 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
     let noisy_only = std::env::var_os("FLOTILLA_BENCH_NOISY_ONLY").is_some();
     // Memory with a growing fleet of idle clusters.
     let mut memory = vec![(0usize, empty)];
-    for size in FLEET_SIZES.iter().copied().filter(|_| !noisy_only) {
+    let fleet_sizes: Vec<usize> = match std::env::var("FLOTILLA_BENCH_FLEET_SIZES") {
+        Ok(sizes) => sizes
+            .split(',')
+            .map(|size| size.trim().parse())
+            .collect::<Result<_, _>>()
+            .context("FLOTILLA_BENCH_FLEET_SIZES: comma-separated cluster counts")?,
+        Err(_) => FLEET_SIZES.to_vec(),
+    };
+    for size in fleet_sizes.iter().copied().filter(|_| !noisy_only) {
         if fleet < size {
             eprintln!("growing the fleet to {size} clusters…");
         }

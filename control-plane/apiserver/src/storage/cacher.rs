@@ -59,6 +59,8 @@ struct Caches {
     /// Consistent reads the store answered because a cache could not (upstream's
     /// `apiserver_watch_cache_consistent_read_total{fallback="true"}`).
     fallbacks: AtomicU64,
+    /// Consistent reads a cache answered (`…{fallback="false"}`).
+    served: AtomicU64,
 }
 
 impl WatchCaches {
@@ -70,6 +72,7 @@ impl WatchCaches {
                 by_prefix: Mutex::default(),
                 sweeping: AtomicBool::new(false),
                 fallbacks: AtomicU64::new(0),
+                served: AtomicU64::new(0),
             }),
         }
     }
@@ -124,6 +127,28 @@ impl WatchCaches {
     /// How many reads the store answered because a cache could not.
     pub fn fallbacks(&self) -> u64 {
         self.inner.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// Counts a consistent read a cache answered.
+    pub fn count_served(&self) {
+        self.inner.served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The caches' metrics in Prometheus' text format: upstream's consistent-read counter
+    /// (without its per-resource label) and how many caches are held.
+    pub fn render_metrics(&self) -> String {
+        let served = self.inner.served.load(Ordering::Relaxed);
+        format!(
+            "# HELP apiserver_watch_cache_consistent_read_total Consistent reads, by whether the store answered them instead of a watch cache.\n\
+             # TYPE apiserver_watch_cache_consistent_read_total counter\n\
+             apiserver_watch_cache_consistent_read_total{{fallback=\"false\",success=\"true\"}} {served}\n\
+             apiserver_watch_cache_consistent_read_total{{fallback=\"true\",success=\"true\"}} {}\n\
+             # HELP flotilla_watch_caches Watch caches held (one per tenant and resource in use).\n\
+             # TYPE flotilla_watch_caches gauge\n\
+             flotilla_watch_caches {}\n",
+            self.fallbacks(),
+            self.live()
+        )
     }
 
     /// Releases the caches unused for `idle`, and drops stale events from the others' windows.
@@ -714,6 +739,11 @@ mod tests {
         assert_eq!(f.caches.live(), 2);
         f.caches.sweep(Duration::ZERO);
         assert_eq!(f.caches.live(), 1, "the watched cache is kept");
+        assert!(
+            f.caches
+                .render_metrics()
+                .contains("\nflotilla_watch_caches 1\n")
+        );
         drop(watch);
         f.caches.sweep(Duration::ZERO);
         assert_eq!(f.caches.live(), 0);
