@@ -407,6 +407,7 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
         Err(_) => FLEET_SIZES.to_vec(),
     };
     for size in fleet_sizes.iter().copied().filter(|_| !noisy_only) {
+        let (grown_from, growing) = (fleet, Instant::now());
         if fleet < size {
             eprintln!("growing the fleet to {size} clusters…");
         }
@@ -420,6 +421,13 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
                 fleet_clients.push(outcome?.0);
             }
             fleet += batch;
+        }
+        if fleet > grown_from {
+            eprintln!(
+                "  {} clusters created, {CREATE_CONCURRENCY} at a time, each until it answered, in {:.1} s",
+                fleet - grown_from,
+                growing.elapsed().as_secs_f64()
+            );
         }
         // Let the fleet settle (reconciler passes, connection pools) before reading.
         tokio::time::sleep(Duration::from_secs(3)).await;

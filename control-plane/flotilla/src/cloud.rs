@@ -48,8 +48,9 @@ pub async fn standalone(args: CloudControllerArgs) -> anyhow::Result<()> {
     .await
 }
 
-/// How often a cluster's node pools are reconciled even without a change of records (the
-/// reconciler's index renews every 2 s, which also wakes this loop).
+/// How often a cluster's node pools are reconciled even without a change of records, while
+/// the cluster has a cloud (the reconciler's index, which also wakes this loop, changes only
+/// when a record does).
 const POOL_RESYNC: Duration = Duration::from_secs(5);
 
 /// What a cluster record says about its cloud.
@@ -122,14 +123,20 @@ pub async fn hosted(
     let mut index = management.cluster_index();
     let mut current: Option<(CloudSettings, Arc<AwsCloud>, tokio::task::JoinHandle<()>)> = None;
     let mut ticker = tokio::time::interval(POOL_RESYNC);
+    let mut first = true;
     loop {
-        tokio::select! {
-            changed = index.changed() => {
-                if changed.is_err() {
-                    return;
+        // The first pass runs at once. After it, a cluster without a cloud waits only for its
+        // record to change: the resync ticks only while there are cloud resources to watch
+        // over, so an idle fleet's clusters have no timer here.
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                changed = index.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
                 }
+                _ = ticker.tick(), if current.is_some() => {}
             }
-            _ = ticker.tick() => {}
         }
         let managed = index.borrow_and_update().get(&cluster_id).cloned();
         let Some(managed) = managed else {

@@ -164,6 +164,9 @@ pub struct ManagedCluster {
     pub cluster: Cluster,
     /// Its node pools.
     pub pools: Vec<NodePool>,
+    /// The store revisions the cluster's record and its pools' were read at: the same
+    /// revisions, the same records.
+    pub revisions: Vec<i64>,
 }
 
 /// Every cluster by id, as of the reconciler's last pass.
@@ -932,6 +935,9 @@ impl Management {
                     ManagedCluster {
                         cluster: cluster.clone(),
                         pools: own.iter().map(|(pool, _)| pool.clone()).collect(),
+                        revisions: std::iter::once(revision)
+                            .chain(own.iter().map(|(_, revision)| *revision))
+                            .collect(),
                     },
                 );
                 if let Err(err) = self.reconcile_cluster(cluster.clone(), revision, own).await {
@@ -939,7 +945,20 @@ impl Management {
                 }
             }
         }
-        self.index.send_replace(Arc::new(index));
+        // Every cluster's loops watch the index: it wakes them only when a record changed,
+        // not on every pass.
+        self.index.send_if_modified(|current| {
+            let unchanged = current.len() == index.len()
+                && index.iter().all(|(id, managed)| {
+                    current
+                        .get(id)
+                        .is_some_and(|seen| seen.revisions == managed.revisions)
+                });
+            if !unchanged {
+                *current = Arc::new(index);
+            }
+            !unchanged
+        });
         Ok(())
     }
 
