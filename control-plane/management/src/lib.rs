@@ -23,6 +23,7 @@ use axum::routing::get;
 use flotilla_apiserver::ApiServer;
 use flotilla_apiserver::storage::envelope::Opened;
 use flotilla_storage::{KeyValue, Outcome, RangeRequest, Storage};
+use futures::StreamExt;
 use http::{HeaderMap, StatusCode};
 use rand::Rng;
 use serde::Serialize;
@@ -33,8 +34,13 @@ use crate::model::*;
 
 /// Every management record's prefix.
 const ROOT: &str = "/flotilla/management/";
-/// How often the reconciler looks at every record even without a nudge.
+/// How often the reconciler looks at every record even without a nudge, while some record is
+/// in a transitional state (creating, deleting, a pool changing).
 const RESYNC: Duration = Duration::from_secs(2);
+/// … and when every record is settled: a safety net only, since every record change anywhere
+/// (this replica's API, another replica's, the cloud loops' reports) nudges it through a watch
+/// of the records. An idle fleet is then not read in full every 2 s.
+const SETTLED_RESYNC: Duration = Duration::from_secs(60);
 /// Lifetime of an admin token (EKS's tokens last 15 minutes).
 const ADMIN_TOKEN_SECONDS: i64 = 900;
 /// How long a cluster may stay `CREATING` (setup retried on every pass) before it is `FAILED`.
@@ -902,34 +908,83 @@ impl Management {
         self.open(&kv)
     }
 
-    /// The reconciler: level-based, so a missed nudge or a crashed replica only delays it.
+    /// The reconciler: level-based, so a missed nudge or a crashed replica only delays it. It
+    /// runs a pass when nudged (a record changed, on any replica) or when its resync is due.
     pub fn spawn_reconciler(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
+        let passes = async move {
             loop {
-                if let Err(err) = this.reconcile_all().await {
-                    tracing::warn!(%err, "management reconcile failed; retrying");
-                }
-                let _ = tokio::time::timeout(RESYNC, this.wake.notified()).await;
+                let settled = match this.reconcile_pass().await {
+                    Ok(settled) => settled,
+                    Err(err) => {
+                        tracing::warn!(%err, "management reconcile failed; retrying");
+                        false
+                    }
+                };
+                let resync = if settled { SETTLED_RESYNC } else { RESYNC };
+                let _ = tokio::time::timeout(resync, this.wake.notified()).await;
             }
+        };
+        let this = self.clone();
+        // Joined, so aborting the reconciler stops its watch too.
+        tokio::spawn(async move {
+            futures::future::join(passes, this.nudge_on_record_changes()).await;
         })
     }
 
-    /// One pass over every cluster and node pool: two range reads per account, so an idle
-    /// fleet costs little; only records in a transitional state cause writes.
+    /// Nudges the reconciler whenever a management record changes. A watch that fails is
+    /// started again after a second, with a nudge for what it may have missed.
+    async fn nudge_on_record_changes(&self) {
+        loop {
+            match self.storage.watch(ROOT, 0).await {
+                Ok(mut changes) => {
+                    while let Some(change) = changes.next().await {
+                        if change.is_err() {
+                            break;
+                        }
+                        self.wake.notify_one();
+                    }
+                }
+                Err(err) => tracing::debug!(%err, "watching the management records"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.wake.notify_one();
+        }
+    }
+
+    /// One pass over every cluster and node pool (see [`Management::reconcile_pass`]).
     pub async fn reconcile_all(&self) -> Result<()> {
+        self.reconcile_pass().await.map(|_| ())
+    }
+
+    /// One pass over every cluster and node pool: two range reads per account; only records
+    /// in a transitional state cause writes. `true` when every record it read was settled.
+    async fn reconcile_pass(&self) -> Result<bool> {
         let accounts: Vec<(Account, i64)> = self.range_all(&accounts_prefix()).await?;
         let mut index = ClusterIndex::new();
+        let mut settled = true;
         for (account, _) in accounts {
             let clusters: Vec<(Cluster, i64)> =
                 self.range_all(&clusters_prefix(&account.id)).await?;
             let mut pools: Vec<(NodePool, i64)> =
                 self.range_all(&account_pools_prefix(&account.id)).await?;
             for (cluster, revision) in clusters {
+                settled &= matches!(
+                    cluster.status,
+                    ClusterStatus::Active | ClusterStatus::Failed
+                );
                 let (own, others): (Vec<_>, Vec<_>) = pools
                     .into_iter()
                     .partition(|(pool, _)| pool.cluster_name == cluster.name);
                 pools = others;
+                settled &= own.iter().all(|(pool, _)| {
+                    !matches!(
+                        pool.status,
+                        NodePoolStatus::Creating
+                            | NodePoolStatus::Updating
+                            | NodePoolStatus::Deleting
+                    )
+                });
                 index.insert(
                     cluster.id.clone(),
                     ManagedCluster {
@@ -959,7 +1014,7 @@ impl Management {
             }
             !unchanged
         });
-        Ok(())
+        Ok(settled)
     }
 
     async fn reconcile_cluster(
