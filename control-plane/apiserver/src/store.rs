@@ -785,9 +785,6 @@ impl Store {
             revision = page.revision;
             let returned = page.kvs.len();
             let last_key = page.kvs.last().map(|kv| kv.key.clone());
-            // In-place conversion (every built-in kind, and `None`) decodes each object as
-            // served before judging it; a webhook converts the page's kept objects in one
-            // call, judged as stored.
             take_matching(&page.kvs, resource, &options.selection, 0, &mut items).await?;
             if !page.more {
                 break;
