@@ -938,6 +938,8 @@ impl Management {
         loop {
             match self.storage.watch(ROOT, 0).await {
                 Ok(mut changes) => {
+                    // A change made before the watch began may have missed the last pass.
+                    self.wake.notify_one();
                     while let Some(change) = changes.next().await {
                         if change.is_err() {
                             break;
@@ -952,7 +954,7 @@ impl Management {
         }
     }
 
-    /// One pass over every cluster and node pool (see [`Management::reconcile_pass`]).
+    /// One pass over every cluster and node pool, as the reconciler runs it.
     pub async fn reconcile_all(&self) -> Result<()> {
         self.reconcile_pass().await.map(|_| ())
     }
