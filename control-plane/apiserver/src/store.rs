@@ -153,6 +153,11 @@ struct ContinueToken {
 /// answer to a continue whose revision was compacted).
 const LATEST_CONTINUE: Revision = -1;
 
+/// The token of a list of `prefix` at `revision` that goes on from the key `next_start`.
+fn continue_after(prefix: &str, next_start: &str, revision: Revision) -> String {
+    encode_continue(revision, next_start.strip_prefix(prefix).unwrap_or(""))
+}
+
 fn encode_continue(revision: Revision, next_key_suffix: &str) -> String {
     let token = ContinueToken {
         v: "meta.k8s.io/v1".to_string(),
@@ -796,8 +801,7 @@ impl Store {
                 None => break,
             };
             if options.limit > 0 && items.len() >= options.limit {
-                let suffix = next_start.strip_prefix(&prefix).unwrap_or("").to_string();
-                continue_token = Some(encode_continue(revision, &suffix));
+                continue_token = Some(continue_after(&prefix, &next_start, revision));
                 if !filtering {
                     remaining = Some((page.count - returned) as i64);
                 }
@@ -886,9 +890,7 @@ impl Store {
         if let Some(last) = consumed.checked_sub(1).map(|i| &kvs[i].key)
             && consumed < kvs.len()
         {
-            let next_start = format!("{last}\u{0}");
-            let suffix = next_start.strip_prefix(prefix).unwrap_or("");
-            continue_token = Some(encode_continue(revision, suffix));
+            continue_token = Some(continue_after(prefix, &format!("{last}\u{0}"), revision));
             if options.selection.is_everything() {
                 remaining_item_count = Some((kvs.len() - consumed) as i64);
             }
