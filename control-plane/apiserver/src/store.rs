@@ -442,7 +442,7 @@ impl Store {
         validation: FieldValidation,
         warnings: &mut Vec<String>,
     ) -> Result<Value, ApiError> {
-        let canonical = resource.canonicalize(obj.clone()).map_err(|e| {
+        let canonical = resource.canonicalize(&obj).map_err(|e| {
             ApiError::bad_request(format!(
                 "{} in version \"{}\" cannot be handled as a {}: {e}",
                 resource.kind, resource.version, resource.kind

@@ -69,7 +69,8 @@ impl Strategy for CustomResourceStrategy {
 
 /// The schema side of a custom resource version, for the store and the OpenAPI documents.
 impl crate::resources::ObjectSchema for VersionSchema {
-    fn canonicalize(&self, mut obj: Value) -> Result<Value, serde_json::Error> {
+    fn canonicalize(&self, obj: &Value) -> Result<Value, serde_json::Error> {
+        let mut obj = obj.clone();
         self.prune(&mut obj);
         Ok(obj)
     }
