@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -237,10 +238,12 @@ pub enum Requeue {
     After(Duration),
 }
 
-/// Runs `workers` workers over `queue` until the task is aborted: each takes a key, runs
-/// `sync` on it, and on an error retries it with back-off (a conflict is such an error: the
-/// next try reads the newer object). Workers are joined here, not spawned, so aborting the
-/// caller stops them.
+/// Runs up to `workers` syncs at once over `queue` until the task is aborted: each takes a
+/// key, runs `sync` on it, and on an error retries it with back-off (a conflict is such an
+/// error: the next try reads the newer object). A sync exists only while it has a key: an
+/// idle controller holds one small wait on its queue, not `workers` parked copies of its sync
+/// (those were two fifths of an idle cluster's memory). The syncs are polled here, not
+/// spawned, so aborting the caller stops them.
 pub async fn run_workers<K, E, F, Fut>(queue: &WorkQueue<K>, workers: usize, sync: F)
 where
     K: Clone + Eq + Hash + Send + std::fmt::Display,
@@ -248,11 +251,11 @@ where
     F: Fn(K) -> Fut,
     Fut: Future<Output = Result<Requeue, E>>,
 {
-    let worker = || async {
-        loop {
-            let key = queue.next().await;
+    let process = |key: K| {
+        let outcome = sync(key.clone());
+        async move {
             let started = Instant::now();
-            let outcome = sync(key.clone()).await;
+            let outcome = outcome.await;
             queue.metrics.work_duration.observe(started.elapsed());
             match outcome {
                 Ok(requeue) => {
@@ -274,7 +277,18 @@ where
             queue.done(&key);
         }
     };
-    futures::future::join_all((0..workers.max(1)).map(|_| worker())).await;
+    let limit = workers.max(1);
+    let mut running = futures::stream::FuturesUnordered::new();
+    loop {
+        if running.len() >= limit {
+            running.next().await;
+            continue;
+        }
+        tokio::select! {
+            key = queue.next() => running.push(process(key)),
+            Some(()) = running.next(), if !running.is_empty() => {}
+        }
+    }
 }
 
 /// Upstream's buckets for the queue's durations: 10 ns to 10 s, ×10 each.
@@ -512,5 +526,43 @@ mod tests {
         assert!(metrics.contains("workqueue_adds_total{name=\"test-run\"} 4"));
         assert!(metrics.contains("workqueue_depth{name=\"test-run\"} 0"));
         assert!(metrics.contains("workqueue_work_duration_seconds_count{name=\"test-run\"} 4"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_workers_runs_at_most_its_workers_at_once_and_every_key_in_the_end() {
+        let queue = Arc::new(WorkQueue::<String>::new("test-limit"));
+        // (running now, most at once, finished)
+        let counts = Arc::new(Mutex::new((0usize, 0usize, 0usize)));
+        let worker_queue = queue.clone();
+        let tally = counts.clone();
+        let workers = tokio::spawn(async move {
+            run_workers(&worker_queue, 3, |_key: String| {
+                let tally = tally.clone();
+                async move {
+                    {
+                        let mut c = tally.lock().unwrap_or_else(|p| p.into_inner());
+                        c.0 += 1;
+                        c.1 = c.1.max(c.0);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let mut c = tally.lock().unwrap_or_else(|p| p.into_inner());
+                    c.0 -= 1;
+                    c.2 += 1;
+                    Ok::<_, String>(Requeue::No)
+                }
+            })
+            .await
+        });
+        for key in 0..10 {
+            queue.add(format!("key-{key}"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (running, most, finished) = *counts.lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!((running, most, finished), (0, 3, 10));
+        // Idle again, a new key is still taken.
+        queue.add("late".to_string());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(counts.lock().unwrap_or_else(|p| p.into_inner()).2, 11);
+        workers.abort();
     }
 }
