@@ -285,7 +285,9 @@ where
             continue;
         }
         tokio::select! {
-            key = queue.next() => running.push(process(key)),
+            // Boxed: a FuturesUnordered keeps a stub slot the size of what it holds, and
+            // the sync's state machine would make that as large as the workers it replaces.
+            key = queue.next() => running.push(Box::pin(process(key))),
             Some(()) = running.next(), if !running.is_empty() => {}
         }
     }
