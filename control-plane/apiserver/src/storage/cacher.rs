@@ -39,9 +39,14 @@ const EVENT_FRESHNESS: Duration = Duration::from_secs(75);
 const IDLE_RELEASE: Duration = Duration::from_secs(120);
 /// How often idle caches are looked for: one timer for the whole server.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
-/// How often a read waiting for the cache to catch up asks the store watch again (etcd drops a
-/// progress request that arrives while its watches are not synced).
-const PROGRESS_RETRY: Duration = Duration::from_millis(100);
+/// How soon a read waiting for the cache to catch up first asks the store watch again (etcd
+/// drops a progress request that arrives while its watches are not synced, as a cache's are
+/// for a moment after it is built); each later ask waits twice as long, up to
+/// [`PROGRESS_RETRY_MAX`]. A fixed 100 ms had every new cluster's first consistent list wait
+/// 100 ms (create → namespaces listed took 137 ms at p50, from 30–42 ms before the caches).
+const PROGRESS_RETRY_FIRST: Duration = Duration::from_millis(2);
+/// The longest wait between two progress requests of one read.
+const PROGRESS_RETRY_MAX: Duration = Duration::from_millis(100);
 /// Batches a slow watcher may fall behind before its watch ends (its client then resumes from
 /// the revision it has, usually still in the window).
 const LAG_BATCHES: usize = 1024;
@@ -440,6 +445,7 @@ impl Cache {
     ) -> Result<bool, StorageError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut reached = self.reached.subscribe();
+        let mut retry_after = PROGRESS_RETRY_FIRST;
         loop {
             if let Some(error) = self.stopped() {
                 return Err(error);
@@ -448,7 +454,8 @@ impl Cache {
                 return Ok(true);
             }
             self.progress.request();
-            let retry = (tokio::time::Instant::now() + PROGRESS_RETRY).min(deadline);
+            let retry = (tokio::time::Instant::now() + retry_after).min(deadline);
+            retry_after = (retry_after * 2).min(PROGRESS_RETRY_MAX);
             tokio::select! {
                 changed = reached.changed() => {
                     if changed.is_err() {
