@@ -52,6 +52,38 @@ impl<K> Change<'_, K> {
     }
 }
 
+/// The queue behind [`Informer::events`]: events in order, and a wake-up for the stream.
+struct EventFeed<K> {
+    events: Mutex<std::collections::VecDeque<watcher::Event<K>>>,
+    wake: tokio::sync::Notify,
+}
+
+impl<K> Default for EventFeed<K> {
+    fn default() -> Self {
+        Self {
+            events: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl<K> EventFeed<K> {
+    fn push(&self, event: watcher::Event<K>) {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(event);
+        self.wake.notify_one();
+    }
+
+    fn pop(&self) -> Option<watcher::Event<K>> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+}
+
 type Handler<K> = Box<dyn Fn(&Change<'_, K>) + Send + Sync>;
 
 /// What an informer's watch task tells: the registered handlers and the indexes. Held under
@@ -60,6 +92,13 @@ type Handler<K> = Box<dyn Fn(&Change<'_, K>) + Send + Sync>;
 struct Dispatch<K> {
     handlers: Mutex<Vec<Handler<K>>>,
     indexes: Mutex<HashMap<&'static str, Arc<dyn Any + Send + Sync>>>,
+    /// Whether the first list has filled the cache and been told to the handlers. Not the
+    /// reflector store's readiness: that is a oneshot receiver, which wakes only the last of
+    /// several waiting tasks (the scheduler's shared streams waited forever on kinds with no
+    /// objects while the controllers waited too).
+    listed: tokio::sync::watch::Sender<bool>,
+    /// Called once, right after the first list's objects are told (before `listed` is set).
+    on_listed: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 /// A secondary index over one informer's cache (upstream's `Indexer`): objects by the values
@@ -116,12 +155,14 @@ where
     /// Whether the first list has filled the cache: before that, an empty cache means
     /// "not known yet", not "none exist".
     pub fn is_ready(&self) -> bool {
-        futures::FutureExt::now_or_never(self.store.wait_until_ready()).is_some_and(|r| r.is_ok())
+        *self.dispatch.listed.borrow()
     }
 
-    /// Waits until the first list has filled the cache (forever if its watch has ended).
+    /// Waits until the first list has filled the cache and its objects have been told to the
+    /// handlers registered by then (forever if its watch has ended).
     pub async fn ready(&self) {
-        if self.store.wait_until_ready().await.is_err() {
+        let mut listed = self.dispatch.listed.subscribe();
+        if listed.wait_for(|listed| *listed).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -142,6 +183,53 @@ where
             });
         }
         handlers.push(Box::new(handler));
+    }
+
+    /// The cache's changes as a watcher's event stream, for a client that keeps its own
+    /// maps (the scheduler, hosted beside the controllers: one watch per kind, not two):
+    /// `Init`, then each cached object and every change as `Apply` or `Delete`, and
+    /// `InitDone` once the first list has filled the cache and every object of it has been
+    /// told. A relist of the cache reaches the stream as the changes it made.
+    pub fn events(&self) -> futures::stream::BoxStream<'static, watcher::Event<K>> {
+        let feed = Arc::new(EventFeed::<K>::default());
+        feed.push(watcher::Event::Init);
+        let sink = feed.clone();
+        self.on_change(move |change| {
+            let event = match (change.new, change.old) {
+                (Some(new), _) => watcher::Event::Apply(new.clone()),
+                (None, Some(old)) => watcher::Event::Delete(old.clone()),
+                (None, None) => return,
+            };
+            sink.push(event);
+        });
+        {
+            // `listed` is set, and the hooks run, under the handlers' lock right after the
+            // list's objects are told: either way InitDone follows them.
+            let _handlers = self
+                .dispatch
+                .handlers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if *self.dispatch.listed.borrow() {
+                feed.push(watcher::Event::InitDone);
+            } else {
+                let sink = feed.clone();
+                self.dispatch
+                    .on_listed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Box::new(move || sink.push(watcher::Event::InitDone)));
+            }
+        }
+        futures::stream::unfold(feed, |feed| async move {
+            loop {
+                if let Some(event) = feed.pop() {
+                    return Some((event, feed));
+                }
+                feed.wake.notified().await;
+            }
+        })
+        .boxed()
     }
 
     /// The cache's objects by namespace (shared by every controller that asks).
@@ -257,6 +345,12 @@ where
                 for gone in before.into_values() {
                     tell(Some(&gone), None);
                 }
+                let on_listed =
+                    std::mem::take(&mut *self.on_listed.lock().unwrap_or_else(|p| p.into_inner()));
+                for hook in on_listed {
+                    hook();
+                }
+                self.listed.send_replace(true);
             }
         }
     }
@@ -299,6 +393,8 @@ impl Informers {
         let dispatch = Arc::new(Dispatch {
             handlers: Mutex::default(),
             indexes: Mutex::default(),
+            listed: tokio::sync::watch::Sender::new(false),
+            on_listed: Mutex::default(),
         });
         // managedFields are never read by a controller and are often the larger part of an
         // object: dropped before caching (upstream's informers do the same transform).
@@ -346,6 +442,8 @@ const WATCH_TIMEOUT_SECONDS: u32 = 1800;
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use k8s_openapi::api::core::v1::ConfigMap;
 
     use super::*;
@@ -364,6 +462,8 @@ mod tests {
         let dispatch = Dispatch::<ConfigMap> {
             handlers: Mutex::default(),
             indexes: Mutex::default(),
+            listed: tokio::sync::watch::Sender::new(false),
+            on_listed: Mutex::default(),
         };
         let seen: Arc<Mutex<Vec<String>>> = Arc::default();
         let record = seen.clone();
@@ -409,5 +509,91 @@ mod tests {
             "the relist's objects are told only once the cache holds them all"
         );
         assert_eq!(store.state().len(), 1);
+    }
+
+    fn unlisted_informer() -> (Informer<ConfigMap>, reflector::store::Writer<ConfigMap>) {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let dispatch = Arc::new(Dispatch {
+            handlers: Mutex::default(),
+            indexes: Mutex::default(),
+            listed: tokio::sync::watch::Sender::new(false),
+            on_listed: Mutex::default(),
+        });
+        (Informer { store, dispatch }, writer)
+    }
+
+    fn describe(event: &watcher::Event<ConfigMap>) -> String {
+        let name = |o: &ConfigMap| o.metadata.name.clone().unwrap_or_default();
+        match event {
+            watcher::Event::Init => "init".into(),
+            watcher::Event::InitApply(o) => format!("init-apply {}", name(o)),
+            watcher::Event::Apply(o) => format!("apply {}", name(o)),
+            watcher::Event::Delete(o) => format!("delete {}", name(o)),
+            watcher::Event::InitDone => "init-done".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn events_replay_the_list_then_say_init_done_then_follow_changes() {
+        let (informer, mut writer) = unlisted_informer();
+        let mut events = informer.events();
+        let mut relisted = Vec::new();
+        let store = informer.store.clone();
+        let dispatch = informer.dispatch.clone();
+        let mut apply = |event| dispatch.apply(&mut writer, &store, &mut relisted, event);
+        apply(watcher::Event::Init);
+        apply(watcher::Event::InitApply(config_map("a", "1")));
+        apply(watcher::Event::InitDone);
+        apply(watcher::Event::Apply(config_map("b", "2")));
+        apply(watcher::Event::Delete(config_map("a", "3")));
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let event = tokio::time::timeout(Duration::from_secs(5), events.next())
+                .await
+                .expect("an event in time")
+                .expect("the stream goes on");
+            seen.push(describe(&event));
+        }
+        assert_eq!(
+            seen,
+            ["init", "apply a", "init-done", "apply b", "delete a"]
+        );
+    }
+
+    /// The reflector store's readiness wakes only the last of several waiting tasks: an empty
+    /// kind's stream waited forever beside a controller waiting on the same cache.
+    #[tokio::test]
+    async fn an_empty_list_readies_every_waiter_and_its_stream() {
+        let (informer, mut writer) = unlisted_informer();
+        let mut events = informer.events();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let informer = informer.clone();
+                tokio::spawn(async move { informer.ready().await })
+            })
+            .collect();
+        assert_eq!(describe(&events.next().await.expect("init")), "init");
+        // The stream waits on readiness beside the three tasks.
+        let pending = tokio::time::timeout(Duration::from_millis(50), events.next()).await;
+        assert!(pending.is_err(), "nothing before the list");
+        let mut relisted = Vec::new();
+        let store = informer.store.clone();
+        for event in [watcher::Event::Init, watcher::Event::InitDone] {
+            informer
+                .dispatch
+                .apply(&mut writer, &store, &mut relisted, event);
+        }
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("every waiter readied")
+                .expect("the waiter ran");
+        }
+        let done = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("InitDone in time")
+            .expect("the stream goes on");
+        assert_eq!(describe(&done), "init-done");
+        assert!(informer.is_ready());
     }
 }

@@ -29,6 +29,8 @@ pub mod workqueue;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use std::sync::Arc;
+
 use informers::Informers;
 
 /// What the controllers of one cluster are given at start.
@@ -43,11 +45,17 @@ pub struct Config {
 /// Runs every controller of one cluster until the task is aborted: aborting drops every loop
 /// and watch, since they are joined here rather than spawned.
 pub async fn run(client: kube::Client, config: Config) {
+    run_with(Informers::new(client), config).await;
+}
+
+/// [`run`] on caches the caller shares with others of the same cluster (the hosted service
+/// feeds the scheduler from them: [`informers::Informer::events`]).
+pub async fn run_with(informers: Arc<Informers>, config: Config) {
     let Config {
         root_ca_pem,
         cluster_signing,
     } = config;
-    let informers = Informers::new(client.clone());
+    let client = informers.client().clone();
     let mut controllers: Vec<BoxFuture<'static, ()>> = vec![
         namespace::run(client, root_ca_pem).boxed(),
         replicaset::run(informers.clone()).boxed(),

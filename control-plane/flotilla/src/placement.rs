@@ -407,15 +407,29 @@ fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::E
 }
 
 /// Everything that runs per cluster on the replica holding its lease: the controllers, the
-/// scheduler and the cloud controllers, joined so that aborting the task stops them all.
+/// scheduler and the cloud controllers, joined so that aborting the task stops them all. The
+/// scheduler reads the kinds the controllers cache from their caches: every watch and cache
+/// held once less per cluster.
 async fn cluster_loops(
     client: kube::Client,
     controllers: flotilla_controller_manager::Config,
     cloud: impl std::future::Future<Output = ()>,
 ) {
+    let informers = flotilla_controller_manager::informers::Informers::new(client.clone());
+    let shared = flotilla_scheduler::SharedEvents {
+        pods: Some(informers.get().events()),
+        nodes: Some(informers.get().events()),
+        claims: Some(informers.get().events()),
+        volumes: Some(informers.get().events()),
+        storage_classes: Some(informers.get().events()),
+        budgets: Some(informers.get().events()),
+        services: Some(informers.get().events()),
+        replica_sets: Some(informers.get().events()),
+        stateful_sets: Some(informers.get().events()),
+    };
     futures::future::join3(
-        flotilla_controller_manager::run(client.clone(), controllers),
-        flotilla_scheduler::run(client),
+        flotilla_controller_manager::run_with(informers, controllers),
+        flotilla_scheduler::run_sharing(client, shared),
         cloud,
     )
     .await;

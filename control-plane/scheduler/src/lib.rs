@@ -192,22 +192,77 @@ async fn sleep_or_never(wait: Option<Duration>) {
 /// crate held a second copy of the scheduler). Through the box's vtable it calls this
 /// crate's copy.
 pub fn run(client: kube::Client) -> futures::future::BoxFuture<'static, ()> {
-    Box::pin(schedule(client))
+    run_sharing(client, SharedEvents::default())
 }
 
-async fn schedule(client: kube::Client) {
+/// [`run`], taking the kinds a host already watches as event streams instead of watching
+/// them again.
+pub fn run_sharing(
+    client: kube::Client,
+    shared: SharedEvents,
+) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(schedule(client, shared))
+}
+
+/// Watch event streams a host shares with the scheduler (the hosted service feeds it from the
+/// controllers' caches of the same cluster, so an idle cluster holds one watch per kind, not
+/// two). A kind left `None` the scheduler watches itself. A stream must behave as a watcher's:
+/// `Init`, the objects, `InitDone`, then changes.
+#[derive(Default)]
+pub struct SharedEvents {
+    /// Pods.
+    pub pods: Option<BoxStream<'static, Event<Pod>>>,
+    /// Nodes.
+    pub nodes: Option<BoxStream<'static, Event<Node>>>,
+    /// PersistentVolumeClaims.
+    pub claims: Option<BoxStream<'static, Event<PersistentVolumeClaim>>>,
+    /// PersistentVolumes.
+    pub volumes: Option<BoxStream<'static, Event<PersistentVolume>>>,
+    /// StorageClasses.
+    pub storage_classes: Option<BoxStream<'static, Event<StorageClass>>>,
+    /// PodDisruptionBudgets.
+    pub budgets: Option<BoxStream<'static, Event<PodDisruptionBudget>>>,
+    /// Services.
+    pub services: Option<BoxStream<'static, Event<Service>>>,
+    /// ReplicaSets.
+    pub replica_sets: Option<BoxStream<'static, Event<ReplicaSet>>>,
+    /// StatefulSets.
+    pub stateful_sets: Option<BoxStream<'static, Event<StatefulSet>>>,
+}
+
+/// A shared stream of `K`'s events as updates, or the scheduler's own watch.
+fn shared_or_watch<K>(
+    client: &kube::Client,
+    shared: Option<BoxStream<'static, Event<K>>>,
+    wrap: fn(Event<K>) -> Update,
+) -> BoxStream<'static, Update>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    match shared {
+        Some(events) => events.map(wrap).boxed(),
+        None => watch(client, wrap),
+    }
+}
+
+async fn schedule(client: kube::Client, shared: SharedEvents) {
     let mut updates = futures::stream::select_all([
-        watch::<Pod>(&client, Update::Pod),
-        watch::<Node>(&client, Update::Node),
-        watch::<PersistentVolumeClaim>(&client, Update::Pvc),
-        watch::<PersistentVolume>(&client, Update::Pv),
-        watch::<StorageClass>(&client, Update::StorageClass),
+        shared_or_watch(&client, shared.pods, Update::Pod),
+        shared_or_watch(&client, shared.nodes, Update::Node),
+        shared_or_watch(&client, shared.claims, Update::Pvc),
+        shared_or_watch(&client, shared.volumes, Update::Pv),
+        shared_or_watch(&client, shared.storage_classes, Update::StorageClass),
         watch::<Namespace>(&client, Update::Namespace),
         watch::<PriorityClass>(&client, Update::PriorityClass),
-        watch::<PodDisruptionBudget>(&client, Update::Pdb),
-        watch::<Service>(&client, Update::Service),
-        watch::<ReplicaSet>(&client, Update::ReplicaSet),
-        watch::<StatefulSet>(&client, Update::StatefulSet),
+        shared_or_watch(&client, shared.budgets, Update::Pdb),
+        shared_or_watch(&client, shared.services, Update::Service),
+        shared_or_watch(&client, shared.replica_sets, Update::ReplicaSet),
+        shared_or_watch(&client, shared.stateful_sets, Update::StatefulSet),
         watch::<ReplicationController>(&client, Update::ReplicationController),
     ]);
     let mut scheduler = Scheduler::new(client);
