@@ -124,7 +124,12 @@ enum IoDone {
     Other,
 }
 
-fn watch<K>(client: &kube::Client, wrap: fn(Event<K>) -> Update) -> BoxStream<'static, Update>
+/// `K`'s events as updates: the stream a host shares, or else the scheduler's own watch.
+fn watch<K>(
+    client: &kube::Client,
+    shared: Option<BoxStream<'static, Event<K>>>,
+    wrap: fn(Event<K>) -> Update,
+) -> BoxStream<'static, Update>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -133,6 +138,9 @@ where
         + Send
         + 'static,
 {
+    if let Some(events) = shared {
+        return events.map(wrap).boxed();
+    }
     watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .filter_map(move |event| futures::future::ready(event.ok().map(wrap)))
@@ -230,40 +238,20 @@ pub struct SharedEvents {
     pub stateful_sets: Option<BoxStream<'static, Event<StatefulSet>>>,
 }
 
-/// A shared stream of `K`'s events as updates, or the scheduler's own watch.
-fn shared_or_watch<K>(
-    client: &kube::Client,
-    shared: Option<BoxStream<'static, Event<K>>>,
-    wrap: fn(Event<K>) -> Update,
-) -> BoxStream<'static, Update>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
-{
-    match shared {
-        Some(events) => events.map(wrap).boxed(),
-        None => watch(client, wrap),
-    }
-}
-
 async fn schedule(client: kube::Client, shared: SharedEvents) {
     let mut updates = futures::stream::select_all([
-        shared_or_watch(&client, shared.pods, Update::Pod),
-        shared_or_watch(&client, shared.nodes, Update::Node),
-        shared_or_watch(&client, shared.claims, Update::Pvc),
-        shared_or_watch(&client, shared.volumes, Update::Pv),
-        shared_or_watch(&client, shared.storage_classes, Update::StorageClass),
-        watch::<Namespace>(&client, Update::Namespace),
-        watch::<PriorityClass>(&client, Update::PriorityClass),
-        shared_or_watch(&client, shared.budgets, Update::Pdb),
-        shared_or_watch(&client, shared.services, Update::Service),
-        shared_or_watch(&client, shared.replica_sets, Update::ReplicaSet),
-        shared_or_watch(&client, shared.stateful_sets, Update::StatefulSet),
-        watch::<ReplicationController>(&client, Update::ReplicationController),
+        watch(&client, shared.pods, Update::Pod),
+        watch(&client, shared.nodes, Update::Node),
+        watch(&client, shared.claims, Update::Pvc),
+        watch(&client, shared.volumes, Update::Pv),
+        watch(&client, shared.storage_classes, Update::StorageClass),
+        watch::<Namespace>(&client, None, Update::Namespace),
+        watch::<PriorityClass>(&client, None, Update::PriorityClass),
+        watch(&client, shared.budgets, Update::Pdb),
+        watch(&client, shared.services, Update::Service),
+        watch(&client, shared.replica_sets, Update::ReplicaSet),
+        watch(&client, shared.stateful_sets, Update::StatefulSet),
+        watch::<ReplicationController>(&client, None, Update::ReplicationController),
     ]);
     let mut scheduler = Scheduler::new(client);
     let mut io: FuturesUnordered<BoxFuture<'static, IoDone>> = FuturesUnordered::new();
