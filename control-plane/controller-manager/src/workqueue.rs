@@ -242,7 +242,7 @@ pub enum Requeue {
 /// key, runs `sync` on it, and on an error retries it with back-off (a conflict is such an
 /// error: the next try reads the newer object). A sync exists only while it has a key: an
 /// idle controller holds one small wait on its queue, not `workers` parked copies of its sync
-/// (those were two fifths of an idle cluster's memory). The syncs are polled here, not
+/// (they were a fifth of an idle hosted cluster's memory). The syncs are polled here, not
 /// spawned, so aborting the caller stops them.
 pub async fn run_workers<K, E, F, Fut>(queue: &WorkQueue<K>, workers: usize, sync: F)
 where
