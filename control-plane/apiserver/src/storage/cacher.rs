@@ -445,7 +445,10 @@ impl Cache {
     ) -> Result<bool, StorageError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut reached = self.reached.subscribe();
+        // Progress is asked for at once and then on the back-off's schedule only: an event
+        // that moves the cache without reaching `revision` is no reason to ask again.
         let mut retry_after = PROGRESS_RETRY_FIRST;
+        let mut next_request = tokio::time::Instant::now();
         loop {
             if let Some(error) = self.stopped() {
                 return Err(error);
@@ -453,9 +456,13 @@ impl Cache {
             if *reached.borrow_and_update() >= revision {
                 return Ok(true);
             }
-            self.progress.request();
-            let retry = (tokio::time::Instant::now() + retry_after).min(deadline);
-            retry_after = (retry_after * 2).min(PROGRESS_RETRY_MAX);
+            let now = tokio::time::Instant::now();
+            if now >= next_request {
+                self.progress.request();
+                next_request = now + retry_after;
+                retry_after = (retry_after * 2).min(PROGRESS_RETRY_MAX);
+            }
+            let retry = next_request.min(deadline);
             tokio::select! {
                 changed = reached.changed() => {
                     if changed.is_err() {
