@@ -14,6 +14,8 @@ mod admission;
 mod aggregation;
 #[path = "e2e/audit.rs"]
 mod audit;
+#[path = "e2e/autoscaling.rs"]
+mod autoscaling;
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
 #[path = "e2e/cluster.rs"]

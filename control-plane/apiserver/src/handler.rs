@@ -529,9 +529,30 @@ async fn serve_kind(
                 call.method.as_str(),
             ));
         }
-        let answer =
-            crate::componentstatus::answer(&server.store, &state.components, resource, target.name)
-                .await?;
+        let (answer, warnings) = if resource.group == "metrics.k8s.io" {
+            let answer = crate::metrics_server::answer(
+                server,
+                state,
+                resource,
+                target.namespace,
+                target.name,
+                &call.query,
+            )
+            .await?;
+            (answer, Vec::new())
+        } else {
+            let answer = crate::componentstatus::answer(
+                &server.store,
+                &state.components,
+                resource,
+                target.name,
+            )
+            .await?;
+            (
+                answer,
+                vec![crate::componentstatus::DEPRECATION_WARNING.to_string()],
+            )
+        };
         let (content_type, body) = negotiate::render(
             Some(resource),
             answer,
@@ -542,7 +563,7 @@ async fn serve_kind(
             StatusCode::OK,
             content_type,
             &body,
-            &[crate::componentstatus::DEPRECATION_WARNING.to_string()],
+            &warnings,
         ));
     }
     // APIServices read: this cluster's own group versions computed, the stored ones with

@@ -514,6 +514,47 @@ async fn dial(
     Ok((sender, address))
 }
 
+/// `GET path` on the kubelet of `node`, its whole answer (`/stats/summary` for
+/// `metrics.k8s.io`), within `timeout`.
+pub async fn kubelet_get(
+    server: &ApiServer,
+    state: &TenantState,
+    node: &Value,
+    path: &str,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    let name = meta::name(node).to_string();
+    let fetch = async {
+        let (mut sender, address) = dial(server, state, node).await?;
+        let request = Request::get(path)
+            .header(header::HOST, address)
+            .body(Empty::new())
+            .map_err(ApiError::internal)?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|err| ApiError::internal(format!("error reading from the kubelet: {err}")))?;
+        let code = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|err| ApiError::internal(format!("error reading from the kubelet: {err}")))?;
+        if !code.is_success() {
+            return Err(kubelet_error(code.as_u16(), &body, "nodes/stats", &name));
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(timeout, fetch).await.map_err(|_| {
+        kubelet_unreachable(
+            state,
+            node,
+            &format!("no answer to {path} within {timeout:?}"),
+        )
+    })?
+}
+
 /// `GET pods/{name}/log`: the container's log from its kubelet, streamed.
 pub async fn pod_log(
     server: &ApiServer,

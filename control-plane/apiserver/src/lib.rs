@@ -30,6 +30,7 @@ pub mod local;
 pub mod managed;
 pub mod meta;
 pub mod metrics;
+pub mod metrics_server;
 pub mod negotiate;
 pub mod node;
 pub mod openapi;

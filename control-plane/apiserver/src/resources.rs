@@ -417,6 +417,40 @@ where
     }
 }
 
+/// A metrics kind (`metrics.k8s.io`): computed on each request from the kubelets, read-only.
+fn define_metrics<T>(schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema) -> ResourceInfo
+where
+    T: k8s_openapi::Resource + k8s_openapi::ListableResource + DeserializeOwned + Serialize,
+    T::Scope: 'static,
+{
+    ResourceInfo {
+        group: Cow::Borrowed(T::GROUP),
+        version: Cow::Borrowed(T::VERSION),
+        kind: Cow::Borrowed(T::KIND),
+        list_kind: Cow::Borrowed(T::LIST_KIND),
+        plural: Cow::Borrowed(T::URL_PATH_SEGMENT),
+        singular: Cow::Owned(T::KIND.to_lowercase()),
+        namespaced: TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
+        short_names: Vec::new(),
+        categories: Vec::new(),
+        status_subresource: false,
+        scale: None,
+        tracks_generation: false,
+        create_only: false,
+        computed: true,
+        strategy: Box::new(crate::metrics_server::MetricsStrategy),
+        shape: Shape::Typed {
+            canonicalize: canonicalize_as::<T>,
+            schema,
+            schema_name: crate::metrics_server::definition_name(T::KIND),
+        },
+        storage_version: None,
+        deprecation_warning: None,
+        terminating: false,
+        conversion: Default::default(),
+    }
+}
+
 /// All served resources, in discovery order: the built-in kinds shared by every tenant, then
 /// the kinds one tenant's CustomResourceDefinitions add.
 #[derive(Clone)]
@@ -609,6 +643,10 @@ impl Resources {
             define_create_only::<authorization::SubjectAccessReview>(),
             define_create_only::<authorization::LocalSubjectAccessReview>(),
             define_create_only::<authorization::SelfSubjectRulesReview>(),
+            define_metrics::<k8s_metrics::v1beta1::NodeMetrics>(
+                crate::metrics_server::node_schema,
+            ),
+            define_metrics::<k8s_metrics::v1beta1::PodMetrics>(crate::metrics_server::pod_schema),
         ];
         Resources {
             all: all.into_iter().map(Arc::new).collect(),

@@ -110,6 +110,8 @@ pub struct TenantState {
     pub metrics: crate::metrics::Metrics,
     /// When its scheduler and controller manager were last seen (`componentstatuses`).
     pub components: crate::componentstatus::ComponentActivity,
+    /// Its nodes' last usage summaries (`metrics.k8s.io`).
+    pub node_summaries: crate::metrics_server::Summaries,
     /// Its resource table: the built-in kinds and its definitions' kinds.
     pub kinds: crate::apiextensions::TenantKinds,
     /// Its APIServices served by its own servers, and what they were last found to serve.
@@ -155,6 +157,7 @@ impl TenantState {
             heavy_work: tokio::sync::Semaphore::new(1),
             metrics: Default::default(),
             components: Default::default(),
+            node_summaries: Default::default(),
             kinds: Default::default(),
             remote_apis: Default::default(),
             front_proxy_client: Default::default(),

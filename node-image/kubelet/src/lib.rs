@@ -22,6 +22,7 @@ mod resources;
 mod server;
 mod spdy;
 mod static_pods;
+mod stats;
 mod status;
 mod streaming;
 mod translate;
@@ -274,7 +275,10 @@ async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     let listener = server::bind(&server_config).await?;
     let kubelet_port = listener.local_addr()?.port();
     tracing::info!(address = %listener.local_addr()?, "kubelet server listening");
-    let kubelet_server = server::KubeletServer::new(client.clone(), cri.clone(), name.clone());
+    let stats = Arc::new(stats::Stats::default());
+    tokio::spawn(stats::run(stats.clone(), cri.clone()));
+    let kubelet_server =
+        server::KubeletServer::new(client.clone(), cri.clone(), name.clone(), stats);
     tracing::info!(runtime = %version.runtime_name, version = %version.runtime_version, "container runtime");
     let spec = node::NodeSpec {
         name: name.clone(),

@@ -99,6 +99,8 @@ pub struct KubeletServer {
     pub cri: Cri,
     /// The Node's name (the `name` of every SubjectAccessReview).
     pub node_name: String,
+    /// The latest usage sample (`/stats/summary`, `/metrics/resource`).
+    pub stats: Arc<crate::stats::Stats>,
     decisions: Mutex<HashMap<String, (bool, Instant)>>,
 }
 
@@ -267,11 +269,17 @@ fn identity(der: &[u8]) -> Option<Identity> {
 
 impl KubeletServer {
     /// A server for the node `node_name`.
-    pub fn new(client: kube::Client, cri: Cri, node_name: String) -> Arc<Self> {
+    pub fn new(
+        client: kube::Client,
+        cri: Cri,
+        node_name: String,
+        stats: Arc<crate::stats::Stats>,
+    ) -> Arc<Self> {
         Arc::new(KubeletServer {
             client,
             cri,
             node_name,
+            stats,
             decisions: Mutex::new(HashMap::new()),
         })
     }
@@ -369,6 +377,31 @@ impl KubeletServer {
             }
             (_, ["portForward", namespace, pod]) => {
                 crate::streaming::port_forward(self.clone(), namespace, pod, request).await
+            }
+            (&Method::GET, ["stats", "summary"]) => {
+                let proc_stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+                let summary = crate::stats::summary(
+                    &self.node_name,
+                    crate::stats::boot_nanos(&proc_stat),
+                    &self.stats.latest(),
+                );
+                let mut response = text(StatusCode::OK, summary.to_string());
+                response.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            (&Method::GET, ["metrics", "resource"]) => {
+                let mut response = text(
+                    StatusCode::OK,
+                    crate::stats::resource_metrics(&self.stats.latest()),
+                );
+                response.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                );
+                response
             }
             _ => text(StatusCode::NOT_FOUND, "404 page not found"),
         }

@@ -397,6 +397,14 @@ pub fn bootstrap_cluster_roles() -> Vec<ClusterRole> {
                 rule(READ_WRITE, &[COORDINATION_GROUP], &["leases"]),
             ],
         ),
+        // What metrics-server's manifests add: reading metrics.k8s.io, aggregated into the
+        // user-facing roles (the metrics API is served natively here). Labelled for view
+        // only, which edit and admin take in.
+        cluster_role(
+            "system:aggregated-metrics-reader",
+            &[(AGGREGATE_TO_VIEW_LABEL, "true")],
+            vec![rule(READ, &["metrics.k8s.io"], &["pods", "nodes"])],
+        ),
         cluster_role(
             "system:aggregate-to-view",
             &[(AGGREGATE_TO_VIEW_LABEL, "true")],

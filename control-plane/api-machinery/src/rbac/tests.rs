@@ -714,7 +714,7 @@ fn rules_for_lists_cluster_and_namespace_rules() {
         assert_eq!(&rules, expected, "{} in {namespace:?}", user.name);
         assert!(!incomplete);
     }
-    assert_eq!(policy.rules_for(&reader, "team").0.len(), 5 + 10);
+    assert_eq!(policy.rules_for(&reader, "team").0.len(), 5 + 11);
 }
 
 fn compact_strings(rules: &[PolicyRule]) -> Vec<String> {
@@ -971,7 +971,13 @@ fn bootstrap_aggregation_nests_view_in_edit_in_admin() {
     let view = rules_of(&roles, "view");
     let edit = rules_of(&roles, "edit");
     let admin = rules_of(&roles, "admin");
-    assert_eq!(view, rules_of(&bootstrap, "system:aggregate-to-view"));
+    // metrics-server's reader role sorts after upstream's.
+    let expected_view: Vec<PolicyRule> = [
+        rules_of(&bootstrap, "system:aggregate-to-view"),
+        rules_of(&bootstrap, "system:aggregated-metrics-reader"),
+    ]
+    .concat();
+    assert_eq!(view, expected_view);
     // Matching roles are taken in name order: system:aggregate-to-edit before view, edit
     // before system:aggregate-to-admin.
     let expected_edit: Vec<PolicyRule> = [
@@ -1016,9 +1022,14 @@ fn custom_role_labelled_aggregate_to_view_reaches_view_edit_and_admin() {
     let mut input = bootstrap_cluster_roles();
     input.insert(0, custom);
     let roles = aggregate_cluster_roles(&input);
-    let bootstrap_view = rules_of(&bootstrap_cluster_roles(), "system:aggregate-to-view");
+    let bootstrap_view = [
+        rules_of(&bootstrap_cluster_roles(), "system:aggregate-to-view"),
+        rules_of(&bootstrap_cluster_roles(), "system:aggregated-metrics-reader"),
+    ]
+    .concat();
     // The duplicate endpointslices rule is dropped; the new one follows, as
-    // "system:aggregate-to-view" sorts before "widgets-view".
+    // "system:aggregate-to-view" and "system:aggregated-metrics-reader" sort before
+    // "widgets-view".
     assert_eq!(
         rules_of(&roles, "view"),
         [bootstrap_view, vec![widgets.clone()]].concat()

@@ -1,0 +1,177 @@
+//! Metrics and autoscaling on a real node (`flotilla up --nodes 1`), with stock kubectl 1.32:
+//! the kubelet's `/stats/summary` and `/metrics/resource` through the API server's node
+//! proxy, `kubectl top nodes` and `kubectl top pods` printing figures from
+//! `metrics.k8s.io`, and a CPU-burning Deployment under a HorizontalPodAutoscaler (target
+//! 50 % of its CPU request) scaled up while it burns and back down when the burning stops.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use flotilla_e2e::nodes::LocalCluster;
+use flotilla_e2e::{jsonpath, until};
+
+/// Pods that burn CPU (capped at 200m by their limit, twice their 100m request) for their
+/// first `BURN` seconds, then idle.
+const BURNER: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: burner}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: burner}}
+  template:
+    metadata: {labels: {app: burner}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: burn
+        image: flotilla.local/busybox:1
+        imagePullPolicy: Never
+        command: [sh, -c, "end=$(( $(date +%s) + BURN )); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 5000 ]; do i=$((i+1)); done; done; exec sleep 3600"]
+        resources:
+          requests: {cpu: 100m, memory: 16Mi}
+          limits: {cpu: 200m, memory: 64Mi}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: burner}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: burner}
+  minReplicas: 1
+  maxReplicas: 3
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}
+  behavior:
+    scaleDown:
+      stabilizationWindowSeconds: 20
+      policies: [{type: Percent, value: 100, periodSeconds: 15}]
+"#;
+
+/// How long each burner pod burns.
+const BURN: u64 = 60;
+
+#[test]
+fn metrics_and_autoscaling_on_a_real_node() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let cluster = LocalCluster::start(1)?;
+    let outcome = scenario(&cluster);
+    println!("autoscaling e2e: {:.1} s", started.elapsed().as_secs_f64());
+    outcome.with_context(|| format!("node logs:\n{}", cluster.logs()))
+}
+
+fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
+    let kubectl = cluster.flotilla.kubectl();
+    until("the node is Ready", Duration::from_secs(90), || {
+        let ready = jsonpath(
+            &kubectl,
+            &["get", "node", "node-1"],
+            r#"{.status.conditions[?(@.type=="Ready")].status}"#,
+        )
+        .unwrap_or_default();
+        Ok(ready == "True")
+    })?;
+    let manifest = BURNER.replace("BURN", &BURN.to_string());
+    cluster
+        .flotilla
+        .ok_stdin(&["apply", "-f", "-"], &manifest)?;
+    until("the burner is Running", Duration::from_secs(60), || {
+        Ok(jsonpath(
+            &kubectl,
+            &["get", "pods", "-l", "app=burner"],
+            "{.items[0].status.phase}",
+        )
+        .unwrap_or_default()
+            == "Running")
+    })?;
+
+    // The kubelet's own endpoints, through the node proxy.
+    let summary = kubectl.ok(&["get", "--raw", "/api/v1/nodes/node-1/proxy/stats/summary"])?;
+    let summary: serde_json::Value = serde_json::from_str(&summary).context("summary JSON")?;
+    ensure!(
+        summary["node"]["nodeName"] == "node-1"
+            && summary["node"]["memory"]["workingSetBytes"].as_u64() > Some(0),
+        "summary: {summary}"
+    );
+    // The kubelet samples every 10 s: the new container shows from its next sample on.
+    let mut resource = String::new();
+    until(
+        "/metrics/resource shows the burner's container",
+        Duration::from_secs(30),
+        || {
+            resource = kubectl.ok(&[
+                "get",
+                "--raw",
+                "/api/v1/nodes/node-1/proxy/metrics/resource",
+            ])?;
+            Ok(resource.contains("container_cpu_usage_seconds_total{container=\"burn\""))
+        },
+    )?;
+    ensure!(
+        resource.contains("# TYPE node_cpu_usage_seconds_total counter")
+            && resource
+                .contains("pod_memory_working_set_bytes{namespace=\"default\",pod=\"burner-")
+            && resource.contains("resource_scrape_error 0"),
+        "/metrics/resource:\n{resource}"
+    );
+
+    // `kubectl top`: the API is discovered, and each row has figures (the first CPU rate
+    // needs two of the kubelet's 10 s samples).
+    let asked = Instant::now();
+    let mut nodes = String::new();
+    until(
+        "kubectl top nodes prints node-1",
+        Duration::from_secs(60),
+        || {
+            nodes = kubectl
+                .run(&["top", "nodes", "--no-headers"], None, &[])
+                .map(|out| String::from_utf8_lossy(&out.stdout).to_string())
+                .unwrap_or_default();
+            Ok(nodes.starts_with("node-1 "))
+        },
+    )?;
+    let columns: Vec<&str> = nodes.split_whitespace().collect();
+    ensure!(
+        columns.len() >= 5 && columns[1].ends_with('m') && columns[3].ends_with("Mi"),
+        "kubectl top nodes: {nodes}"
+    );
+    let mut pods = String::new();
+    until(
+        "kubectl top pods prints the burner",
+        Duration::from_secs(60),
+        || {
+            pods = kubectl
+                .run(
+                    &["top", "pods", "-l", "app=burner", "--no-headers"],
+                    None,
+                    &[],
+                )
+                .map(|out| String::from_utf8_lossy(&out.stdout).to_string())
+                .unwrap_or_default();
+            Ok(pods.starts_with("burner-"))
+        },
+    )?;
+    let cpu_millis: u64 = pods
+        .split_whitespace()
+        .nth(1)
+        .and_then(|cpu| cpu.strip_suffix('m'))
+        .and_then(|cpu| cpu.parse().ok())
+        .with_context(|| format!("kubectl top pods: {pods}"))?;
+    ensure!(
+        cpu_millis >= 100,
+        "the burner burns at its 200m limit, top says {pods}"
+    );
+    println!(
+        "figure: pod Running → kubectl top pods shows it: {:.1} s; burner at {cpu_millis}m",
+        asked.elapsed().as_secs_f64()
+    );
+    let containers = kubectl.ok(&["top", "pods", "--containers", "-l", "app=burner"])?;
+    ensure!(containers.contains("burn"), "{containers}");
+    let missing = kubectl.run(&["top", "pod", "no-such-pod"], None, &[])?;
+    ensure!(
+        !missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("not found"),
+        "top of a missing pod: {}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    Ok(())
+}
