@@ -1024,7 +1024,10 @@ fn custom_role_labelled_aggregate_to_view_reaches_view_edit_and_admin() {
     let roles = aggregate_cluster_roles(&input);
     let bootstrap_view = [
         rules_of(&bootstrap_cluster_roles(), "system:aggregate-to-view"),
-        rules_of(&bootstrap_cluster_roles(), "system:aggregated-metrics-reader"),
+        rules_of(
+            &bootstrap_cluster_roles(),
+            "system:aggregated-metrics-reader",
+        ),
     ]
     .concat();
     // The duplicate endpointslices rule is dropped; the new one follows, as
