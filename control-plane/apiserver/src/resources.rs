@@ -570,9 +570,10 @@ impl Resources {
                     categories: all_cat,
                     status: true,
                     scale: None,
-                    generation: false,
+                    // Upstream's strategy bumps it on spec changes (the controller reacts).
+                    generation: true,
                 },
-                Box::new(s::DefaultStrategy),
+                Box::new(s::HorizontalPodAutoscalerStrategy),
             ),
             define::<discovery::EndpointSlice>(PLAIN, Box::new(s::EndpointSliceStrategy)),
             define::<coordination::Lease>(PLAIN, Box::new(s::LeaseStrategy)),

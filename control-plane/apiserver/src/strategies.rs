@@ -9,6 +9,7 @@ use crate::resources::{FieldLabel, Strategy};
 use crate::store::UpdateTarget;
 use crate::table::{Column, age_column, int_at, name_column, or_none};
 
+mod autoscaling;
 mod config;
 mod ephemeral;
 mod resize;
@@ -17,6 +18,7 @@ mod storage;
 pub mod webhooks;
 mod workloads;
 
+pub use autoscaling::*;
 pub use config::*;
 pub use runtimeclass::*;
 pub use storage::*;

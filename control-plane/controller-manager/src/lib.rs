@@ -18,6 +18,7 @@ pub mod informers;
 pub mod job;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod pods;
 pub mod pvbinder;
 pub mod replicaset;
@@ -72,6 +73,7 @@ pub async fn run_with(informers: Arc<Informers>, config: Config) {
         statefulset::run(informers.clone()).boxed(),
         daemonset::run(informers.clone()).boxed(),
         certificates::run_approver(informers.clone()).boxed(),
+        podautoscaler::run(informers.clone()).boxed(),
     ];
     if let Some(ca) = cluster_signing {
         controllers.push(certificates::run_signer(informers.clone(), ca).boxed());

@@ -75,6 +75,7 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
     cluster
         .flotilla
         .ok_stdin(&["apply", "-f", "-"], &manifest)?;
+    let applied = Instant::now();
     until("the burner is Running", Duration::from_secs(60), || {
         Ok(jsonpath(
             &kubectl,
@@ -167,11 +168,79 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
     );
     let containers = kubectl.ok(&["top", "pods", "--containers", "-l", "app=burner"])?;
     ensure!(containers.contains("burn"), "{containers}");
+    autoscale(cluster, applied)?;
     let missing = kubectl.run(&["top", "pod", "no-such-pod"], None, &[])?;
     ensure!(
         !missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("not found"),
         "top of a missing pod: {}",
         String::from_utf8_lossy(&missing.stderr)
+    );
+    Ok(())
+}
+
+/// The HorizontalPodAutoscaler: the burner at twice its request is scaled to the maximum of
+/// 3; when every pod has stopped burning it is scaled back to 1 after its 20 s window.
+fn autoscale(cluster: &LocalCluster, applied: Instant) -> anyhow::Result<()> {
+    let kubectl = cluster.flotilla.kubectl();
+    let replicas =
+        || jsonpath(&kubectl, &["get", "deploy", "burner"], "{.spec.replicas}").unwrap_or_default();
+    until(
+        "the HPA scales the burner up to 3",
+        Duration::from_secs(90),
+        || Ok(replicas() == "3"),
+    )?;
+    let scaled_up = applied.elapsed();
+    let events = kubectl.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=HorizontalPodAutoscaler,reason=SuccessfulRescale",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ])?;
+    ensure!(
+        events.contains("New size: ")
+            && events.contains("cpu resource utilization (percentage of request) above target"),
+        "rescale events: {events}"
+    );
+    let status = kubectl.ok(&["get", "hpa", "burner", "-o", "json"])?;
+    let status: serde_json::Value = serde_json::from_str(&status)?;
+    let condition = |kind: &str| {
+        status["status"]["conditions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["type"] == kind))
+            .map(|c| {
+                format!(
+                    "{}/{}",
+                    c["status"].as_str().unwrap_or(""),
+                    c["reason"].as_str().unwrap_or("")
+                )
+            })
+            .unwrap_or_default()
+    };
+    ensure!(
+        condition("AbleToScale").starts_with("True/")
+            && condition("ScalingActive") == "True/ValidMetricFound"
+            && status["status"]["currentMetrics"][0]["resource"]["current"]["averageUtilization"]
+                .as_i64()
+                > Some(50),
+        "HPA status: {}",
+        status["status"]
+    );
+    let top = kubectl.ok(&["get", "hpa", "burner"])?;
+    ensure!(
+        top.contains("cpu: ") && top.contains("/50%"),
+        "kubectl get hpa: {top}"
+    );
+    until(
+        "the HPA scales the burner back to 1 once it stops burning",
+        Duration::from_secs(BURN + 120),
+        || Ok(replicas() == "1"),
+    )?;
+    println!(
+        "figure: HPA and Deployment created → scaled up to 3 (at most): {:.1} s; → back to 1: {:.1} s (each pod burns {BURN} s from its start; window 20 s)",
+        scaled_up.as_secs_f64(),
+        applied.elapsed().as_secs_f64()
     );
     Ok(())
 }
