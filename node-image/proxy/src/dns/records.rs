@@ -80,6 +80,9 @@ pub struct ClusterDns {
     services: BTreeMap<(String, String), (Target, Vec<NamedPort>)>,
     /// Keyed (namespace, service, slice name).
     slices: BTreeMap<(String, String, String), Slice>,
+    /// The Services an address reverses to, counted per source (a cluster IP, or a
+    /// hostname'd endpoint of a slice): PTR lookups read this rather than every Service.
+    by_address: BTreeMap<(IpAddr, String, String), u32>,
 }
 
 impl ClusterDns {
@@ -91,6 +94,7 @@ impl ClusterDns {
             zone,
             services: BTreeMap::new(),
             slices: BTreeMap::new(),
+            by_address: BTreeMap::new(),
         })
     }
 
@@ -148,15 +152,46 @@ impl ClusterDns {
         if self.services.get(&key) == Some(&entry) {
             return false;
         }
-        self.services.insert(key, entry);
+        self.index_addresses(&key, service_addresses(&entry.0), Change::Add);
+        if let Some((old, _)) = self.services.insert(key.clone(), entry) {
+            self.index_addresses(&key, service_addresses(&old), Change::Remove);
+        }
         true
     }
 
     /// Removes a Service. Returns whether it was there.
     pub fn delete_service(&mut self, namespace: &str, name: &str) -> bool {
-        self.services
-            .remove(&(namespace.to_string(), name.to_string()))
-            .is_some()
+        let key = (namespace.to_string(), name.to_string());
+        match self.services.remove(&key) {
+            Some((old, _)) => {
+                self.index_addresses(&key, service_addresses(&old), Change::Remove);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Counts `addresses` for the Service `key` in (or out of) the reverse index.
+    fn index_addresses(
+        &mut self,
+        (namespace, service): &(String, String),
+        addresses: impl IntoIterator<Item = IpAddr>,
+        change: Change,
+    ) {
+        for ip in addresses {
+            let key = (ip, namespace.clone(), service.clone());
+            match change {
+                Change::Add => *self.by_address.entry(key).or_default() += 1,
+                Change::Remove => {
+                    if let Some(count) = self.by_address.get_mut(&key) {
+                        *count -= 1;
+                        if *count == 0 {
+                            self.by_address.remove(&key);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Adds or replaces an EndpointSlice (only its ready endpoints are kept). Returns whether
@@ -184,24 +219,57 @@ impl ClusterDns {
         if self.slices.get(&key) == Some(&entry) {
             return false;
         }
-        self.slices.insert(key, entry);
+        let service = (key.0.clone(), key.1.clone());
+        self.index_addresses(&service, slice_addresses(&entry), Change::Add);
+        if let Some(old) = self.slices.insert(key, entry) {
+            self.index_addresses(&service, slice_addresses(&old), Change::Remove);
+        }
         true
     }
 
     /// Removes an EndpointSlice. Returns whether it was there.
     pub fn delete_slice(&mut self, slice: &EndpointSlice) -> bool {
-        slice_key(slice).is_some_and(|key| self.slices.remove(&key).is_some())
+        let Some(key) = slice_key(slice) else {
+            return false;
+        };
+        self.remove_slice(&key)
+    }
+
+    fn remove_slice(&mut self, key: &(String, String, String)) -> bool {
+        match self.slices.remove(key) {
+            Some(old) => {
+                let service = (key.0.clone(), key.1.clone());
+                self.index_addresses(&service, slice_addresses(&old), Change::Remove);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Keeps only the Services in `listed` (after a relist).
     pub fn retain_services(&mut self, listed: &std::collections::BTreeSet<(String, String)>) {
-        self.services.retain(|key, _| listed.contains(key));
+        let gone: Vec<(String, String)> = self
+            .services
+            .keys()
+            .filter(|key| !listed.contains(*key))
+            .cloned()
+            .collect();
+        for (namespace, name) in gone {
+            self.delete_service(&namespace, &name);
+        }
     }
 
     /// Keeps only the slices in `listed` (after a relist), keyed (namespace, slice name).
     pub fn retain_slices(&mut self, listed: &std::collections::BTreeSet<(String, String)>) {
-        self.slices
-            .retain(|(namespace, _, name), _| listed.contains(&(namespace.clone(), name.clone())));
+        let gone: Vec<(String, String, String)> = self
+            .slices
+            .keys()
+            .filter(|(namespace, _, name)| !listed.contains(&(namespace.clone(), name.clone())))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.remove_slice(&key);
+        }
     }
 
     /// How many Services the index holds.
@@ -402,7 +470,18 @@ impl ClusterDns {
     fn reverse(&self, name: &Name, kind: RecordType) -> Option<Answer> {
         let ip = reverse_ip(name)?;
         let mut targets = Vec::new();
-        for ((namespace, service), (target, _)) in &self.services {
+        // The Services the address may belong to, in the index's (namespace, name) order.
+        let candidates = self
+            .by_address
+            .range((ip, String::new(), String::new())..)
+            .take_while(|((candidate, _, _), _)| *candidate == ip)
+            .filter_map(|((_, namespace, service), _)| {
+                let key = (namespace.clone(), service.clone());
+                let (target, _) = self.services.get(&key)?;
+                Some((key, target))
+            });
+        for ((namespace, service), target) in candidates {
+            let (namespace, service) = (namespace.as_str(), service.as_str());
             match target {
                 Target::ClusterIps(ips) if ips.contains(&ip) => {
                     targets.push(self.service_name(namespace, service));
@@ -524,6 +603,31 @@ impl ClusterDns {
             )),
         )
     }
+}
+
+/// Whether addresses enter or leave the reverse index.
+#[derive(Clone, Copy)]
+enum Change {
+    Add,
+    Remove,
+}
+
+/// The addresses a Service reverses from itself: its cluster IPs.
+fn service_addresses(target: &Target) -> Vec<IpAddr> {
+    match target {
+        Target::ClusterIps(ips) => ips.clone(),
+        Target::Headless | Target::ExternalName(_) => Vec::new(),
+    }
+}
+
+/// The addresses a slice's endpoints reverse from (those with a hostname).
+fn slice_addresses(slice: &Slice) -> Vec<IpAddr> {
+    slice
+        .endpoints
+        .iter()
+        .filter(|endpoint| endpoint.hostname.is_some())
+        .flat_map(|endpoint| endpoint.addresses.iter().copied())
+        .collect()
 }
 
 /// What a name holds.

@@ -270,3 +270,41 @@ fn updates_report_whether_answers_changed() {
     dns.retain_services(&listed);
     assert_eq!(dns.service_count(), 1);
 }
+
+#[test]
+fn reverse_lookups_follow_the_index_through_changes_and_relists() {
+    let mut dns = cluster();
+    let upstream = |dns: &ClusterDns, name: &str| {
+        dns.answer(&Name::from_ascii(name).expect("name"), RecordType::PTR) == Answer::Upstream
+    };
+    // A Service's cluster IP moves: the old address is no longer the cluster's.
+    dns.apply_service(&service(json!({
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"clusterIP": "10.96.0.21", "clusterIPs": ["10.96.0.21"]},
+    })));
+    assert!(upstream(&dns, "20.0.96.10.in-addr.arpa."));
+    assert_eq!(
+        dig(&dns, "21.0.96.10.in-addr.arpa.", RecordType::PTR).1,
+        vec!["21.0.96.10.in-addr.arpa. 5 PTR web.shop.svc.cluster.local."]
+    );
+    // A second Service on the same address (a reused IP mid-update) answers both, in order.
+    dns.apply_service(&service(json!({
+        "metadata": {"name": "api", "namespace": "shop"},
+        "spec": {"clusterIP": "10.96.0.21", "clusterIPs": ["10.96.0.21"]},
+    })));
+    assert_eq!(
+        dig(&dns, "21.0.96.10.in-addr.arpa.", RecordType::PTR).1,
+        vec![
+            "21.0.96.10.in-addr.arpa. 5 PTR api.shop.svc.cluster.local.",
+            "21.0.96.10.in-addr.arpa. 5 PTR web.shop.svc.cluster.local.",
+        ]
+    );
+    // A headless endpoint's address goes with its slice.
+    assert!(!upstream(&dns, "5.1.244.10.in-addr.arpa."));
+    dns.retain_slices(&std::collections::BTreeSet::new());
+    assert!(upstream(&dns, "5.1.244.10.in-addr.arpa."));
+    // A relist that keeps nothing leaves nothing indexed.
+    dns.retain_services(&std::collections::BTreeSet::new());
+    assert!(upstream(&dns, "21.0.96.10.in-addr.arpa."));
+    assert!(dns.by_address.is_empty());
+}
