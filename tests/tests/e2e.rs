@@ -62,6 +62,8 @@ mod sets;
 mod streaming;
 #[path = "e2e/tenancy.rs"]
 mod tenancy;
+#[path = "e2e/tenant_dns.rs"]
+mod tenant_dns;
 #[path = "e2e/terraform.rs"]
 mod terraform;
 #[path = "e2e/volumes.rs"]
