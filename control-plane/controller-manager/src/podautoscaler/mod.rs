@@ -19,7 +19,9 @@ use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use serde_json::json;
 use tracing::Instrument;
 
@@ -78,6 +80,10 @@ struct State {
     selectors: HashMap<String, LabelSelector>,
     /// Scale targets' resources by (apiVersion, kind), found through discovery.
     resources: HashMap<(String, String), ApiResource>,
+    /// Each HPA's last Event of each reason: its message, the Event's name and its count.
+    /// The same event again is counted on that Event (upstream's `EventCorrelator`), so an
+    /// HPA that fails the same way every 15 s keeps one Event, not four more a minute.
+    events: HashMap<(String, &'static str), (String, String, i32)>,
 }
 
 struct Controller {
@@ -139,6 +145,7 @@ impl Controller {
             let mut state = self.state();
             state.histories.remove(&key);
             state.selectors.remove(&key);
+            state.events.retain(|(hpa, _), _| *hpa != key);
             return Ok(Requeue::No);
         };
         let span = tracing::info_span!("hpa", hpa = %key);
@@ -335,12 +342,40 @@ impl Controller {
         outcome.error.map_or(Ok(()), Err)
     }
 
-    /// A core/v1 Event about `hpa`, as upstream's recorder writes it; a failure to record is
+    /// A core/v1 Event about `hpa`, as upstream's recorder writes it; the same event again
+    /// (type, reason and message) counts up the Event recorded before. A failure to record is
     /// logged, never fails the reconcile.
     async fn record_event(&self, hpa: &HorizontalPodAutoscaler, event: &Event) {
         let namespace = hpa.metadata.namespace.as_deref().unwrap_or("");
         let name = hpa.metadata.name.as_deref().unwrap_or("");
+        let key = (pods::key(&hpa.metadata), event.reason);
         let now = Timestamp::now().to_string();
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.client.clone(), namespace);
+        let repeated = self
+            .state()
+            .events
+            .get(&key)
+            .filter(|(message, _, _)| *message == event.message)
+            .map(|(_, event_name, count)| (event_name.clone(), *count));
+        if let Some((event_name, count)) = repeated {
+            let patch = json!({"count": count + 1, "lastTimestamp": now});
+            match events
+                .patch(&event_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    if let Some(entry) = self.state().events.get_mut(&key) {
+                        entry.2 = count + 1;
+                    }
+                    return;
+                }
+                // Gone (expired or deleted): recorded anew below.
+                Err(err) => {
+                    tracing::debug!(hpa = %name, %err, "counting a repeated event failed");
+                }
+            }
+        }
         let body = serde_json::from_value(json!({
             "metadata": {"generateName": format!("{name}.")},
             "involvedObject": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
@@ -357,10 +392,15 @@ impl Controller {
             "count": 1,
         }));
         let Ok(body) = body else { return };
-        let events: Api<k8s_openapi::api::core::v1::Event> =
-            Api::namespaced(self.client.clone(), namespace);
-        if let Err(err) = events.create(&PostParams::default(), &body).await {
-            tracing::debug!(hpa = %name, %err, "recording an event failed");
+        match events.create(&PostParams::default(), &body).await {
+            Ok(created) => {
+                if let Some(event_name) = created.metadata.name {
+                    self.state()
+                        .events
+                        .insert(key, (event.message.clone(), event_name, 1));
+                }
+            }
+            Err(err) => tracing::debug!(hpa = %name, %err, "recording an event failed"),
         }
     }
 }
