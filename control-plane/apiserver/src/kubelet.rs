@@ -514,6 +514,24 @@ async fn dial(
     Ok((sender, address))
 }
 
+/// `GET path` on the kubelet of `node`: its answer's head, the body still to read.
+async fn get(
+    server: &ApiServer,
+    state: &TenantState,
+    node: &Value,
+    path: &str,
+) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+    let (mut sender, address) = dial(server, state, node).await?;
+    let request = Request::get(path)
+        .header(header::HOST, address)
+        .body(Empty::new())
+        .map_err(ApiError::internal)?;
+    sender
+        .send_request(request)
+        .await
+        .map_err(|err| ApiError::internal(format!("error reading from the kubelet: {err}")))
+}
+
 /// `GET path` on the kubelet of `node`, its whole answer (`/stats/summary` for
 /// `metrics.k8s.io`), within `timeout`.
 pub async fn kubelet_get(
@@ -525,15 +543,7 @@ pub async fn kubelet_get(
 ) -> Result<Bytes, ApiError> {
     let name = meta::name(node).to_string();
     let fetch = async {
-        let (mut sender, address) = dial(server, state, node).await?;
-        let request = Request::get(path)
-            .header(header::HOST, address)
-            .body(Empty::new())
-            .map_err(ApiError::internal)?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|err| ApiError::internal(format!("error reading from the kubelet: {err}")))?;
+        let response = get(server, state, node, path).await?;
         let code = response.status();
         let body = response
             .into_body()
@@ -570,16 +580,8 @@ pub async fn pod_log(
     let Some(node) = node else {
         return Ok(text_response(StatusCode::OK, Body::empty()));
     };
-    let (mut sender, address) = dial(server, state, &node).await?;
     let path = format!("/containerLogs/{namespace}/{name}/{container}?{query}");
-    let request = Request::get(path)
-        .header(header::HOST, address)
-        .body(Empty::new())
-        .map_err(ApiError::internal)?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|err| ApiError::internal(format!("error reading from the kubelet: {err}")))?;
+    let response = get(server, state, &node, &path).await?;
     let code = response.status();
     if !code.is_success() {
         let body = response

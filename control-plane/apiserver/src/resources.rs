@@ -390,30 +390,13 @@ where
     T::Scope: 'static,
 {
     ResourceInfo {
-        group: Cow::Borrowed(T::GROUP),
-        version: Cow::Borrowed(T::VERSION),
-        kind: Cow::Borrowed(T::KIND),
-        list_kind: Cow::Borrowed(""),
-        plural: Cow::Borrowed(T::URL_PATH_SEGMENT),
-        singular: Cow::Owned(T::KIND.to_lowercase()),
-        namespaced: TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
-        short_names: Vec::new(),
-        categories: Vec::new(),
-        status_subresource: false,
-        scale: None,
-        tracks_generation: false,
         create_only: true,
-        computed: false,
-        strategy: Box::new(strategies::DefaultStrategy),
-        shape: Shape::Typed {
-            canonicalize: canonicalize_as::<T>,
-            schema: |generator| generator.subschema_for::<T>(),
-            schema_name: T::schema_name().into_owned(),
-        },
-        storage_version: None,
-        deprecation_warning: None,
-        terminating: false,
-        conversion: Default::default(),
+        ..typed::<T>(
+            Cow::Borrowed(""),
+            |generator| generator.subschema_for::<T>(),
+            T::schema_name().into_owned(),
+            Box::new(strategies::DefaultStrategy),
+        )
     }
 }
 
@@ -424,10 +407,33 @@ where
     T::Scope: 'static,
 {
     ResourceInfo {
+        computed: true,
+        ..typed::<T>(
+            Cow::Borrowed(T::LIST_KIND),
+            schema,
+            crate::metrics_server::definition_name(T::KIND),
+            Box::new(crate::metrics_server::MetricsStrategy),
+        )
+    }
+}
+
+/// A kind of type `T` with no subresource, verb flag or alias, its OpenAPI schema from
+/// `schema` under `schema_name`.
+fn typed<T>(
+    list_kind: Name,
+    schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+    schema_name: String,
+    strategy: Box<dyn Strategy>,
+) -> ResourceInfo
+where
+    T: k8s_openapi::Resource + DeserializeOwned + Serialize,
+    T::Scope: 'static,
+{
+    ResourceInfo {
         group: Cow::Borrowed(T::GROUP),
         version: Cow::Borrowed(T::VERSION),
         kind: Cow::Borrowed(T::KIND),
-        list_kind: Cow::Borrowed(T::LIST_KIND),
+        list_kind,
         plural: Cow::Borrowed(T::URL_PATH_SEGMENT),
         singular: Cow::Owned(T::KIND.to_lowercase()),
         namespaced: TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
@@ -437,12 +443,12 @@ where
         scale: None,
         tracks_generation: false,
         create_only: false,
-        computed: true,
-        strategy: Box::new(crate::metrics_server::MetricsStrategy),
+        computed: false,
+        strategy,
         shape: Shape::Typed {
             canonicalize: canonicalize_as::<T>,
             schema,
-            schema_name: crate::metrics_server::definition_name(T::KIND),
+            schema_name,
         },
         storage_version: None,
         deprecation_warning: None,
