@@ -19,14 +19,16 @@
 
 #[path = "support/proc.rs"]
 mod proc;
+#[path = "support/service.rs"]
+mod service;
+
+use service::{Process, client, spawn, start_up};
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -41,63 +43,6 @@ const COUNT: usize = 1000;
 const SYNC_PERIOD: Duration = Duration::from_secs(15);
 /// Creates in flight at once.
 const CONCURRENCY: usize = 32;
-
-/// A child process killed on drop.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Process {
-    fn rss(&self) -> anyhow::Result<u64> {
-        proc::rss(self.0.id())
-    }
-
-    fn cpu(&self) -> Duration {
-        proc::cpu(&self.0.id().to_string())
-    }
-}
-
-fn flotilla_bin() -> PathBuf {
-    std::env::var_os("FLOTILLA_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flotilla")))
-}
-
-/// `flotilla up` without in-process control loops; returns it and its kubeconfig path.
-fn start_service(dir: &Path) -> anyhow::Result<(Process, String)> {
-    let mut child = Command::new(flotilla_bin())
-        .args(["up", "--listen", "127.0.0.1:0", "--external-control-loops"])
-        .args(["--nodes", "0"])
-        .arg("--data-dir")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting flotilla up")?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let process = Process(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let kubeconfig = line.trim().to_string();
-    if kubeconfig.is_empty() {
-        bail!("flotilla up printed no kubeconfig path");
-    }
-    Ok((process, kubeconfig))
-}
-
-async fn client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    Ok(kube::Client::try_from(config)?)
-}
 
 fn deployment(index: usize) -> anyhow::Result<Deployment> {
     let name = format!("app-{index}");
@@ -159,16 +104,13 @@ async fn hpa_events(client: &kube::Client) -> anyhow::Result<usize> {
 
 async fn run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let (service, kubeconfig) = start_service(dir.path())?;
+    let (service, kubeconfig) = start_up(
+        dir.path(),
+        &["--external-control-loops", "--nodes", "0"],
+        Stdio::null(),
+    )?;
     let client = client(&kubeconfig).await?;
-    let controllers = Process(
-        Command::new(flotilla_bin())
-            .args(["controller-manager", "--kubeconfig", &kubeconfig])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting flotilla controller-manager")?,
-    );
+    let controllers = spawn(&["controller-manager", "--kubeconfig", &kubeconfig])?;
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     futures::stream::iter(0..COUNT)

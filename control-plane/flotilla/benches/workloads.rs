@@ -16,14 +16,16 @@
 
 #[path = "support/proc.rs"]
 mod proc;
+#[path = "support/service.rs"]
+mod service;
+
+use service::{Process, client, spawn, start_up};
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -42,26 +44,6 @@ const GIVE_UP: Duration = Duration::from_secs(600);
 const KWOK_BAR: Duration = Duration::from_secs(120);
 const TARGET: Duration = Duration::from_secs(30);
 
-/// A child process killed on drop.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Process {
-    fn rss(&self) -> anyhow::Result<u64> {
-        proc::rss(self.0.id())
-    }
-
-    fn cpu(&self) -> Duration {
-        proc::cpu(&self.0.id().to_string())
-    }
-}
-
 /// CPU used by each process of the run between two readings.
 struct CpuReadings(Vec<(&'static str, Duration)>);
 
@@ -71,52 +53,6 @@ impl CpuReadings {
         readings.push(("bench (watch client)", proc::cpu("self")));
         Self(readings)
     }
-}
-
-fn flotilla_bin() -> PathBuf {
-    std::env::var_os("FLOTILLA_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flotilla")))
-}
-
-fn spawn(args: &[&str]) -> anyhow::Result<Process> {
-    let child = Command::new(flotilla_bin())
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting flotilla {args:?}"))?;
-    Ok(Process(child))
-}
-
-/// `flotilla up` without in-process control loops; returns it and its kubeconfig path.
-fn start_service(dir: &Path) -> anyhow::Result<(Process, String)> {
-    let mut child = Command::new(flotilla_bin())
-        .args(["up", "--listen", "127.0.0.1:0", "--external-control-loops"])
-        .arg("--data-dir")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting flotilla up")?;
-    let stdout = child.stdout.take().context("no stdout")?;
-    let process = Process(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let kubeconfig = line.trim().to_string();
-    if kubeconfig.is_empty() {
-        bail!("flotilla up printed no kubeconfig path");
-    }
-    Ok((process, kubeconfig))
-}
-
-async fn client(kubeconfig: &str) -> anyhow::Result<kube::Client> {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    Ok(kube::Client::try_from(config)?)
 }
 
 fn deployment(name: &str) -> anyhow::Result<Deployment> {
@@ -162,7 +98,7 @@ struct Milestones {
 
 async fn run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let (service, kubeconfig) = start_service(dir.path())?;
+    let (service, kubeconfig) = start_up(dir.path(), &["--external-control-loops"], Stdio::null())?;
     let client = client(&kubeconfig).await?;
     let controllers = spawn(&["controller-manager", "--kubeconfig", &kubeconfig])?;
     let scheduler = spawn(&["scheduler", "--kubeconfig", &kubeconfig])?;
