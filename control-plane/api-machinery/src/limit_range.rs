@@ -577,46 +577,16 @@ fn request_limit_enforced_values(
 
 /// Upstream's `Value`: whole units, rounded up.
 fn value(quantity: Quantity) -> i128 {
-    ceil_div(nanos(quantity), 1_000_000_000)
+    ceil_div(quantity.nanos(), 1_000_000_000)
 }
 
 /// Upstream's `MilliValue`: thousandths, rounded up.
 fn milli_value(quantity: Quantity) -> i128 {
-    ceil_div(nanos(quantity), 1_000_000)
+    quantity.milli_value()
 }
 
 fn ceil_div(numerator: i128, denominator: i128) -> i128 {
     -((-numerator).div_euclid(denominator))
-}
-
-/// The exact value in nano-units. `quantity.rs` keeps it private, so it is read back from the
-/// canonical form, which is always an integer and one suffix.
-fn nanos(quantity: Quantity) -> i128 {
-    let text = quantity.to_string();
-    let split = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    let number: i128 = number.parse().unwrap_or(0);
-    let scale: i128 = match suffix {
-        "n" => 1,
-        "u" => 1_000,
-        "m" => 1_000_000,
-        "k" => 1_000_000_000_000,
-        "M" => 1_000_000_000_000_000,
-        "G" => 1_000_000_000_000_000_000,
-        "T" => 10i128.pow(21),
-        "P" => 10i128.pow(24),
-        "E" => 10i128.pow(27),
-        "Ki" => 1_000_000_000 << 10,
-        "Mi" => 1_000_000_000 << 20,
-        "Gi" => 1_000_000_000 << 30,
-        "Ti" => 1_000_000_000 << 40,
-        "Pi" => 1_000_000_000 << 50,
-        "Ei" => 1_000_000_000 << 60,
-        _ => 1_000_000_000,
-    };
-    number.saturating_mul(scale)
 }
 
 #[cfg(test)]

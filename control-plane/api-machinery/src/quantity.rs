@@ -130,6 +130,16 @@ impl Quantity {
     pub fn is_zero(self) -> bool {
         self.nanos == 0
     }
+
+    /// The exact value in nano-units (`1m` is 1 000 000).
+    pub fn nanos(self) -> i128 {
+        self.nanos
+    }
+
+    /// Upstream's `MilliValue`: thousandths, rounded up.
+    pub fn milli_value(self) -> i128 {
+        -((-self.nanos).div_euclid(1_000_000))
+    }
 }
 
 impl Quantity {

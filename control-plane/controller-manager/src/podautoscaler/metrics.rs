@@ -122,33 +122,7 @@ fn usage_of(usage: &k8s_metrics::metrics::Usage, resource: &str) -> Option<i64> 
 /// Upstream's `Quantity.MilliValue`: the quantity in thousandths, rounded up; `None` when
 /// `text` is not a quantity.
 pub fn milli_value(text: &str) -> Option<i64> {
-    let canonical = Quantity::parse(text).ok()?.to_string();
-    let number_end = canonical
-        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-        .unwrap_or(canonical.len());
-    let (number, suffix) = canonical.split_at(number_end);
-    let number: i128 = number.parse().ok()?;
-    let nanos_per_unit: i128 = match suffix {
-        "n" => 1,
-        "u" => 1_000,
-        "m" => 1_000_000,
-        "" => 1_000_000_000,
-        "k" => 1_000_000_000_000,
-        "M" => 1_000_000_000_000_000,
-        "G" => 1_000_000_000_000_000_000,
-        "T" => 1_000_000_000_000_000_000_000,
-        "P" => 1_000_000_000_000_000_000_000_000,
-        "E" => 1_000_000_000_000_000_000_000_000_000,
-        "Ki" => 1_000_000_000 << 10,
-        "Mi" => 1_000_000_000 << 20,
-        "Gi" => 1_000_000_000 << 30,
-        "Ti" => 1_000_000_000 << 40,
-        "Pi" => 1_000_000_000 << 50,
-        "Ei" => 1_000_000_000 << 60,
-        _ => return None,
-    };
-    let nanos = number.checked_mul(nanos_per_unit)?;
-    let millis = -(-nanos).div_euclid(1_000_000);
+    let millis = Quantity::parse(text).ok()?.milli_value();
     Some(i64::try_from(millis).unwrap_or(if millis < 0 { i64::MIN } else { i64::MAX }))
 }
 
