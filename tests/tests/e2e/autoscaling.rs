@@ -169,6 +169,7 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
     let containers = kubectl.ok(&["top", "pods", "--containers", "-l", "app=burner"])?;
     ensure!(containers.contains("burn"), "{containers}");
     autoscale(cluster, applied)?;
+    no_scale_subresource(cluster)?;
     let missing = kubectl.run(&["top", "pod", "no-such-pod"], None, &[])?;
     ensure!(
         !missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("not found"),
@@ -241,6 +242,49 @@ fn autoscale(cluster: &LocalCluster, applied: Instant) -> anyhow::Result<()> {
         "figure: HPA and Deployment created → scaled up to 3 (at most): {:.1} s; → back to 1: {:.1} s (each pod burns {BURN} s from its start; window 20 s)",
         scaled_up.as_secs_f64(),
         applied.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// An HPA whose target kind has no scale subresource: upstream's `FailedGetScale` Event and
+/// `AbleToScale=False`, and nothing else breaks.
+fn no_scale_subresource(cluster: &LocalCluster) -> anyhow::Result<()> {
+    let kubectl = cluster.flotilla.kubectl();
+    kubectl.ok(&["create", "configmap", "settings"])?;
+    cluster.flotilla.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: noscale}
+spec:
+  scaleTargetRef: {apiVersion: v1, kind: ConfigMap, name: settings}
+  maxReplicas: 2
+"#,
+    )?;
+    until(
+        "the HPA on a ConfigMap reports FailedGetScale",
+        Duration::from_secs(30),
+        || {
+            let able = jsonpath(
+                &kubectl,
+                &["get", "hpa", "noscale"],
+                r#"{.status.conditions[?(@.type=="AbleToScale")].status}/{.status.conditions[?(@.type=="AbleToScale")].reason}"#,
+            )?;
+            Ok(able == "False/FailedGetScale")
+        },
+    )?;
+    let events = kubectl.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=noscale,reason=FailedGetScale",
+        "-o",
+        "jsonpath={.items[*].type}",
+    ])?;
+    ensure!(
+        events.contains("Warning"),
+        "FailedGetScale events: {events:?}"
     );
     Ok(())
 }
