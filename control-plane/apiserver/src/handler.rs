@@ -474,6 +474,10 @@ async fn resource_request(
         // An APIService written is probed before the answer, so that the writer's next read
         // (and discovery) has its availability.
         if group == "apiregistration.k8s.io" && target.plural == "apiservices" {
+            // One for a replaceable built-in group moves the group in or out of the table.
+            if let Err(err) = state.kinds.reload(server, &state.tenant).await {
+                tracing::warn!(tenant = %state.tenant.id, error = %err, "reloading the resource table");
+            }
             match (answer.is_ok(), target.name) {
                 (true, Some(name)) => state.remote_apis.refresh(server, state, name).await,
                 _ => state.remote_apis.forget(),
@@ -584,6 +588,13 @@ async fn serve_kind(
             call.include_object()?,
         );
         return Ok(json_response(StatusCode::OK, content_type, &body, &[]));
+    }
+    if resource.kind == "APIService"
+        && (call.method == Method::PUT || call.method == Method::PATCH)
+        && let Some(name) = target.name
+    {
+        let table = state.kinds.table(server, tenant).await?;
+        crate::aggregator::store_replaceable_local(server, state, &table, resource, name).await?;
     }
     if resource.namespaced != target.namespace.is_some() && target.name.is_some() {
         return Err(ApiError::no_such_path());

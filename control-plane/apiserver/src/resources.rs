@@ -457,6 +457,12 @@ where
     }
 }
 
+/// Built-in groups a tenant may serve from its own server instead, by an APIService naming
+/// a Service (metrics-server's `v1beta1.metrics.k8s.io`, as EKS users install it): the
+/// tenant's table then leaves the built-in kinds of the group out, and the aggregator
+/// proxies the group version to that server.
+pub const REPLACEABLE_GROUPS: &[&str] = &["metrics.k8s.io"];
+
 /// All served resources, in discovery order: the built-in kinds shared by every tenant, then
 /// the kinds one tenant's CustomResourceDefinitions add.
 #[derive(Clone)]
@@ -666,6 +672,19 @@ impl Resources {
         let mut all = self.all.clone();
         all.extend(custom);
         Resources { all }
+    }
+
+    /// These resources but those of `groups` (built-in groups a tenant's APIService serves
+    /// instead: see [`REPLACEABLE_GROUPS`]).
+    pub fn without_groups(&self, groups: &[&str]) -> Self {
+        Resources {
+            all: self
+                .all
+                .iter()
+                .filter(|r| !groups.contains(&&*r.group))
+                .cloned()
+                .collect(),
+        }
     }
 
     /// Every resource.

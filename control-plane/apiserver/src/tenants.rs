@@ -799,7 +799,7 @@ async fn publish_authentication(
     Ok(())
 }
 
-async fn create_if_absent(
+pub(crate) async fn create_if_absent(
     server: &crate::ApiServer,
     tenant: &Tenant,
     resource: &crate::resources::ResourceInfo,

@@ -286,5 +286,17 @@ fn an_api_service_proxies_to_its_server_and_kubectl_top_reads_through_it() -> an
         ),
         "{stderr}"
     );
+
+    // metrics-server's APIService removed: the cluster's own metrics.k8s.io serves again
+    // (no node here has a kubelet to read, so its lists are empty rather than proxied).
+    kubectl.ok(&["delete", "apiservice", "v1beta1.metrics.k8s.io"])?;
+    let served = kubectl.ok(&["get", "apiservice", "v1beta1.metrics.k8s.io"])?;
+    ensure!(served.contains("Local"), "after the delete: {served}");
+    let before = server.requests().len();
+    let pods = kubectl.ok(&["get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods"])?;
+    ensure!(
+        pods.contains("\"kind\":\"PodMetricsList\"") && server.requests().len() == before,
+        "served by the cluster itself: {pods}"
+    );
     Ok(())
 }

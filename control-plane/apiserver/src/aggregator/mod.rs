@@ -143,6 +143,41 @@ pub async fn answer(
     }
 }
 
+/// Before a write to the local APIService `name` of a replaceable built-in group
+/// ([`crate::resources::REPLACEABLE_GROUPS`]): the object read back until then is stored, as
+/// upstream's autoregister controller stores it, so that `kubectl apply` of metrics-server's
+/// APIService patches it into one naming metrics-server's Service (which then takes the
+/// group over).
+pub async fn store_replaceable_local(
+    server: &ApiServer,
+    state: &TenantState,
+    table: &Resources,
+    resource: &ResourceInfo,
+    name: &str,
+) -> Result<(), ApiError> {
+    let Some(local) = local_api_services(table).into_iter().find(|service| {
+        crate::meta::name(service) == name
+            && crate::resources::REPLACEABLE_GROUPS
+                .iter()
+                .any(|group| service["spec"]["group"] == *group)
+    }) else {
+        return Ok(());
+    };
+    let mut stored = local;
+    if let Some(object) = stored.as_object_mut() {
+        object.remove("status");
+    }
+    crate::tenants::create_if_absent(
+        server,
+        &state.tenant,
+        resource,
+        "",
+        stored,
+        &crate::store::WriteOptions::default(),
+    )
+    .await
+}
+
 /// A remote group's versions, each with what it was last found to serve (`None`: not
 /// available).
 pub type RemoteVersions = Vec<(String, Option<Value>)>;

@@ -163,9 +163,29 @@ impl TenantKinds {
                 ..Default::default()
             })
             .await?;
+        // The APIServices too: one naming a Service for a replaceable built-in group takes
+        // that group out of the table.
+        let services = match server
+            .resources
+            .find("apiregistration.k8s.io", "v1", "apiservices")
+        {
+            Some(api_services) => {
+                server
+                    .store
+                    .storage()
+                    .range(flotilla_storage::RangeRequest {
+                        prefix: tenant.list_prefix(api_services, None),
+                        ..Default::default()
+                    })
+                    .await?
+                    .kvs
+            }
+            None => Vec::new(),
+        };
         let fingerprint: Vec<(String, flotilla_storage::Revision)> = stored
             .kvs
             .iter()
+            .chain(&services)
             .map(|kv| (kv.key.clone(), kv.mod_revision))
             .collect();
         let unchanged = match self.fingerprint.lock() {
@@ -195,10 +215,26 @@ impl TenantKinds {
                 custom_resource::kinds_of(d, &server.schemas, &conversion)
             })
             .collect();
-        let table = if custom.is_empty() {
-            server.resources.clone()
-        } else {
-            Arc::new(server.resources.with_custom(custom))
+        let replaced: Vec<&str> = crate::resources::REPLACEABLE_GROUPS
+            .iter()
+            .copied()
+            .filter(|group| {
+                services.iter().any(|kv| {
+                    crate::store::decode(kv).is_ok_and(|service| {
+                        service["spec"]["group"] == *group && service["spec"]["service"].is_object()
+                    })
+                })
+            })
+            .collect();
+        let table = match (custom.is_empty(), replaced.is_empty()) {
+            (true, true) => server.resources.clone(),
+            (false, true) => Arc::new(server.resources.with_custom(custom)),
+            (_, false) => Arc::new(
+                server
+                    .resources
+                    .without_groups(&replaced)
+                    .with_custom(custom),
+            ),
         };
         if let Ok(mut loaded) = self.loaded.write() {
             *loaded = Some((Instant::now(), table.clone()));
