@@ -1,11 +1,13 @@
 //! Flotilla's cloud controller: the provider traits ([`provider`]), their AWS implementation
 //! ([`aws`], the only code that links the AWS SDK), and the per-cluster controllers that run
 //! as pure API clients of the tenant API, beside the scheduler and the controller-manager:
-//! nodes ([`node`]), `type: LoadBalancer` Services ([`service`]), EBS volumes ([`volume`]) and
-//! node pools ([`nodepool`], driven by the hosted service's records).
+//! nodes ([`node`]), `type: LoadBalancer` Services ([`service`]), Ingresses on application
+//! load balancers ([`ingress`]), EBS volumes ([`volume`]) and node pools ([`nodepool`], driven
+//! by the hosted service's records).
 
 pub mod aws;
 pub mod config;
+pub mod ingress;
 pub mod node;
 pub mod nodepool;
 pub mod provider;
@@ -26,6 +28,7 @@ pub async fn run(client: kube::Client, cloud: Arc<dyn Cloud>, settings: Arc<Clou
     let controllers: Vec<BoxFuture<'static, ()>> = vec![
         node::run(client.clone(), cloud.clone()).boxed(),
         service::run(client.clone(), cloud.clone(), settings.clone()).boxed(),
+        ingress::run(client.clone(), cloud.clone(), settings.clone()).boxed(),
         volume::run(client, cloud, settings).boxed(),
     ];
     futures::future::join_all(controllers).await;

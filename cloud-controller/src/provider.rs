@@ -1,9 +1,10 @@
 //! The cloud-provider interfaces the controllers are written against (upstream's
-//! `cloudprovider.InstancesV2` and `LoadBalancer`, plus node groups and block volumes), their
+//! `cloudprovider.InstancesV2` and `LoadBalancer`, plus node groups, block volumes and the
+//! application load balancers of Ingresses), their
 //! data types, and the one error type every provider call returns. The AWS implementation is
 //! in [`crate::aws`]; unit tests use fakes of these traits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, NodeAddress, Service};
@@ -184,6 +185,123 @@ pub trait LoadBalancers: Send + Sync {
     async fn ensure_load_balancer_deleted(&self, service: &Service) -> CloudResult<()>;
 }
 
+/// What a listener or a rule does with a request (the ALB action types an Ingress needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlbAction {
+    /// Forward to the target group of that name (a name of [`AlbModel::target_groups`]).
+    Forward {
+        /// The target group's name.
+        target_group: String,
+    },
+    /// Answer without any backend (upstream's default action: 404, `text/plain`).
+    FixedResponse {
+        /// HTTP status code (`"404"`).
+        status_code: String,
+        /// Content type (`text/plain`).
+        content_type: String,
+    },
+}
+
+/// One listener rule: all its conditions must match (values within one condition are ORed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlbRule {
+    /// Evaluation order within the listener, from 1 (lowest first).
+    pub priority: i32,
+    /// `host-header` values; empty for no host condition.
+    pub host_header: Vec<String>,
+    /// `path-pattern` values; empty for no path condition.
+    pub path_pattern: Vec<String>,
+    /// What a matching request gets.
+    pub action: AlbAction,
+}
+
+/// One listener of an application load balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlbListener {
+    /// Port.
+    pub port: i32,
+    /// `HTTP` or `HTTPS`.
+    pub protocol: String,
+    /// Certificates of an HTTPS listener (the first is the default one).
+    pub certificate_arns: Vec<String>,
+    /// Security policy of an HTTPS listener.
+    pub ssl_policy: Option<String>,
+    /// What requests no rule matches get.
+    pub default_action: AlbAction,
+    /// The rules, in priority order.
+    pub rules: Vec<AlbRule>,
+}
+
+/// The health check of an ALB target group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlbHealthCheck {
+    /// `HTTP` or `HTTPS`.
+    pub protocol: String,
+    /// `traffic-port` or a port number.
+    pub port: String,
+    /// Path.
+    pub path: String,
+    /// Seconds between checks.
+    pub interval_seconds: i32,
+    /// Seconds a check may take.
+    pub timeout_seconds: i32,
+    /// Successes to become healthy.
+    pub healthy_threshold: i32,
+    /// Failures to become unhealthy.
+    pub unhealthy_threshold: i32,
+    /// Status codes of a healthy answer (`200`, `200-299`, `200,302`).
+    pub success_codes: String,
+}
+
+/// One target group of an application load balancer: instance targets on a NodePort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlbTargetGroup {
+    /// Its name (≤ 32 characters), fixed by what it targets.
+    pub name: String,
+    /// `HTTP` or `HTTPS` (the backend protocol).
+    pub protocol: String,
+    /// The targets' port: the Service's NodePort.
+    pub port: i32,
+    /// Health check.
+    pub health_check: AlbHealthCheck,
+    /// Tags of this group beyond [`AlbModel::tags`].
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Everything an Ingress asks of its application load balancer (upstream's model stack),
+/// built and validated by the ingress controller; the provider only carries it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlbModel {
+    /// The load balancer's name (≤ 32 characters).
+    pub name: String,
+    /// Scheme `internal` instead of `internet-facing`.
+    pub internal: bool,
+    /// Tags of every resource made for the Ingress: they find them again for cleanup.
+    pub tags: BTreeMap<String, String>,
+    /// The target groups; listeners and rules name them.
+    pub target_groups: Vec<AlbTargetGroup>,
+    /// The listeners, with their rules.
+    pub listeners: Vec<AlbListener>,
+    /// The Nodes' provider IDs (`aws:///zone/i-…`) registered in every target group.
+    pub targets: BTreeSet<String>,
+}
+
+/// Application load balancers for Ingresses (what the AWS Load Balancer Controller does
+/// with ELBv2): the controller builds an [`AlbModel`], the provider makes the cloud match it.
+#[async_trait]
+pub trait ApplicationLoadBalancers: Send + Sync {
+    /// Creates or updates the load balancer, its target groups and targets, listeners and
+    /// rules to match `model`, and removes what the model no longer has (resources carrying
+    /// `model.tags` that it does not name). Returns the load balancer's DNS name.
+    async fn ensure_application_load_balancer(&self, model: &AlbModel) -> CloudResult<String>;
+    /// Deletes every load balancer (with its listeners and rules) and target group carrying
+    /// all of `tags`; done when nothing is left.
+    async fn delete_application_load_balancer(
+        &self,
+        tags: &BTreeMap<String, String>,
+    ) -> CloudResult<()>;
+}
+
 /// A block volume (EBS).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Volume {
@@ -255,6 +373,9 @@ pub trait Volumes: Send + Sync {
 }
 
 /// Everything a cluster's cloud controllers need of one cloud.
-pub trait Cloud: InstancesV2 + NodeGroups + LoadBalancers + Volumes {}
+pub trait Cloud:
+    InstancesV2 + NodeGroups + LoadBalancers + ApplicationLoadBalancers + Volumes
+{
+}
 
-impl<T: InstancesV2 + NodeGroups + LoadBalancers + Volumes> Cloud for T {}
+impl<T: InstancesV2 + NodeGroups + LoadBalancers + ApplicationLoadBalancers + Volumes> Cloud for T {}

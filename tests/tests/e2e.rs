@@ -36,6 +36,8 @@ mod eviction;
 mod firstboot;
 #[path = "e2e/firsthour.rs"]
 mod firsthour;
+#[path = "e2e/ingress.rs"]
+mod ingress;
 #[path = "e2e/jobs.rs"]
 mod jobs;
 #[path = "e2e/kubelet.rs"]

@@ -465,7 +465,7 @@ fn status_of(load_balancer: &LoadBalancer) -> LoadBalancerStatus {
     }
 }
 
-fn missing(what: &str) -> CloudError {
+pub(super) fn missing(what: &str) -> CloudError {
     CloudError {
         code: "InternalError".into(),
         message: format!("ELBv2 answered without {what}"),
@@ -474,7 +474,7 @@ fn missing(what: &str) -> CloudError {
 }
 
 /// `Ok(())` for the error codes that mean "already gone".
-fn tolerate_gone(result: CloudResult<()>, codes: &[&str]) -> CloudResult<()> {
+pub(super) fn tolerate_gone(result: CloudResult<()>, codes: &[&str]) -> CloudResult<()> {
     match result {
         Err(err) if codes.contains(&err.code.as_str()) => Ok(()),
         other => other,
@@ -494,7 +494,7 @@ fn health_check_matches(group: &TargetGroup, check: &HealthCheck) -> bool {
 impl AwsCloud {
     /// Every load balancer named `name`, oldest first (AWS has at most one; moto may hold
     /// several after a create it did not deduplicate).
-    async fn load_balancers_named(&self, name: &str) -> CloudResult<Vec<LoadBalancer>> {
+    pub(super) async fn load_balancers_named(&self, name: &str) -> CloudResult<Vec<LoadBalancer>> {
         match self.elb.describe_load_balancers().names(name).send().await {
             Ok(answer) => {
                 let mut found = answer.load_balancers().to_vec();
@@ -522,7 +522,7 @@ impl AwsCloud {
 
     /// The Service's load balancer; extra ones of the same name (a duplicate create) are
     /// deleted so that exactly one is left.
-    async fn find_load_balancer(&self, name: &str) -> CloudResult<Option<LoadBalancer>> {
+    pub(super) async fn find_load_balancer(&self, name: &str) -> CloudResult<Option<LoadBalancer>> {
         let mut found = self.load_balancers_named(name).await?;
         if found.is_empty() {
             return Ok(None);
@@ -539,7 +539,7 @@ impl AwsCloud {
 
     /// The candidate subnets: those of the cluster's VPC, else those tagged for the cluster,
     /// plus the cluster's configured subnets.
-    async fn candidate_subnets(&self) -> CloudResult<Vec<SubnetInfo>> {
+    pub(super) async fn candidate_subnets(&self) -> CloudResult<Vec<SubnetInfo>> {
         let settings = &self.settings;
         let mut requests = Vec::new();
         let filter = |name: &str, value: &str| {
@@ -633,7 +633,7 @@ impl AwsCloud {
             .ok_or_else(|| missing("the new load balancer"))
     }
 
-    async fn target_group_named(&self, name: &str) -> CloudResult<Option<TargetGroup>> {
+    pub(super) async fn target_group_named(&self, name: &str) -> CloudResult<Option<TargetGroup>> {
         match self.elb.describe_target_groups().names(name).send().await {
             Ok(answer) => Ok(answer.target_groups().first().cloned()),
             Err(err) => {
@@ -707,7 +707,7 @@ impl AwsCloud {
     }
 
     /// Registers and deregisters so that exactly `wanted` are the group's targets.
-    async fn sync_targets(
+    pub(super) async fn sync_targets(
         &self,
         group_arn: &str,
         node_port: i32,
@@ -828,7 +828,7 @@ impl AwsCloud {
         }
     }
 
-    async fn delete_target_group(&self, arn: &str) -> CloudResult<()> {
+    pub(super) async fn delete_target_group(&self, arn: &str) -> CloudResult<()> {
         let result = self
             .elb
             .delete_target_group()
@@ -840,7 +840,7 @@ impl AwsCloud {
         tolerate_gone(result, &["TargetGroupNotFound"])
     }
 
-    async fn delete_listener(&self, arn: &str) -> CloudResult<()> {
+    pub(super) async fn delete_listener(&self, arn: &str) -> CloudResult<()> {
         let result = self
             .elb
             .delete_listener()
@@ -853,7 +853,7 @@ impl AwsCloud {
     }
 
     /// Listeners, then the target groups they used, then the load balancer.
-    async fn delete_load_balancer_tree(&self, arn: &str) -> CloudResult<()> {
+    pub(super) async fn delete_load_balancer_tree(&self, arn: &str) -> CloudResult<()> {
         let groups = self.target_groups_of(arn).await?;
         for listener in self.listeners_of(arn).await? {
             self.delete_listener(&listener.arn).await?;
@@ -874,7 +874,7 @@ impl AwsCloud {
 
     /// Target groups carrying the Service's tags that no listener holds (left by a changed
     /// NodePort or a failure between creating a group and its listener).
-    async fn tagged_target_groups(
+    pub(super) async fn tagged_target_groups(
         &self,
         tags: &BTreeMap<String, String>,
     ) -> CloudResult<Vec<String>> {

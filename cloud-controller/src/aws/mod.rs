@@ -2,6 +2,7 @@
 //! (EC2 for instances and volumes, ELBv2 for load balancers). Every client is built from a
 //! cluster's [`CloudSettings`], so the same code runs against AWS and LocalStack.
 
+mod alb;
 mod ebs;
 mod elb;
 mod instances;

@@ -596,7 +596,7 @@ impl Resources {
             ),
             define::<networking::Ingress>(
                 status_only(&["ing"], false),
-                Box::new(s::DefaultStrategy),
+                Box::new(s::IngressStrategy),
             ),
             define::<networking::IngressClass>(PLAIN, Box::new(s::DefaultStrategy)),
             define::<networking::NetworkPolicy>(short(&["netpol"]), Box::new(s::DefaultStrategy)),

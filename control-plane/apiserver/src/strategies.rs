@@ -12,6 +12,7 @@ use crate::table::{Column, age_column, int_at, name_column, or_none};
 mod autoscaling;
 mod config;
 mod ephemeral;
+mod networking;
 mod resize;
 mod runtimeclass;
 mod storage;
@@ -20,6 +21,7 @@ mod workloads;
 
 pub use autoscaling::*;
 pub use config::*;
+pub use networking::*;
 pub use runtimeclass::*;
 pub use storage::*;
 pub use webhooks::*;

@@ -165,7 +165,7 @@ pub async fn hosted(
             ));
             current = Some((settings.clone(), cloud, task));
         }
-        let Some((_, cloud, _)) = current.as_ref() else {
+        let Some((current_settings, cloud, _)) = current.as_ref() else {
             continue;
         };
         let pools = NodePools::new(
@@ -202,7 +202,7 @@ pub async fn hosted(
             && managed.pools.is_empty()
             && !managed.cluster.cloud_released
         {
-            match release(&client, cloud.as_ref()).await {
+            match release(&client, cloud.as_ref(), current_settings).await {
                 Ok(()) => {
                     if let Err(err) = management.release_cloud(&managed.cluster).await {
                         tracing::warn!(cluster = %cluster_id, %err, "releasing the cluster failed");
@@ -233,9 +233,14 @@ fn report_of(observation: PoolObservation) -> NodePoolReport {
 }
 
 /// Deletes what the cluster's objects made in the cloud: every `type: LoadBalancer`
-/// Service's load balancer, and the volumes of PersistentVolumes whose reclaim policy is
-/// Delete (the tenant and its objects go right after, so no controller would).
-async fn release(client: &kube::Client, cloud: &AwsCloud) -> anyhow::Result<()> {
+/// Service's load balancer, every Ingress's application load balancer (found by the
+/// cluster's tags), and the volumes of PersistentVolumes whose reclaim policy is Delete (the
+/// tenant and its objects go right after, so no controller would).
+async fn release(
+    client: &kube::Client,
+    cloud: &AwsCloud,
+    settings: &CloudSettings,
+) -> anyhow::Result<()> {
     use flotilla_cloud_controller::provider::{LoadBalancers, Volumes};
     let services: Api<Service> = Api::all(client.clone());
     for service in services.list(&ListParams::default()).await?.items {
@@ -248,6 +253,7 @@ async fn release(client: &kube::Client, cloud: &AwsCloud) -> anyhow::Result<()> 
             cloud.ensure_load_balancer_deleted(&service).await?;
         }
     }
+    flotilla_cloud_controller::ingress::release(cloud, settings).await?;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     for volume in volumes.list(&ListParams::default()).await?.items {
         let Some(spec) = volume.spec.as_ref() else {
