@@ -286,5 +286,66 @@ spec:
         events.contains("Warning"),
         "FailedGetScale events: {events:?}"
     );
+
+    // A custom resource with a scale subresource is a target like a Deployment: its scale is
+    // read (AbleToScale), and with no pod of its selector reporting, no metric is valid yet.
+    cluster.flotilla.ok_stdin(&["apply", "-f", "-"], WIDGETS)?;
+    until(
+        "the widgets definition is established",
+        Duration::from_secs(30),
+        || {
+            Ok(kubectl
+                .run(&["get", "widgets"], None, &[])
+                .is_ok_and(|out| out.status.success()))
+        },
+    )?;
+    kubectl.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {replicas: 1}\n",
+    )?;
+    kubectl.ok(&[
+        "patch",
+        "widget",
+        "w",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":1,"selector":"app=widget"}}"#,
+    ])?;
+    cluster.flotilla.ok_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: widget}\nspec:\n  scaleTargetRef: {apiVersion: example.com/v1, kind: Widget, name: w}\n  maxReplicas: 2\n",
+    )?;
+    until(
+        "the HPA on a Widget reads its scale",
+        Duration::from_secs(30),
+        || {
+            let conditions = jsonpath(
+                &kubectl,
+                &["get", "hpa", "widget"],
+                r#"{.status.conditions[?(@.type=="AbleToScale")].reason}/{.status.conditions[?(@.type=="ScalingActive")].reason}"#,
+            )?;
+            Ok(conditions == "SucceededGetScale/FailedGetResourceMetric")
+        },
+    )?;
     Ok(())
 }
+
+/// A namespaced kind with a scale subresource.
+const WIDGETS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas, labelSelectorPath: .status.selector}
+"#;
