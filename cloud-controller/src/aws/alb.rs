@@ -292,7 +292,7 @@ fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<Tag> {
 
 impl AwsCloud {
     /// The ARNs among `arns` that carry all of `tags`.
-    async fn carrying_tags(
+    pub(super) async fn carrying_tags(
         &self,
         arns: &[String],
         tags: &BTreeMap<String, String>,

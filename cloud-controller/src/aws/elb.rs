@@ -62,8 +62,6 @@ const DEFAULT_HC_INTERVAL: i32 = 30;
 const DEFAULT_HC_TIMEOUT: i32 = 10;
 const DEFAULT_HC_THRESHOLD: i32 = 3;
 const TRAFFIC_PORT: &str = "traffic-port";
-/// DescribeTags takes at most this many ARNs.
-const DESCRIBE_TAGS_BATCH: usize = 20;
 
 /// Upstream's `cloudprovider.DefaultLoadBalancerName`: `a` + the UID without dashes, cut to
 /// the 32 characters AWS allows.
@@ -888,30 +886,7 @@ impl AwsCloud {
                     .filter_map(|g| g.target_group_arn().map(str::to_string)),
             );
         }
-        let mut matching = Vec::new();
-        for batch in arns.chunks(DESCRIBE_TAGS_BATCH) {
-            let answer = self
-                .elb
-                .describe_tags()
-                .set_resource_arns(Some(batch.to_vec()))
-                .send()
-                .await
-                .map_err(cloud_error)?;
-            for description in answer.tag_descriptions() {
-                let has = |key: &str, value: &str| {
-                    description
-                        .tags()
-                        .iter()
-                        .any(|t| t.key() == Some(key) && t.value() == Some(value))
-                };
-                if tags.iter().all(|(k, v)| has(k, v))
-                    && let Some(arn) = description.resource_arn()
-                {
-                    matching.push(arn.to_string());
-                }
-            }
-        }
-        Ok(matching)
+        self.carrying_tags(&arns, tags).await
     }
 }
 
