@@ -59,7 +59,37 @@ impl Selection {
             && self.fields.as_ref().is_none_or(FieldSelector::is_empty)
     }
 
-    /// The single name a `metadata.name=x` field selector pins, if it does.
+    /// Whether an object stored as `raw` JSON may match, judged without decoding it: every
+    /// `=`, `==` and `in` requirement needs its key and one of its values, and every `exists`
+    /// its key, to appear in the bytes as JSON strings (label keys and values are restricted
+    /// to characters JSON never escapes). `false` only when the object cannot match; lists
+    /// with a label selector then decode only the objects that may (a 1000-pod namespace
+    /// listed for one app's pods decoded every pod: 17 ms of the server's CPU).
+    pub fn may_match_raw(&self, raw: &[u8]) -> bool {
+        let Some(labels) = &self.labels else {
+            return true;
+        };
+        let appears = |text: &str| {
+            let mut quoted = Vec::with_capacity(text.len() + 2);
+            quoted.push(b'"');
+            quoted.extend_from_slice(text.as_bytes());
+            quoted.push(b'"');
+            memchr::memmem::find(raw, &quoted).is_some()
+        };
+        labels.requirements().iter().all(|requirement| {
+            use flotilla_api_machinery::selector::Operator;
+            match requirement.operator() {
+                Operator::Equals | Operator::DoubleEquals | Operator::In => {
+                    appears(requirement.key())
+                        && requirement.values().iter().any(|value| appears(value))
+                }
+                Operator::Exists => appears(requirement.key()),
+                _ => true,
+            }
+        })
+    }
+
+    /// Whether `obj` matches both selectors.
     pub fn matches(&self, obj: &Value, resource: &ResourceInfo) -> bool {
         if let Some(labels) = &self.labels
             && !labels.matches(&meta::labels(obj))
@@ -81,5 +111,31 @@ impl Selection {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_objects_that_cannot_match_are_told_apart_without_decoding() {
+        let pods = crate::resources::Resources::builtin();
+        let pods = pods.find("", "v1", "pods").expect("pods");
+        let raw = br#"{"metadata":{"name":"p-5","labels":{"app":"app-5","tier":"web"}}}"#;
+        let may = |labels: &str| {
+            Selection::parse(Some(labels), None, pods)
+                .expect("selector")
+                .may_match_raw(raw)
+        };
+        assert!(may("app=app-5"));
+        assert!(may("app in (app-4,app-5),tier"));
+        assert!(!may("app=app-6"));
+        assert!(!may("app in (app-4,app-6)"));
+        assert!(!may("zone"));
+        // What the bytes cannot rule out is left to the decoded match.
+        assert!(may("app!=app-5"));
+        assert!(may("!zone"));
+        assert!(Selection::everything().may_match_raw(raw));
     }
 }

@@ -266,6 +266,9 @@ async fn take_matching(
             break;
         }
         taken += 1;
+        if filtering && !selection.may_match_raw(&kv.value) {
+            continue;
+        }
         let obj = if resource.converts_in_place() {
             decode_as(kv, resource).await?
         } else {
