@@ -59,6 +59,23 @@ pub fn is_ours(ingress: &Ingress, classes: &[Arc<IngressClass>]) -> bool {
     matches!(defaults.as_slice(), [only] if is_our_class(only))
 }
 
+/// The class `spec.ingressClassName` names when no IngressClass of that name exists (and no
+/// legacy annotation decides): no controller of the cluster can serve the Ingress, which
+/// deserves a word rather than silence. A class that exists but is another controller's is
+/// that controller's business.
+pub fn unknown_class<'a>(ingress: &'a Ingress, classes: &[Arc<IngressClass>]) -> Option<&'a str> {
+    let annotated = ingress
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CLASS_ANNOTATION));
+    let name = ingress.spec.as_ref()?.ingress_class_name.as_deref()?;
+    let exists = classes
+        .iter()
+        .any(|c| c.metadata.name.as_deref() == Some(name));
+    (!annotated && !exists).then_some(name)
+}
+
 /// The IngressClass this controller creates.
 pub fn alb_class() -> IngressClass {
     IngressClass {
@@ -134,6 +151,25 @@ mod tests {
             "spec": {"ingressClassName": class_name},
         }))
         .expect("an ingress")
+    }
+
+    #[test]
+    fn only_a_class_that_exists_nowhere_is_unknown() {
+        let classes = [
+            class("alb", CONTROLLER, false),
+            class("nginx", "k8s.io/ingress-nginx", false),
+        ];
+        assert_eq!(
+            unknown_class(&ingress(json!({}), Some("traefik")), &classes),
+            Some("traefik")
+        );
+        assert_eq!(
+            unknown_class(&ingress(json!({}), Some("nginx")), &classes),
+            None
+        );
+        assert_eq!(unknown_class(&ingress(json!({}), None), &classes), None);
+        let annotated = ingress(json!({CLASS_ANNOTATION: "traefik"}), Some("traefik"));
+        assert_eq!(unknown_class(&annotated, &classes), None);
     }
 
     #[test]

@@ -357,6 +357,20 @@ async fn sync(ingress: &Ingress, context: &Context) -> Result<Action, CloudError
         return cleanup(ingress, context).await;
     }
     if !ours || deleting {
+        if !deleting && let Some(class) = class::unknown_class(ingress, &context.classes.state()) {
+            context
+                .event(
+                    ingress,
+                    EventType::Warning,
+                    "UnknownIngressClass",
+                    format!(
+                        "IngressClass {class:?} not found: no controller serves this Ingress (the {:?} class is {})",
+                        class::CLASS_NAME,
+                        class::CONTROLLER
+                    ),
+                )
+                .await;
+        }
         context.forget(ingress);
         return Ok(Action::await_change());
     }

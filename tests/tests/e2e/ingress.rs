@@ -552,6 +552,26 @@ fn scenario(
         "the event does not name the Service: {note}"
     );
     eprintln!("missing backend event: {note}");
+    // `nginx` names no IngressClass of this cluster: said, and nothing built for it.
+    until(
+        "other has an UnknownIngressClass event",
+        Duration::from_secs(30),
+        || {
+            let events: Value = serde_json::from_str(&f.ok(&[
+                "get",
+                "events.events.k8s.io",
+                "-n",
+                "default",
+                "-o",
+                "json",
+            ])?)?;
+            Ok(list(&events["items"]).iter().any(|e| {
+                e["regarding"]["name"] == "other"
+                    && e["reason"] == "UnknownIngressClass"
+                    && text(&e["note"]).contains("\"nginx\" not found")
+            }))
+        },
+    )?;
     ensure!(
         load_balancers(aws)?.len() == 1,
         "a broken Ingress made a load balancer"
