@@ -8,13 +8,13 @@
 //! from `tests/localstack/install`, which needs PyPI).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Flotilla, Kubectl, LocalStack, flotilla_process, jsonpath, until};
 use serde_json::{Value, json};
+
+use crate::loadbalancer::{CloudController, text};
 
 const CLUSTER_ID: &str = "demo";
 
@@ -72,41 +72,6 @@ spec:
   ingressClassName: nginx
   defaultBackend: {service: {name: web, port: {number: 80}}}
 "#;
-
-/// `flotilla cloud-controller` with LocalStack's AWS environment; its log goes to a file
-/// printed when the test fails.
-struct CloudController {
-    child: Child,
-    log: PathBuf,
-}
-
-impl CloudController {
-    fn start(dir: &Path, args: &[&str]) -> anyhow::Result<Self> {
-        let log = dir.join("cloud-controller.log");
-        let child = flotilla_e2e::cloud_controller_command(args)?
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting flotilla cloud-controller")?;
-        Ok(CloudController { child, log })
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-}
-
-impl Drop for CloudController {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn text(value: &Value) -> String {
-    value.as_str().unwrap_or_default().to_string()
-}
 
 fn list(value: &Value) -> Vec<Value> {
     value.as_array().cloned().unwrap_or_default()

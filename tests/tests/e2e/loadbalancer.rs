@@ -63,13 +63,13 @@ spec:
 
 /// `flotilla cloud-controller` with the AWS environment it needs (flotilla_process passes no
 /// environment); its log goes to a file printed when the test fails.
-struct CloudController {
+pub(crate) struct CloudController {
     child: Child,
     log: PathBuf,
 }
 
 impl CloudController {
-    fn start(dir: &Path, args: &[&str]) -> anyhow::Result<Self> {
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> anyhow::Result<Self> {
         let log = dir.join("cloud-controller.log");
         let child = flotilla_e2e::cloud_controller_command(args)?
             .stderr(std::fs::File::create(&log)?)
@@ -78,7 +78,7 @@ impl CloudController {
         Ok(CloudController { child, log })
     }
 
-    fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
@@ -92,7 +92,7 @@ impl Drop for CloudController {
     }
 }
 
-fn text(value: &Value) -> String {
+pub(crate) fn text(value: &Value) -> String {
     value.as_str().unwrap_or_default().to_string()
 }
 
