@@ -458,28 +458,6 @@ impl AwsCloud {
             .ok_or_else(|| missing("the new target group"))
     }
 
-    async fn full_listeners_of(&self, load_balancer_arn: &str) -> CloudResult<Vec<Listener>> {
-        let mut listeners = Vec::new();
-        let mut marker: Option<String> = None;
-        loop {
-            let answer = self
-                .elb
-                .describe_listeners()
-                .load_balancer_arn(load_balancer_arn)
-                .set_marker(marker.clone())
-                .send()
-                .await
-                .map_err(cloud_error)?;
-            listeners.extend(answer.listeners().to_vec());
-            match answer.next_marker() {
-                Some(next) if !next.is_empty() && marker.as_deref() != Some(next) => {
-                    marker = Some(next.to_string());
-                }
-                _ => return Ok(listeners),
-            }
-        }
-    }
-
     async fn rules_of(&self, listener_arn: &str) -> CloudResult<Vec<SeenRule>> {
         let mut rules = Vec::new();
         let mut marker: Option<String> = None;

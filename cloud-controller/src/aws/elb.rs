@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::types::{
-    Action, ActionTypeEnum, LoadBalancer, LoadBalancerAttribute, LoadBalancerSchemeEnum,
+    Action, ActionTypeEnum, Listener, LoadBalancer, LoadBalancerAttribute, LoadBalancerSchemeEnum,
     LoadBalancerTypeEnum, ProtocolEnum, Tag, TargetDescription, TargetGroup, TargetHealthStateEnum,
     TargetTypeEnum,
 };
@@ -763,25 +763,44 @@ impl AwsCloud {
         Ok(())
     }
 
-    async fn listeners_of(&self, load_balancer_arn: &str) -> CloudResult<Vec<ExistingListener>> {
-        let answer = match self
-            .elb
-            .describe_listeners()
-            .load_balancer_arn(load_balancer_arn)
-            .send()
-            .await
-        {
-            Ok(answer) => answer,
-            Err(err) => {
-                let err = cloud_error(err);
-                if err.code == "LoadBalancerNotFound" || err.code == "ListenerNotFound" {
-                    return Ok(Vec::new());
+    /// Every listener of the load balancer, page by page; none when it is gone.
+    pub(super) async fn full_listeners_of(
+        &self,
+        load_balancer_arn: &str,
+    ) -> CloudResult<Vec<Listener>> {
+        let mut listeners = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let answer = match self
+                .elb
+                .describe_listeners()
+                .load_balancer_arn(load_balancer_arn)
+                .set_marker(marker.clone())
+                .send()
+                .await
+            {
+                Ok(answer) => answer,
+                Err(err) => {
+                    let err = cloud_error(err);
+                    if err.code == "LoadBalancerNotFound" || err.code == "ListenerNotFound" {
+                        return Ok(Vec::new());
+                    }
+                    return Err(err);
                 }
-                return Err(err);
+            };
+            listeners.extend(answer.listeners().to_vec());
+            match answer.next_marker() {
+                Some(next) if !next.is_empty() && marker.as_deref() != Some(next) => {
+                    marker = Some(next.to_string());
+                }
+                _ => return Ok(listeners),
             }
-        };
-        Ok(answer
-            .listeners()
+        }
+    }
+
+    async fn listeners_of(&self, load_balancer_arn: &str) -> CloudResult<Vec<ExistingListener>> {
+        let listeners = self.full_listeners_of(load_balancer_arn).await?;
+        Ok(listeners
             .iter()
             .filter_map(|l| {
                 Some(ExistingListener {

@@ -260,13 +260,14 @@ async fn take_matching(
 ) -> Result<usize, ApiError> {
     let start = items.len();
     let filtering = !selection.is_everything();
+    let raw_filter = selection.raw_filter();
     let mut taken = 0;
     for kv in kvs {
         if limit > 0 && items.len() >= limit {
             break;
         }
         taken += 1;
-        if filtering && !selection.may_match_raw(&kv.value) {
+        if !raw_filter.may_match(&kv.value) {
             continue;
         }
         let obj = if resource.converts_in_place() {
