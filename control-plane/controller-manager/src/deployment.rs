@@ -954,32 +954,14 @@ impl DeploymentSync<'_> {
         Ok(())
     }
 
-    /// A core/v1 Event about the Deployment, as upstream's recorder writes; a failure to
-    /// record is logged, never fails the sync.
+    /// A core/v1 Event about the Deployment ([`crate::events::create`]).
     async fn event(&self, type_: &str, reason: &str, message: &str) {
-        let now = Timestamp::now().to_string();
-        let namespace = self.namespace();
-        let event = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{}.", self.name())},
-            "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment",
-                               "namespace": namespace, "name": self.name(),
-                               "uid": self.d.metadata.uid,
-                               "resourceVersion": self.d.metadata.resource_version},
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": MANAGER},
-            "reportingComponent": MANAGER,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }));
-        let Ok(event) = event else { return };
-        let events: Api<k8s_openapi::api::core::v1::Event> =
-            Api::namespaced(self.client.clone(), &namespace);
-        if let Err(err) = events.create(&PostParams::default(), &event).await {
-            tracing::debug!(deployment = %self.key, %err, "recording an event failed");
-        }
+        let object = crate::events::EventRef {
+            api_version: "apps/v1",
+            kind: "Deployment",
+            metadata: &self.d.metadata,
+        };
+        crate::events::create(self.client, MANAGER, object, type_, reason, message).await;
     }
 }
 

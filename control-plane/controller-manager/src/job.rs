@@ -1264,8 +1264,7 @@ impl JobRef {
         }
     }
 
-    /// Records a core/v1 Event (what `kubectl describe` shows); failures are only logged,
-    /// as upstream's recorder does.
+    /// Records a core/v1 Event ([`crate::events::create`]).
     pub(crate) async fn event(
         &self,
         client: &kube::Client,
@@ -1273,38 +1272,12 @@ impl JobRef {
         reason: &str,
         message: &str,
     ) {
-        let namespace = self.metadata.namespace.as_deref().unwrap_or("default");
-        let name = self.metadata.name.as_deref().unwrap_or("");
-        let now = Timestamp::now().to_string();
-        let event = json!({
-            "metadata": {"generateName": format!("{name}.")},
-            "involvedObject": {"apiVersion": self.api_version, "kind": self.kind,
-                               "namespace": namespace, "name": name,
-                               "uid": self.metadata.uid,
-                               "resourceVersion": self.metadata.resource_version},
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        });
-        let outcome = match serde_json::from_value::<k8s_openapi::api::core::v1::Event>(event) {
-            Ok(event) => {
-                let events: Api<k8s_openapi::api::core::v1::Event> =
-                    Api::namespaced(client.clone(), namespace);
-                events
-                    .create(&PostParams::default(), &event)
-                    .await
-                    .map(|_| ())
-            }
-            Err(err) => Err(kube::Error::SerdeError(err)),
+        let object = crate::events::EventRef {
+            api_version: self.api_version,
+            kind: self.kind,
+            metadata: &self.metadata,
         };
-        if let Err(err) = outcome {
-            tracing::debug!(object = %name, %reason, %err, "recording an event failed");
-        }
+        crate::events::create(client, self.component, object, type_, reason, message).await;
     }
 }
 

@@ -10,6 +10,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
+pub mod events;
 pub mod expectations;
 pub mod gc;
 pub mod handlers;

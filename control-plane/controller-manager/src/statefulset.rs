@@ -569,8 +569,7 @@ async fn create_missing_claims(
     Ok(())
 }
 
-/// A core/v1 Event about `set`, as upstream's recorder writes (`kubectl describe` shows it);
-/// a failure to record is logged, never fails the sync.
+/// A core/v1 Event about `set` ([`crate::events::create`]).
 async fn record_event(
     client: &kube::Client,
     set: &StatefulSet,
@@ -578,29 +577,12 @@ async fn record_event(
     reason: &str,
     message: &str,
 ) {
-    let namespace = set.metadata.namespace.as_deref().unwrap_or("");
-    let name = set.metadata.name.as_deref().unwrap_or("");
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let event = serde_json::from_value(json!({
-        "metadata": {"generateName": format!("{name}.")},
-        "involvedObject": {"apiVersion": "apps/v1", "kind": "StatefulSet",
-                           "namespace": namespace, "name": name,
-                           "uid": set.metadata.uid,
-                           "resourceVersion": set.metadata.resource_version},
-        "reason": reason,
-        "message": message,
-        "type": type_,
-        "source": {"component": MANAGER},
-        "reportingComponent": MANAGER,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }));
-    let Ok(event) = event else { return };
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), namespace);
-    if let Err(err) = events.create(&PostParams::default(), &event).await {
-        tracing::debug!(statefulset = %name, %err, "recording an event failed");
-    }
+    let object = crate::events::EventRef {
+        api_version: "apps/v1",
+        kind: "StatefulSet",
+        metadata: &set.metadata,
+    };
+    crate::events::create(client, MANAGER, object, type_, reason, message).await;
 }
 
 /// Upstream `updateClaimOwnerRefForSetAndPod` over every member's claims.

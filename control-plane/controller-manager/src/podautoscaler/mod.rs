@@ -19,12 +19,10 @@ use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
-use serde_json::json;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use tracing::Instrument;
 
+use crate::events::{EventRef, Recorder};
 use crate::informers::{Index, Informer, Informers};
 use crate::pods;
 use crate::workqueue::{Requeue, WorkQueue, run_workers};
@@ -46,7 +44,12 @@ pub async fn run(informers: Arc<Informers>) {
     let hpas = informers.get::<HorizontalPodAutoscaler>();
     let queue = Arc::new(WorkQueue::new("horizontalpodautoscaler"));
     let on_hpa = queue.clone();
+    let recorder = Arc::new(Recorder::new(informers.client().clone(), COMPONENT));
+    let forgets = recorder.clone();
     hpas.on_change(move |change| {
+        if let (Some(gone), None) = (change.old, change.new) {
+            forgets.forget(gone.metadata.uid.as_deref().unwrap_or(""));
+        }
         // A status write changes nothing the next periodic reconcile would not see: only a
         // new HPA, a spec change or a deletion is worth an early look.
         let early = match (change.old, change.new) {
@@ -66,6 +69,7 @@ pub async fn run(informers: Arc<Informers>) {
         pods_by_namespace: Mutex::new(None),
         config: replica_calculator::Config::default(),
         state: Mutex::default(),
+        recorder,
     };
     let controller = &controller;
     run_workers(&queue, CONCURRENT_SYNCS, |key: String| controller.sync(key)).await;
@@ -80,10 +84,6 @@ struct State {
     selectors: HashMap<String, LabelSelector>,
     /// Scale targets' resources by (apiVersion, kind), found through discovery.
     resources: HashMap<(String, String), ApiResource>,
-    /// Each HPA's last Event of each reason: its message, the Event's name and its count.
-    /// The same event again is counted on that Event (upstream's `EventCorrelator`), so an
-    /// HPA that fails the same way every 15 s keeps one Event, not four more a minute.
-    events: HashMap<(String, &'static str), (String, String, i32)>,
 }
 
 struct Controller {
@@ -94,6 +94,7 @@ struct Controller {
     pods_by_namespace: Mutex<Option<(Informer<Pod>, Index<Pod>)>>,
     config: replica_calculator::Config,
     state: Mutex<State>,
+    recorder: Arc<Recorder>,
 }
 
 /// Why a scale target could not be read or written.
@@ -145,7 +146,6 @@ impl Controller {
             let mut state = self.state();
             state.histories.remove(&key);
             state.selectors.remove(&key);
-            state.events.retain(|(hpa, _), _| *hpa != key);
             return Ok(Requeue::No);
         };
         let span = tracing::info_span!("hpa", hpa = %key);
@@ -342,65 +342,15 @@ impl Controller {
         outcome.error.map_or(Ok(()), Err)
     }
 
-    /// A core/v1 Event about `hpa`, as upstream's recorder writes it; the same event again
-    /// (type, reason and message) counts up the Event recorded before. A failure to record is
-    /// logged, never fails the reconcile.
+    /// A core/v1 Event about `hpa`; the same one again counts up the Event recorded before.
     async fn record_event(&self, hpa: &HorizontalPodAutoscaler, event: &Event) {
-        let namespace = hpa.metadata.namespace.as_deref().unwrap_or("");
-        let name = hpa.metadata.name.as_deref().unwrap_or("");
-        let key = (pods::key(&hpa.metadata), event.reason);
-        let now = Timestamp::now().to_string();
-        let events: Api<k8s_openapi::api::core::v1::Event> =
-            Api::namespaced(self.client.clone(), namespace);
-        let repeated = self
-            .state()
-            .events
-            .get(&key)
-            .filter(|(message, _, _)| *message == event.message)
-            .map(|(_, event_name, count)| (event_name.clone(), *count));
-        if let Some((event_name, count)) = repeated {
-            let patch = json!({"count": count + 1, "lastTimestamp": now});
-            match events
-                .patch(&event_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    if let Some(entry) = self.state().events.get_mut(&key) {
-                        entry.2 = count + 1;
-                    }
-                    return;
-                }
-                // Gone (expired or deleted): recorded anew below.
-                Err(err) => {
-                    tracing::debug!(hpa = %name, %err, "counting a repeated event failed");
-                }
-            }
-        }
-        let body = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{name}.")},
-            "involvedObject": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-                               "namespace": namespace, "name": name,
-                               "uid": hpa.metadata.uid,
-                               "resourceVersion": hpa.metadata.resource_version},
-            "reason": event.reason,
-            "message": event.message,
-            "type": event.type_,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }));
-        let Ok(body) = body else { return };
-        match events.create(&PostParams::default(), &body).await {
-            Ok(created) => {
-                if let Some(event_name) = created.metadata.name {
-                    self.state()
-                        .events
-                        .insert(key, (event.message.clone(), event_name, 1));
-                }
-            }
-            Err(err) => tracing::debug!(hpa = %name, %err, "recording an event failed"),
-        }
+        let object = EventRef {
+            api_version: "autoscaling/v2",
+            kind: "HorizontalPodAutoscaler",
+            metadata: &hpa.metadata,
+        };
+        self.recorder
+            .record(object, event.type_, event.reason, &event.message)
+            .await;
     }
 }
