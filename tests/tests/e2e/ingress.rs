@@ -14,7 +14,9 @@ use anyhow::{Context, ensure};
 use flotilla_e2e::{Backend, Flotilla, Kubectl, LocalStack, flotilla_process, jsonpath, until};
 use serde_json::{Value, json};
 
-use crate::loadbalancer::{CloudController, text};
+use crate::loadbalancer::{
+    CloudController, load_balancers, run_instance, set_provider_id, text, wait_ready,
+};
 
 const CLUSTER_ID: &str = "demo";
 
@@ -75,12 +77,6 @@ spec:
 
 fn list(value: &Value) -> Vec<Value> {
     value.as_array().cloned().unwrap_or_default()
-}
-
-fn load_balancers(aws: &LocalStack) -> anyhow::Result<Vec<Value>> {
-    Ok(list(
-        &aws.call("elbv2", "describe_load_balancers", json!({}))?["LoadBalancers"],
-    ))
 }
 
 fn target_groups(aws: &LocalStack) -> anyhow::Result<Vec<Value>> {
@@ -171,20 +167,6 @@ fn node_port(kubectl: &Kubectl, service: &str) -> anyhow::Result<i64> {
     .context("a NodePort")
 }
 
-fn wait_ready(kubectl: &Kubectl, node: &str) -> anyhow::Result<()> {
-    until(
-        &format!("node {node} is Ready"),
-        Duration::from_secs(60),
-        || {
-            Ok(jsonpath(
-                kubectl,
-                &["get", "node", node],
-                "{.status.conditions[?(@.type==\"Ready\")].status}",
-            )? == "True")
-        },
-    )
-}
-
 #[test]
 fn ingresses_on_application_load_balancers() -> anyhow::Result<()> {
     let started = Instant::now();
@@ -199,17 +181,7 @@ fn ingresses_on_application_load_balancers() -> anyhow::Result<()> {
     )?;
     let mut instances = Vec::new();
     for subnet in &network.subnet_ids {
-        let answer = aws.call(
-            "ec2",
-            "run_instances",
-            json!({"ImageId": "ami-12c6146b", "InstanceType": "t3.micro", "MinCount": 1,
-                   "MaxCount": 1, "SubnetId": subnet}),
-        )?;
-        let instance = &answer["Instances"][0];
-        instances.push((
-            text(&instance["InstanceId"]),
-            text(&instance["Placement"]["AvailabilityZone"]),
-        ));
+        instances.push(run_instance(&aws, subnet)?);
     }
 
     let f = Flotilla::up(Backend::Embedded)?;
@@ -231,8 +203,7 @@ fn ingresses_on_application_load_balancers() -> anyhow::Result<()> {
     for (index, node) in ["ing-0", "ing-1"].iter().enumerate() {
         wait_ready(&kubectl, node)?;
         let (id, zone) = &instances[index];
-        let patch = json!({"spec": {"providerID": format!("aws:///{zone}/{id}")}}).to_string();
-        kubectl.ok(&["patch", "node", node, "--type", "merge", "-p", &patch])?;
+        set_provider_id(&kubectl, node, zone, id)?;
     }
     let subnets = network.subnet_ids.join(",");
     let controller = CloudController::start(

@@ -97,7 +97,7 @@ pub(crate) fn text(value: &Value) -> String {
 }
 
 /// Every load balancer in LocalStack.
-fn load_balancers(aws: &LocalStack) -> anyhow::Result<Vec<Value>> {
+pub(crate) fn load_balancers(aws: &LocalStack) -> anyhow::Result<Vec<Value>> {
     let answer = aws.call("elbv2", "describe_load_balancers", json!({}))?;
     Ok(answer["LoadBalancers"]
         .as_array()
@@ -196,13 +196,34 @@ fn faults(aws: &LocalStack, method: &str, rules: Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn set_provider_id(kubectl: &Kubectl, node: &str, zone: &str, id: &str) -> anyhow::Result<()> {
+/// One EC2 instance in `subnet`: its ID and zone.
+pub(crate) fn run_instance(aws: &LocalStack, subnet: &str) -> anyhow::Result<(String, String)> {
+    let answer = aws.call(
+        "ec2",
+        "run_instances",
+        json!({"ImageId": "ami-12c6146b", "InstanceType": "t3.micro", "MinCount": 1,
+               "MaxCount": 1, "SubnetId": subnet}),
+    )?;
+    let instance = &answer["Instances"][0];
+    Ok((
+        text(&instance["InstanceId"]),
+        text(&instance["Placement"]["AvailabilityZone"]),
+    ))
+}
+
+/// Gives `node` the provider ID of instance `id` in `zone`, as the cloud's node controller would.
+pub(crate) fn set_provider_id(
+    kubectl: &Kubectl,
+    node: &str,
+    zone: &str,
+    id: &str,
+) -> anyhow::Result<()> {
     let patch = json!({"spec": {"providerID": format!("aws:///{zone}/{id}")}}).to_string();
     kubectl.ok(&["patch", "node", node, "--type", "merge", "-p", &patch])?;
     Ok(())
 }
 
-fn wait_ready(kubectl: &Kubectl, node: &str) -> anyhow::Result<()> {
+pub(crate) fn wait_ready(kubectl: &Kubectl, node: &str) -> anyhow::Result<()> {
     until(
         &format!("node {node} is Ready"),
         Duration::from_secs(60),
@@ -232,18 +253,7 @@ fn load_balancer_services_on_localstack() -> anyhow::Result<()> {
     // Three machines: two nodes at first, one joining later.
     let mut instances = Vec::new();
     for index in 0..3 {
-        let subnet = &network.subnet_ids[index % 2];
-        let answer = aws.call(
-            "ec2",
-            "run_instances",
-            json!({"ImageId": "ami-12c6146b", "InstanceType": "t3.micro", "MinCount": 1,
-                   "MaxCount": 1, "SubnetId": subnet}),
-        )?;
-        let instance = &answer["Instances"][0];
-        instances.push((
-            text(&instance["InstanceId"]),
-            text(&instance["Placement"]["AvailabilityZone"]),
-        ));
+        instances.push(run_instance(&aws, &network.subnet_ids[index % 2])?);
     }
 
     let f = Flotilla::up(Backend::Embedded)?;
