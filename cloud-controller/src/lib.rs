@@ -10,6 +10,7 @@ pub mod config;
 pub mod ingress;
 pub mod node;
 pub mod nodepool;
+pub mod owned;
 pub mod provider;
 pub mod service;
 pub mod volume;

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -144,20 +144,14 @@ fn key_of(service: &Service) -> String {
 
 impl Context {
     async fn event(&self, service: &Service, type_: EventType, reason: &str, note: String) {
-        let event = Event {
+        crate::owned::publish(
+            &self.recorder,
+            &service.object_ref(&()),
             type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(err) = self
-            .recorder
-            .publish(&event, &service.object_ref(&()))
-            .await
-        {
-            tracing::debug!(service = %key_of(service), %err, "recording an event failed");
-        }
+            reason,
+            note,
+        )
+        .await;
     }
 
     fn services(&self, service: &Service) -> Api<Service> {
@@ -181,24 +175,9 @@ fn patch_params() -> PatchParams {
     }
 }
 
-/// The finalizers with ours added or removed, as a patch guarded by the resourceVersion
-/// (a merge patch replaces the list whole).
+/// The finalizers with ours added or removed ([`crate::owned::finalizer_patch`]).
 fn finalizer_patch(service: &Service, add: bool) -> serde_json::Value {
-    let mut finalizers: Vec<String> = service
-        .metadata
-        .finalizers
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| f != FINALIZER)
-        .collect();
-    if add {
-        finalizers.push(FINALIZER.into());
-    }
-    json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": service.metadata.resource_version,
-    }})
+    crate::owned::finalizer_patch(&service.metadata, FINALIZER, add)
 }
 
 /// Runs the service controller until the task is dropped.

@@ -21,7 +21,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
@@ -115,20 +115,14 @@ struct Context {
 
 impl Context {
     async fn event(&self, ingress: &Ingress, type_: EventType, reason: &str, note: String) {
-        let event = Event {
+        crate::owned::publish(
+            &self.recorder,
+            &ingress.object_ref(&()),
             type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(err) = self
-            .recorder
-            .publish(&event, &ingress.object_ref(&()))
-            .await
-        {
-            tracing::debug!(ingress = %key_of(ingress), %err, "recording an event failed");
-        }
+            reason,
+            note,
+        )
+        .await;
     }
 
     fn api(&self, ingress: &Ingress) -> Api<Ingress> {
@@ -152,24 +146,9 @@ fn patch_params() -> PatchParams {
     }
 }
 
-/// The finalizers with ours added or removed, guarded by the resourceVersion (a merge patch
-/// replaces the list whole).
+/// The finalizers with ours added or removed ([`crate::owned::finalizer_patch`]).
 fn finalizer_patch(ingress: &Ingress, add: bool) -> serde_json::Value {
-    let mut finalizers: Vec<String> = ingress
-        .metadata
-        .finalizers
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|f| f != FINALIZER)
-        .collect();
-    if add {
-        finalizers.push(FINALIZER.into());
-    }
-    json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": ingress.metadata.resource_version,
-    }})
+    crate::owned::finalizer_patch(&ingress.metadata, FINALIZER, add)
 }
 
 /// Runs the ingress controller until the task is dropped: makes sure the `alb` IngressClass
