@@ -268,6 +268,23 @@ pub struct AlbTargetGroup {
     pub tags: BTreeMap<String, String>,
 }
 
+/// The security groups of an application load balancer (upstream's frontend groups).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlbSecurityGroups {
+    /// A group made for this load balancer alone (upstream's managed group): open on the
+    /// listen ports to `inbound_cidrs`, and let in on the target ports by the security group
+    /// of each target instance, so the load balancer reaches the NodePorts.
+    Managed {
+        /// Its name (≤ 255 characters; upstream's `k8s-<ns8>-<name8>-<hash>`).
+        name: String,
+        /// The IPv4 CIDRs clients may come from.
+        inbound_cidrs: Vec<String>,
+    },
+    /// The groups the user named (IDs or names), attached as they are: the user opens the
+    /// nodes to them, as upstream leaves it.
+    Named(Vec<String>),
+}
+
 /// Everything an Ingress asks of its application load balancer (upstream's model stack),
 /// built and validated by the ingress controller; the provider only carries it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,6 +293,8 @@ pub struct AlbModel {
     pub name: String,
     /// Scheme `internal` instead of `internet-facing`.
     pub internal: bool,
+    /// Its security groups.
+    pub security_groups: AlbSecurityGroups,
     /// Tags of every resource made for the Ingress: they find them again for cleanup.
     pub tags: BTreeMap<String, String>,
     /// The target groups; listeners and rules name them.
@@ -290,12 +309,13 @@ pub struct AlbModel {
 /// with ELBv2): the controller builds an [`AlbModel`], the provider makes the cloud match it.
 #[async_trait]
 pub trait ApplicationLoadBalancers: Send + Sync {
-    /// Creates or updates the load balancer, its target groups and targets, listeners and
-    /// rules to match `model`, and removes what the model no longer has (resources carrying
+    /// Creates or updates the load balancer, its security groups, its target groups and
+    /// targets, listeners and rules to match `model`, and removes what the model no longer has (resources carrying
     /// `model.tags` that it does not name). Returns the load balancer's DNS name.
     async fn ensure_application_load_balancer(&self, model: &AlbModel) -> CloudResult<String>;
-    /// Deletes every load balancer (with its listeners and rules) and target group carrying
-    /// all of `tags`; done when nothing is left.
+    /// Deletes every load balancer (with its listeners and rules), target group and managed
+    /// security group carrying all of `tags`, and the rules that let such a group into
+    /// others; done when nothing is left.
     async fn delete_application_load_balancer(
         &self,
         tags: &BTreeMap<String, String>,

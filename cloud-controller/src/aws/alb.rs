@@ -1,7 +1,8 @@
 //! ELBv2 application load balancers for Ingresses, as the AWS Load Balancer Controller
 //! deploys its model: one ALB per Ingress in the subnets the NLBs use, one HTTP(S) target
 //! group per backend (instance targets on the NodePort), listeners with a default action, and
-//! listener rules by priority. Everything carries the model's tags, so what the model no
+//! listener rules by priority, and its security groups (see [`super::security_groups`]).
+//! Everything carries the model's tags, so what the model no
 //! longer names (a target group of a changed NodePort, an ALB of a changed scheme) and, on
 //! deletion, everything, is found by tags. Objects are looked up before they are created, as
 //! in [`super::elb`], because moto (like a lost reply) does not deduplicate creates.
@@ -20,14 +21,19 @@ use aws_sdk_elasticloadbalancingv2::types::{
 };
 
 use super::elb::{choose_subnets, missing, tolerate_gone};
+use super::security_groups::{IngressRule, Source};
 use super::{AwsCloud, cloud_error, instance_id_from_provider_id};
+use crate::ingress::model::RESOURCE_TAG;
 use crate::provider::{
-    AlbAction, AlbHealthCheck, AlbListener, AlbModel, AlbRule, AlbTargetGroup,
+    AlbAction, AlbHealthCheck, AlbListener, AlbModel, AlbRule, AlbSecurityGroups, AlbTargetGroup,
     ApplicationLoadBalancers, CloudError, CloudResult,
 };
 
 /// DescribeTags takes at most this many ARNs.
 const DESCRIBE_TAGS_BATCH: usize = 20;
+
+/// Upstream's resource ID of a managed security group (its `ingress.k8s.aws/resource` tag).
+const MANAGED_GROUP_RESOURCE: &str = "ManagedLBSecurityGroup";
 
 /// An action as ELBv2 reports it, reduced to what a model can ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,6 +290,13 @@ fn health_check_matches(group: &TargetGroup, check: &AlbHealthCheck) -> bool {
         && group.matcher().and_then(|m| m.http_code()) == Some(check.success_codes.as_str())
 }
 
+/// The managed security group's tags: the stack's, and upstream's resource ID.
+fn managed_group_tags(model: &AlbModel) -> BTreeMap<String, String> {
+    let mut tags = model.tags.clone();
+    tags.insert(RESOURCE_TAG.to_string(), MANAGED_GROUP_RESOURCE.to_string());
+    tags
+}
+
 fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<Tag> {
     tags.iter()
         .map(|(key, value)| Tag::builder().key(key).value(value).build())
@@ -347,10 +360,8 @@ impl AwsCloud {
             .collect())
     }
 
-    async fn create_application_load_balancer(
-        &self,
-        model: &AlbModel,
-    ) -> CloudResult<LoadBalancer> {
+    /// The subnets of a new load balancer: one per zone, at least two.
+    async fn alb_subnets(&self, model: &AlbModel) -> CloudResult<Vec<String>> {
         let candidates = self.candidate_subnets().await?;
         let cluster_tag = self.settings.cluster_tag_key();
         let subnets = choose_subnets(&candidates, &cluster_tag, model.internal);
@@ -370,6 +381,67 @@ impl AwsCloud {
                     .unwrap_or_else(|| format!("tagged {cluster_tag}"))
             )));
         }
+        Ok(subnets)
+    }
+
+    /// The VPC of `subnets` (the configured one, else the first subnet's).
+    async fn vpc_of(&self, subnets: &[String]) -> CloudResult<String> {
+        if let Some(vpc) = &self.settings.vpc_id {
+            return Ok(vpc.clone());
+        }
+        let answer = self
+            .ec2
+            .describe_subnets()
+            .set_subnet_ids(Some(subnets.iter().take(1).cloned().collect()))
+            .send()
+            .await
+            .map_err(cloud_error)?;
+        answer
+            .subnets()
+            .first()
+            .and_then(|s| s.vpc_id())
+            .map(str::to_string)
+            .ok_or_else(|| missing("the subnets' VPC"))
+    }
+
+    /// The load balancer's security groups as the model asks, in `vpc_id`; a managed group
+    /// is created or brought up to date.
+    async fn alb_security_groups(
+        &self,
+        model: &AlbModel,
+        vpc_id: &str,
+    ) -> CloudResult<Vec<String>> {
+        match &model.security_groups {
+            AlbSecurityGroups::Named(names_or_ids) => {
+                self.resolve_security_groups(names_or_ids, vpc_id).await
+            }
+            AlbSecurityGroups::Managed {
+                name,
+                inbound_cidrs,
+            } => {
+                let rules: BTreeSet<IngressRule> = model
+                    .listeners
+                    .iter()
+                    .flat_map(|listener| {
+                        inbound_cidrs
+                            .iter()
+                            .map(|cidr| IngressRule::tcp(listener.port, Source::Cidr(cidr.clone())))
+                    })
+                    .collect();
+                let group = self
+                    .ensure_managed_security_group(name, vpc_id, &managed_group_tags(model), &rules)
+                    .await?;
+                Ok(vec![group])
+            }
+        }
+    }
+
+    async fn create_application_load_balancer(
+        &self,
+        model: &AlbModel,
+        subnets: Vec<String>,
+        security_groups: Vec<String>,
+    ) -> CloudResult<LoadBalancer> {
         let scheme = if model.internal {
             LoadBalancerSchemeEnum::Internal
         } else {
@@ -382,6 +454,7 @@ impl AwsCloud {
             .r#type(LoadBalancerTypeEnum::Application)
             .scheme(scheme)
             .set_subnets(Some(subnets))
+            .set_security_groups(Some(security_groups))
             .set_tags(Some(sdk_tags(&model.tags)))
             .send()
             .await
@@ -607,19 +680,49 @@ impl ApplicationLoadBalancers for AwsCloud {
                 self.delete_load_balancer_tree(arn).await?;
             }
         }
-        let load_balancer = match self.find_load_balancer(&model.name).await? {
-            Some(existing) => existing,
-            None => self.create_application_load_balancer(model).await?,
+        let existing = self.find_load_balancer(&model.name).await?;
+        let (vpc_id, subnets) = match existing.as_ref().and_then(|lb| lb.vpc_id()) {
+            Some(vpc) => (vpc.to_string(), None),
+            None if existing.is_some() => match &self.settings.vpc_id {
+                Some(vpc) => (vpc.clone(), None),
+                None => return Err(missing("the load balancer's VPC")),
+            },
+            None => {
+                let subnets = self.alb_subnets(model).await?;
+                (self.vpc_of(&subnets).await?, Some(subnets))
+            }
+        };
+        let security_groups = self.alb_security_groups(model, &vpc_id).await?;
+        let load_balancer = match (existing, subnets) {
+            (Some(existing), _) => existing,
+            (None, subnets) => {
+                self.create_application_load_balancer(
+                    model,
+                    subnets.unwrap_or_default(),
+                    security_groups.clone(),
+                )
+                .await?
+            }
         };
         let lb_arn = load_balancer
             .load_balancer_arn()
             .ok_or_else(|| missing("a load balancer ARN"))?
             .to_string();
-        let vpc_id = match (load_balancer.vpc_id(), &self.settings.vpc_id) {
-            (Some(vpc), _) => vpc.to_string(),
-            (None, Some(vpc)) => vpc.clone(),
-            (None, None) => return Err(missing("the load balancer's VPC")),
-        };
+        let attached: BTreeSet<&str> = load_balancer
+            .security_groups()
+            .iter()
+            .map(String::as_str)
+            .collect();
+        if attached != security_groups.iter().map(String::as_str).collect() {
+            self.elb
+                .set_security_groups()
+                .load_balancer_arn(&lb_arn)
+                .set_security_groups(Some(security_groups.clone()))
+                .send()
+                .await
+                .map_err(cloud_error)?;
+            tracing::info!(name = %model.name, groups = ?security_groups, "security groups set");
+        }
 
         let instances: BTreeSet<String> = model
             .targets
@@ -664,6 +767,29 @@ impl ApplicationLoadBalancers for AwsCloud {
                 tracing::info!(group = %group, "deleted an unused target group");
             }
         }
+
+        // The load balancer into the targets' groups on the target ports; or, when the user
+        // names its groups, no managed group (one left from before goes).
+        match &model.security_groups {
+            AlbSecurityGroups::Managed { .. } => {
+                let targets = self.target_security_groups(&instances).await?;
+                let ports: BTreeSet<i32> = model
+                    .target_groups
+                    .iter()
+                    .flat_map(|group| {
+                        let check = group.health_check.port.parse::<i32>().ok();
+                        std::iter::once(group.port).chain(check)
+                    })
+                    .collect();
+                for group in &security_groups {
+                    self.sync_rules_from(group, &targets, &ports).await?;
+                }
+            }
+            AlbSecurityGroups::Named(_) => {
+                self.delete_managed_security_groups(&managed_group_tags(model))
+                    .await?;
+            }
+        }
         load_balancer
             .dns_name()
             .map(str::to_string)
@@ -688,7 +814,7 @@ impl ApplicationLoadBalancers for AwsCloud {
         for group in self.tagged_target_groups(tags).await? {
             self.delete_target_group(&group).await?;
         }
-        Ok(())
+        self.delete_managed_security_groups(tags).await
     }
 }
 

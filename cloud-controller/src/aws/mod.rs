@@ -6,6 +6,7 @@ mod alb;
 mod ebs;
 mod elb;
 mod instances;
+mod security_groups;
 
 pub use instances::instance_id_from_provider_id;
 

@@ -36,6 +36,11 @@ pub const HEALTHY_THRESHOLD: &str = "alb.ingress.kubernetes.io/healthy-threshold
 pub const UNHEALTHY_THRESHOLD: &str = "alb.ingress.kubernetes.io/unhealthy-threshold-count";
 /// Status codes of a healthy answer (default `200`).
 pub const SUCCESS_CODES: &str = "alb.ingress.kubernetes.io/success-codes";
+/// Security groups (IDs or names, comma separated) to attach instead of a managed one.
+pub const SECURITY_GROUPS: &str = "alb.ingress.kubernetes.io/security-groups";
+/// CIDRs (comma separated) the managed security group lets in on the listen ports
+/// (default `0.0.0.0/0`).
+pub const INBOUND_CIDRS: &str = "alb.ingress.kubernetes.io/inbound-cidrs";
 
 /// Upstream's default security policy of HTTPS listeners.
 pub const DEFAULT_SSL_POLICY: &str = "ELBSecurityPolicy-2016-08";
@@ -97,15 +102,62 @@ pub fn internal(ingress: &BTreeMap<String, String>) -> Result<bool, AnnotationEr
 /// The certificate ARNs, in order, empty ones dropped.
 pub fn certificate_arns(ingress: &BTreeMap<String, String>) -> Vec<String> {
     lookup(&[ingress], CERTIFICATE_ARN)
-        .map(|value| {
-            value
-                .split(',')
-                .map(str::trim)
-                .filter(|arn| !arn.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
+        .map(string_list)
         .unwrap_or_default()
+}
+
+/// A comma-separated list, items trimmed, empty ones dropped.
+fn string_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The security groups the user names (upstream's `security-groups`), empty for a managed one.
+pub fn security_groups(ingress: &BTreeMap<String, String>) -> Vec<String> {
+    lookup(&[ingress], SECURITY_GROUPS)
+        .map(string_list)
+        .unwrap_or_default()
+}
+
+/// Whether `text` is a CIDR block (`address/prefix`, prefix within the address's length).
+fn is_cidr(text: &str) -> bool {
+    let Some((address, prefix)) = text.split_once('/') else {
+        return false;
+    };
+    let Ok(prefix) = prefix.parse::<u8>() else {
+        return false;
+    };
+    match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => prefix <= 32,
+        Ok(std::net::IpAddr::V6(_)) => prefix <= 128,
+        Err(_) => false,
+    }
+}
+
+/// Upstream's `computeIngressExplicitInboundCIDRs` for an IPv4 load balancer: the IPv4 CIDRs
+/// clients may come from, `0.0.0.0/0` when none is given; IPv6 ones are valid but, as
+/// upstream does without dualstack, not used. A value that is no CIDR is an error.
+pub fn inbound_cidrs(ingress: &BTreeMap<String, String>) -> Result<Vec<String>, AnnotationError> {
+    let given = lookup(&[ingress], INBOUND_CIDRS)
+        .map(string_list)
+        .unwrap_or_default();
+    if let Some(bad) = given.iter().find(|cidr| !is_cidr(cidr)) {
+        return Err(invalid(
+            INBOUND_CIDRS,
+            format!("{bad:?} is not a CIDR block (e.g. 10.0.0.0/8)"),
+        ));
+    }
+    if given.is_empty() {
+        return Ok(vec!["0.0.0.0/0".to_string()]);
+    }
+    Ok(given
+        .into_iter()
+        .filter(|cidr| !cidr.contains(':'))
+        .collect())
 }
 
 /// The security policy of HTTPS listeners.
@@ -367,6 +419,30 @@ mod tests {
         assert!(certificate_arns(&map(&[])).is_empty());
         assert_eq!(ssl_policy(&map(&[])), DEFAULT_SSL_POLICY);
         assert_eq!(ssl_policy(&map(&[(SSL_POLICY, "P")])), "P");
+    }
+
+    #[test]
+    fn security_groups_and_inbound_cidrs() {
+        assert!(security_groups(&map(&[])).is_empty());
+        assert_eq!(
+            security_groups(&map(&[(SECURITY_GROUPS, "sg-1, web-clients,")])),
+            vec!["sg-1", "web-clients"]
+        );
+        assert_eq!(inbound_cidrs(&map(&[])).expect("valid"), vec!["0.0.0.0/0"]);
+        assert_eq!(
+            inbound_cidrs(&map(&[(INBOUND_CIDRS, "10.0.0.0/8, 192.168.1.7/32")])).expect("valid"),
+            vec!["10.0.0.0/8", "192.168.1.7/32"]
+        );
+        // IPv6 blocks are valid but an IPv4 load balancer has no use for them.
+        assert_eq!(
+            inbound_cidrs(&map(&[(INBOUND_CIDRS, "10.0.0.0/8,2001:db8::/32")])).expect("valid"),
+            vec!["10.0.0.0/8"]
+        );
+        for bad in ["10.0.0.0", "10.0.0.0/33", "ten/8", "2001:db8::/129"] {
+            let err = inbound_cidrs(&map(&[(INBOUND_CIDRS, bad)])).expect_err("an error");
+            assert_eq!(err.annotation, INBOUND_CIDRS);
+            assert!(err.reason.contains(bad), "{err}");
+        }
     }
 
     #[test]

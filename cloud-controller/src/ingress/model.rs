@@ -10,7 +10,9 @@ use k8s_openapi::api::networking::v1::{HTTPIngressPath, Ingress, IngressBackend}
 
 use super::annotations::{self, AnnotationError, ListenProtocol};
 use crate::config::CloudSettings;
-use crate::provider::{AlbAction, AlbListener, AlbModel, AlbRule, AlbTargetGroup};
+use crate::provider::{
+    AlbAction, AlbListener, AlbModel, AlbRule, AlbSecurityGroups, AlbTargetGroup,
+};
 
 /// Upstream's tag naming the Ingress (`<namespace>/<name>`) on everything made for it.
 pub const STACK_TAG: &str = "ingress.k8s.aws/stack";
@@ -135,6 +137,29 @@ pub fn load_balancer_name(cluster_id: &str, namespace: &str, name: &str, interna
         name,
         &format!("{cluster_id}:{namespace}/{name}:{scheme}"),
     )
+}
+
+/// The managed security group's name (upstream's `k8s-<ns8>-<name8>-<hash>`, the hash over
+/// the cluster and the Ingress: unlike the load balancer, a new scheme keeps the group).
+pub fn security_group_name(cluster_id: &str, namespace: &str, name: &str) -> String {
+    resource_name(namespace, name, &format!("{cluster_id}:{namespace}/{name}"))
+}
+
+/// The load balancer's security groups: those the annotation names, else a managed one.
+fn security_groups(
+    settings: &CloudSettings,
+    namespace: &str,
+    name: &str,
+    ingress: &BTreeMap<String, String>,
+) -> Result<AlbSecurityGroups, BuildError> {
+    let named = annotations::security_groups(ingress);
+    if !named.is_empty() {
+        return Ok(AlbSecurityGroups::Named(named));
+    }
+    Ok(AlbSecurityGroups::Managed {
+        name: security_group_name(&settings.cluster_id, namespace, name),
+        inbound_cidrs: annotations::inbound_cidrs(ingress)?,
+    })
 }
 
 /// The tags on everything made for the Ingress (and by which it is all found again).
@@ -357,6 +382,7 @@ pub fn build(
         return Err(BuildError::CertificateRequired { port: *port });
     }
     let ssl_policy = annotations::ssl_policy(ingress_annotations);
+    let security_groups = security_groups(settings, namespace, name, ingress_annotations)?;
 
     let mut builder = Builder {
         settings,
@@ -426,6 +452,7 @@ pub fn build(
     Ok(AlbModel {
         name: load_balancer_name(&settings.cluster_id, namespace, name, internal),
         internal,
+        security_groups,
         tags: stack_tags(settings, namespace, name),
         target_groups: builder.groups,
         listeners,
@@ -513,6 +540,16 @@ mod tests {
         assert_eq!(model.tags[STACK_TAG], "shop/shop");
         assert_eq!(model.tags[CLUSTER_TAG], "demo");
         assert_eq!(model.tags["kubernetes.io/cluster/demo"], "owned");
+        // A group of its own, open to everyone on the listen ports (upstream's default).
+        let AlbSecurityGroups::Managed {
+            name: group_name,
+            inbound_cidrs,
+        } = &model.security_groups
+        else {
+            panic!("a managed group: {:?}", model.security_groups);
+        };
+        assert!(group_name.starts_with("k8s-shop-shop-"), "{group_name}");
+        assert_eq!(inbound_cidrs, &vec!["0.0.0.0/0".to_string()]);
         // `api` by port name and by number is one Service port, so one group.
         assert_eq!(model.target_groups.len(), 2);
         let ports: Vec<(i32, &str)> = model
@@ -773,6 +810,7 @@ mod tests {
             (annotations::TARGET_TYPE, "ip"),
             (annotations::HEALTHCHECK_PATH, "health"),
             (annotations::BACKEND_PROTOCOL, "TCP"),
+            (annotations::INBOUND_CIDRS, "10.0.0.0"),
         ] {
             let err = error_of(json!({annotation: value}), spec.clone());
             assert!(
@@ -802,6 +840,46 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(model.target_groups[0].health_check.path, "/svc");
+    }
+
+    #[test]
+    fn security_groups_are_named_or_managed() {
+        let spec = one_path("web", json!({"number": 80}));
+        let model = build(
+            &ingress(
+                json!({annotations::SECURITY_GROUPS: "sg-1,clients",
+                       annotations::INBOUND_CIDRS: "10.1.0.0/16"}),
+                spec.clone(),
+            ),
+            &services(),
+            &targets(),
+            &settings(),
+        )
+        .expect("valid");
+        // Named groups are used as they are; the CIDRs are for a managed group only.
+        assert_eq!(
+            model.security_groups,
+            AlbSecurityGroups::Named(vec!["sg-1".into(), "clients".into()])
+        );
+        let model = build(
+            &ingress(json!({annotations::INBOUND_CIDRS: "10.1.0.0/16"}), spec),
+            &services(),
+            &targets(),
+            &settings(),
+        )
+        .expect("valid");
+        assert_eq!(
+            model.security_groups,
+            AlbSecurityGroups::Managed {
+                name: security_group_name("demo", "shop", "shop"),
+                inbound_cidrs: vec!["10.1.0.0/16".into()],
+            }
+        );
+        // The scheme is not in the group's name: switching it keeps the group.
+        assert_ne!(
+            security_group_name("demo", "shop", "shop"),
+            security_group_name("demo", "shop", "web")
+        );
     }
 
     #[test]

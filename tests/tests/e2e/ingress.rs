@@ -3,8 +3,10 @@
 //! rules over two NodePort Services one internal ALB with its listener, rules and target
 //! groups (the Ready nodes' instances on the NodePorts) and its DNS name in the status,
 //! follows an edited path, a new NodePort and a node leaving the targets, warns about a
-//! missing backend Service without building anything, ignores another class, and deletes
-//! everything with the Ingress (needs the `flotilla` binary, kubectl 1.32 and LocalStack
+//! missing backend Service without building anything, ignores another class, gives the ALB
+//! its own security group (open on the listen ports to `inbound-cidrs`, let into the nodes'
+//! group on the NodePorts) or the groups the user names, and deletes everything with the
+//! Ingress (needs the `flotilla` binary, kubectl 1.32 and LocalStack
 //! from `tests/localstack/install`, which needs PyPI).
 
 use std::collections::BTreeSet;
@@ -157,6 +159,56 @@ fn registered(aws: &LocalStack, group_arn: &str) -> anyhow::Result<BTreeSet<(Str
         .collect())
 }
 
+/// The security groups made for Ingress `default/<name>` (found by upstream's stack tag).
+fn managed_groups(aws: &LocalStack, name: &str) -> anyhow::Result<Vec<Value>> {
+    let answer = aws.call(
+        "ec2",
+        "describe_security_groups",
+        json!({"Filters": [{"Name": "tag:ingress.k8s.aws/stack", "Values": [format!("default/{name}")]}]}),
+    )?;
+    Ok(list(&answer["SecurityGroups"]))
+}
+
+/// `(port, source)` of a security group's TCP rules; the source is a CIDR or a group ID.
+fn group_rules(aws: &LocalStack, group_id: &str) -> anyhow::Result<BTreeSet<(i64, String)>> {
+    let answer = aws.call(
+        "ec2",
+        "describe_security_groups",
+        json!({"GroupIds": [group_id]}),
+    )?;
+    let mut rules = BTreeSet::new();
+    for permission in list(&answer["SecurityGroups"][0]["IpPermissions"]) {
+        if permission["IpProtocol"] != "tcp" {
+            continue;
+        }
+        let port = permission["FromPort"].as_i64().unwrap_or(-1);
+        for range in list(&permission["IpRanges"]) {
+            rules.insert((port, text(&range["CidrIp"])));
+        }
+        for pair in list(&permission["UserIdGroupPairs"]) {
+            rules.insert((port, text(&pair["GroupId"])));
+        }
+    }
+    Ok(rules)
+}
+
+/// The rules of the nodes' group that let `source` in.
+fn rules_from(
+    aws: &LocalStack,
+    nodes_group: &str,
+    source: &str,
+) -> anyhow::Result<BTreeSet<(i64, String)>> {
+    Ok(group_rules(aws, nodes_group)?
+        .into_iter()
+        .filter(|(_, from)| from == source)
+        .collect())
+}
+
+/// The security groups attached to the load balancer.
+fn attached_groups(lb: &Value) -> Vec<String> {
+    list(&lb["SecurityGroups"]).iter().map(text).collect()
+}
+
 fn node_port(kubectl: &Kubectl, service: &str) -> anyhow::Result<i64> {
     jsonpath(
         kubectl,
@@ -223,7 +275,7 @@ fn ingresses_on_application_load_balancers() -> anyhow::Result<()> {
     )?;
     // In node order: `ing-0`'s instance first.
     let ids: Vec<String> = instances.iter().map(|(id, _)| id.clone()).collect();
-    let outcome = scenario(&aws, &f, &kubectl, &ids);
+    let outcome = scenario(&aws, &f, &kubectl, &ids, &network.vpc_id);
     if outcome.is_err() {
         eprintln!("cloud-controller log (tail):\n{}", controller.log_tail());
     }
@@ -239,6 +291,7 @@ fn scenario(
     f: &Flotilla,
     kubectl: &Kubectl,
     instances: &[String],
+    vpc_id: &str,
 ) -> anyhow::Result<()> {
     // The controller makes the `alb` class, so `ingressClassName: alb` works as is.
     until(
@@ -316,6 +369,45 @@ fn scenario(
     // One target group per Service, on its NodePort, with both nodes' instances.
     let web_port = node_port(kubectl, "web")?;
     let api_port = node_port(kubectl, "api")?;
+
+    // Its own security group, open to everyone on the listener's port, and let into the
+    // nodes' group (the VPC's default group here) on the two NodePorts.
+    let groups = managed_groups(aws, "shop")?;
+    ensure!(groups.len() == 1, "expected one managed group: {groups:?}");
+    let managed = text(&groups[0]["GroupId"]);
+    ensure!(
+        groups[0]["Description"] == "[k8s] Managed SecurityGroup for LoadBalancer"
+            && groups[0]["VpcId"] == vpc_id
+            && text(&groups[0]["GroupName"]).starts_with("k8s-default-shop-"),
+        "managed group: {}",
+        groups[0]
+    );
+    ensure!(
+        attached_groups(lb) == [managed.clone()],
+        "the load balancer's groups: {lb}"
+    );
+    let open_to_all = BTreeSet::from([(80, "0.0.0.0/0".to_string())]);
+    ensure!(
+        group_rules(aws, &managed)? == open_to_all,
+        "managed group rules: {:?}",
+        group_rules(aws, &managed)?
+    );
+    let nodes_group = text(
+        &aws.call(
+            "ec2",
+            "describe_security_groups",
+            json!({"Filters": [{"Name": "vpc-id", "Values": [vpc_id]},
+                               {"Name": "group-name", "Values": ["default"]}]}),
+        )?["SecurityGroups"][0]["GroupId"],
+    );
+    let into_nodes = |ports: &[i64]| -> BTreeSet<(i64, String)> {
+        ports.iter().map(|p| (*p, managed.clone())).collect()
+    };
+    until(
+        "the nodes' group lets the load balancer in",
+        Duration::from_secs(30),
+        || Ok(rules_from(aws, &nodes_group, &managed)? == into_nodes(&[web_port, api_port])),
+    )?;
     let groups = target_groups(aws)?;
     ensure!(groups.len() == 2, "expected two target groups: {groups:?}");
     let group_on = |port: i64| -> anyhow::Result<String> {
@@ -437,6 +529,28 @@ fn scenario(
             .any(|g| text(&g["TargetGroupArn"]) == web_group),
         "the group on the old NodePort is left"
     );
+    until(
+        "the nodes' group follows the new NodePort",
+        Duration::from_secs(30),
+        || Ok(rules_from(aws, &nodes_group, &managed)? == into_nodes(&[api_port, moved])),
+    )?;
+
+    // inbound-cidrs narrows who may reach the listener.
+    kubectl.ok(&[
+        "annotate",
+        "ingress",
+        "shop",
+        "alb.ingress.kubernetes.io/inbound-cidrs=10.0.0.0/8,192.168.0.0/16",
+    ])?;
+    let private = BTreeSet::from([
+        (80, "10.0.0.0/8".to_string()),
+        (80, "192.168.0.0/16".to_string()),
+    ]);
+    until(
+        "the managed group follows inbound-cidrs",
+        Duration::from_secs(30),
+        || Ok(group_rules(aws, &managed)? == private),
+    )?;
 
     // A node leaving the target set (excluded from load balancers) is deregistered.
     kubectl.ok(&[
@@ -529,6 +643,86 @@ fn scenario(
         );
     }
 
+    // Named security groups replace the managed one: it and its rules on the nodes go.
+    let clients = aws.call(
+        "ec2",
+        "create_security_group",
+        json!({"GroupName": "web-clients", "Description": "clients", "VpcId": vpc_id}),
+    )?;
+    let clients = text(&clients["GroupId"]);
+    kubectl.ok(&[
+        "annotate",
+        "ingress",
+        "shop",
+        "alb.ingress.kubernetes.io/security-groups=web-clients",
+    ])?;
+    until(
+        "the named group replaces the managed one",
+        Duration::from_secs(30),
+        || {
+            let lbs = load_balancers(aws)?;
+            Ok(lbs.len() == 1
+                && attached_groups(&lbs[0]) == [clients.clone()]
+                && managed_groups(aws, "shop")?.is_empty()
+                && rules_from(aws, &nodes_group, &managed)?.is_empty())
+        },
+    )?;
+    // A group that does not exist: a warning naming it, and the load balancer untouched.
+    kubectl.ok(&[
+        "annotate",
+        "--overwrite",
+        "ingress",
+        "shop",
+        "alb.ingress.kubernetes.io/security-groups=no-such-group",
+    ])?;
+    until(
+        "a missing security group is reported",
+        Duration::from_secs(30),
+        || {
+            let events: Value = serde_json::from_str(&f.ok(&[
+                "get",
+                "events.events.k8s.io",
+                "-n",
+                "default",
+                "-o",
+                "json",
+            ])?)?;
+            Ok(list(&events["items"]).iter().any(|e| {
+                e["regarding"]["name"] == "shop"
+                    && e["type"] == "Warning"
+                    && text(&e["note"]).contains("no-such-group")
+            }))
+        },
+    )?;
+    let lbs = load_balancers(aws)?;
+    ensure!(
+        lbs.len() == 1 && attached_groups(&lbs[0]) == [clients.clone()],
+        "a missing group changed the load balancer: {lbs:?}"
+    );
+    // Back to a managed group, which is made again.
+    kubectl.ok(&[
+        "annotate",
+        "ingress",
+        "shop",
+        "alb.ingress.kubernetes.io/security-groups-",
+    ])?;
+    let mut managed = String::new();
+    until(
+        "a managed group is made again",
+        Duration::from_secs(30),
+        || {
+            let groups = managed_groups(aws, "shop")?;
+            let Some(group) = groups.first() else {
+                return Ok(false);
+            };
+            managed = text(&group["GroupId"]);
+            let lbs = load_balancers(aws)?;
+            Ok(lbs.len() == 1
+                && attached_groups(&lbs[0]) == [managed.clone()]
+                && !rules_from(aws, &nodes_group, &managed)?.is_empty())
+        },
+    )?;
+
     // Deleting the Ingress removes the rules, listener, target groups and load balancer.
     f.ok(&[
         "delete",
@@ -554,6 +748,21 @@ fn scenario(
     ensure!(
         listeners(aws, &lb_arn)?.is_empty(),
         "listeners left on {lb_arn}"
+    );
+    // …and its security group, with the rule that let it into the nodes' group.
+    ensure!(
+        managed_groups(aws, "shop")?.is_empty(),
+        "managed groups left: {:?}",
+        managed_groups(aws, "shop")?
+    );
+    ensure!(
+        rules_from(aws, &nodes_group, &managed)?.is_empty(),
+        "rules left on the nodes' group: {:?}",
+        group_rules(aws, &nodes_group)?
+    );
+    ensure!(
+        group_rules(aws, &clients).is_ok(),
+        "the user's own group was deleted"
     );
     Ok(())
 }
