@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use flotilla_e2e::nodes::LocalCluster;
-use flotilla_e2e::{jsonpath, until};
+use flotilla_e2e::{Kubectl, jsonpath, until};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 /// Pods that burn CPU (capped at 200m by their limit, twice their 100m request) for their
 /// first `BURN` seconds, then idle.
@@ -179,18 +181,86 @@ fn scenario(cluster: &LocalCluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Half of the burner's 100m request: the HPA's target.
+const TARGET_MILLICORES: f64 = 50.0;
+
+/// A CPU quantity (`123456n`, `150m`, `1`) in millicores.
+fn millicores(quantity: &str) -> Option<f64> {
+    if let Some(nanos) = quantity.strip_suffix('n') {
+        return nanos.parse::<f64>().ok().map(|n| n / 1e6);
+    }
+    if let Some(millis) = quantity.strip_suffix('m') {
+        return millis.parse().ok();
+    }
+    quantity.parse::<f64>().ok().map(|cores| cores * 1000.0)
+}
+
+/// The time of the earliest burner PodMetrics sample using more than `target` millicores.
+fn first_sample_over(kubectl: &Kubectl, target: f64) -> anyhow::Result<Option<OffsetDateTime>> {
+    let Ok(raw) = kubectl.ok(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dburner",
+    ]) else {
+        return Ok(None);
+    };
+    let list: serde_json::Value = serde_json::from_str(&raw).context("PodMetrics list JSON")?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|pod| {
+            pod["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["usage"]["cpu"].as_str().and_then(millicores))
+                .sum::<f64>()
+                > target
+        })
+        .filter_map(|pod| pod["timestamp"].as_str())
+        .filter_map(|t| OffsetDateTime::parse(t, &Rfc3339).ok())
+        .min())
+}
+
 /// The HorizontalPodAutoscaler: the burner at twice its request is scaled to the maximum of
 /// 3; when every pod has stopped burning it is scaled back to 1 after its 20 s window.
 fn autoscale(cluster: &LocalCluster, applied: Instant) -> anyhow::Result<()> {
     let kubectl = cluster.flotilla.kubectl();
     let replicas =
         || jsonpath(&kubectl, &["get", "deploy", "burner"], "{.spec.replicas}").unwrap_or_default();
+    // The first kubelet sample over the target (its time is the PodMetrics' `timestamp`),
+    // to time the decision it leads to.
+    let mut first_over: Option<OffsetDateTime> = None;
     until(
         "the HPA scales the burner up to 3",
         Duration::from_secs(90),
-        || Ok(replicas() == "3"),
+        || {
+            if first_over.is_none() {
+                first_over = first_sample_over(&kubectl, TARGET_MILLICORES)?;
+            }
+            Ok(replicas() == "3")
+        },
     )?;
     let scaled_up = applied.elapsed();
+    let rescales = kubectl.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=HorizontalPodAutoscaler,reason=SuccessfulRescale",
+        "-o",
+        "jsonpath={.items[*].firstTimestamp}",
+    ])?;
+    let first_rescale = rescales
+        .split_whitespace()
+        .filter_map(|t| OffsetDateTime::parse(t, &Rfc3339).ok())
+        .min()
+        .context("no SuccessfulRescale event time")?;
+    let first_over = first_over.context("no PodMetrics sample over the target was seen")?;
+    println!(
+        "figure: first kubelet sample over the target → HPA scale decision: {:.0} s (whole seconds; the HPA syncs every 15 s and reads the kubelet's latest sample, so 0–15 s; upstream's metrics-server adds up to its 15 s resolution)",
+        (first_rescale - first_over).as_seconds_f64()
+    );
     let events = kubectl.ok(&[
         "get",
         "events",
