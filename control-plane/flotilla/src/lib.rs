@@ -285,6 +285,11 @@ pub struct UpArgs {
     /// mode 0600); created when absent. Default: DIR/key-encryption-key.
     #[arg(long, env = "FLOTILLA_KEY_ENCRYPTION_KEY_FILE")]
     pub key_encryption_key_file: Option<PathBuf>,
+    /// Encryption at rest of the resources it names (upstream's `EncryptionConfiguration`
+    /// file: `aescbc`, `aesgcm`, `secretbox` and `identity` providers); each tenant encrypts
+    /// with keys derived from the file's for it alone. Without it values are stored as they are.
+    #[arg(long, env = "FLOTILLA_ENCRYPTION_PROVIDER_CONFIG")]
+    pub encryption_provider_config: Option<PathBuf>,
     /// The networks a cluster with `endpointAccess.private` answers (comma-separated CIDRs),
     /// besides the local nodes' fabric.
     #[arg(long, value_delimiter = ',')]
@@ -389,6 +394,11 @@ pub struct ServeArgs {
         default_value = "./flotilla-key-encryption-key"
     )]
     pub key_encryption_key_file: PathBuf,
+    /// Encryption at rest of the resources it names (upstream's `EncryptionConfiguration`
+    /// file: `aescbc`, `aesgcm`, `secretbox` and `identity` providers); each tenant encrypts
+    /// with keys derived from the file's for it alone. Without it values are stored as they are.
+    #[arg(long, env = "FLOTILLA_ENCRYPTION_PROVIDER_CONFIG")]
+    pub encryption_provider_config: Option<PathBuf>,
     /// The networks worker nodes live in (comma-separated CIDRs: the VPCs' ranges): the only
     /// addresses dialled for `kubectl logs/exec/attach/port-forward`, never loopback,
     /// link-local or this service's own. Default: the private ranges (10/8, 172.16/12,

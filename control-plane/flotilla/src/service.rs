@@ -17,6 +17,7 @@ use flotilla_apiserver::kubelet::KubeletNetworks;
 use flotilla_apiserver::limits::TenantLimits;
 use flotilla_apiserver::pki::CertificateAuthority;
 use flotilla_apiserver::serve::ServerConfig;
+use flotilla_apiserver::storage::encryption::{self, EncryptedStorage};
 use flotilla_apiserver::storage::envelope::KeyEncryptionKey;
 use flotilla_apiserver::{ApiServer, ServerOptions};
 use flotilla_management::model::{CreateClusterRequest, HealthIssue};
@@ -46,7 +47,28 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 /// How long `flotilla up` waits for the demo cluster's control plane.
 const DEMO_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The store, behind encryption at rest when an `EncryptionConfiguration` is given.
 async fn open_storage(
+    etcd: &[String],
+    data_dir: Option<&Path>,
+    encryption: Option<&Path>,
+) -> anyhow::Result<Arc<dyn Storage>> {
+    // The file is read first: a bad one stops the service before it touches the store.
+    let rules = encryption
+        .map(encryption::load)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let storage = open_backend(etcd, data_dir).await?;
+    Ok(match rules {
+        Some(rules) => {
+            tracing::info!(rules = rules.len(), "encryption at rest is on");
+            Arc::new(EncryptedStorage::new(storage, rules))
+        }
+        None => storage,
+    })
+}
+
+async fn open_backend(
     etcd: &[String],
     data_dir: Option<&Path>,
 ) -> anyhow::Result<Arc<dyn Storage>> {
@@ -389,7 +411,12 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| args.data_dir.join(private_files::DATA_DIR_KEK)),
     )?;
-    let storage = open_storage(&args.etcd, Some(&args.data_dir)).await?;
+    let storage = open_storage(
+        &args.etcd,
+        Some(&args.data_dir),
+        args.encryption_provider_config.as_deref(),
+    )
+    .await?;
     let plan = NodePlan::for_flag(args.nodes);
     let mut no_nodes_reason = plan.missing_summary();
     let local_nodes = match plan.count {
@@ -778,7 +805,8 @@ async fn auditor(args: &AuditArgs) -> anyhow::Result<Auditor> {
 
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let key_encryption = private_files::key_encryption_key(&args.key_encryption_key_file)?;
-    let storage = open_storage(&args.etcd, None).await?;
+    let storage =
+        open_storage(&args.etcd, None, args.encryption_provider_config.as_deref()).await?;
     if !(args.tenant_qps.is_finite() && args.tenant_qps >= 0.0) {
         bail!("--tenant-qps must be a non-negative number");
     }

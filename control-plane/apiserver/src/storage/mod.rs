@@ -2,4 +2,5 @@
 //! the `Storage` trait (value transformers), and the watch cache in front of it.
 
 pub mod cacher;
+pub mod encryption;
 pub mod envelope;

@@ -1,0 +1,376 @@
+//! Upstream's `EncryptionConfiguration` (`apiserver.config.k8s.io/v1`, the file of
+//! `--encryption-provider-config`): its types, its validation with upstream's field paths, and
+//! which rule a stored resource falls under.
+
+use base64::Engine;
+use serde::Deserialize;
+
+/// The API version the file must carry (`v1`, or the older `v1` of `apiserver.k8s.io`).
+const API_VERSIONS: &[&str] = &["apiserver.config.k8s.io/v1", "apiserver.k8s.io/v1"];
+/// AES key lengths upstream accepts (AES-128, -192, -256).
+const AES_KEY_LENGTHS: &[usize] = &[16, 24, 32];
+/// Secretbox's key length.
+const SECRETBOX_KEY_LENGTHS: &[usize] = &[32];
+
+/// The file: rules of resources and the providers that encrypt them, in order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionConfiguration {
+    /// `apiVersion`.
+    #[serde(default)]
+    pub api_version: String,
+    /// `kind`.
+    #[serde(default)]
+    pub kind: String,
+    /// The rules, the first matching one applying to a resource.
+    #[serde(default)]
+    pub resources: Vec<ResourceConfiguration>,
+}
+
+/// One rule: resources and their providers (the first encrypts writes; all decrypt reads).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResourceConfiguration {
+    /// `secrets`, `deployments.apps`, `*.apps`, `*.` (the core group), `*.*` (everything).
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// The providers, in order.
+    #[serde(default)]
+    pub providers: Vec<ProviderConfiguration>,
+}
+
+/// One provider: exactly one of its fields is set.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ProviderConfiguration {
+    /// AES-GCM with a random nonce.
+    pub aesgcm: Option<KeysConfiguration>,
+    /// AES-CBC with PKCS#7 padding.
+    pub aescbc: Option<KeysConfiguration>,
+    /// XSalsa20-Poly1305 (NaCl's secretbox).
+    pub secretbox: Option<KeysConfiguration>,
+    /// No encryption.
+    pub identity: Option<serde_json::Value>,
+    /// A KMS plugin (not supported here yet).
+    pub kms: Option<serde_json::Value>,
+}
+
+/// The keys of a provider: the first encrypts, every one decrypts.
+#[derive(Debug, Clone, Deserialize)]
+pub struct KeysConfiguration {
+    /// The keys.
+    #[serde(default)]
+    pub keys: Vec<KeyConfiguration>,
+}
+
+/// One named key.
+#[derive(Debug, Clone, Deserialize)]
+pub struct KeyConfiguration {
+    /// Its name, written into every value it encrypts.
+    #[serde(default)]
+    pub name: String,
+    /// Base64 of the key's bytes.
+    #[serde(default)]
+    pub secret: String,
+}
+
+/// A provider as validated: what the transformers are built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Provider {
+    /// `aesgcm` keys, by name.
+    AesGcm(Vec<(String, Vec<u8>)>),
+    /// `aescbc` keys, by name.
+    AesCbc(Vec<(String, Vec<u8>)>),
+    /// `secretbox` keys, by name.
+    Secretbox(Vec<(String, Vec<u8>)>),
+    /// Plain text.
+    Identity,
+}
+
+/// A validated rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// `(group, resource)` patterns; `*` matches any.
+    pub resources: Vec<(String, String)>,
+    /// Its providers, in order.
+    pub providers: Vec<Provider>,
+}
+
+impl Rule {
+    /// Whether the rule covers `resource` of `group` (`""` for the core group).
+    pub fn covers(&self, group: &str, resource: &str) -> bool {
+        self.resources
+            .iter()
+            .any(|(g, r)| (g == "*" || g == group) && (r == "*" || r == resource))
+    }
+}
+
+/// Reads and validates the file; every problem is named by its field path, upstream's way.
+pub fn parse(text: &str) -> Result<Vec<Rule>, String> {
+    let config: EncryptionConfiguration = serde_yaml::from_str(text)
+        .map_err(|err| format!("not an EncryptionConfiguration: {err}"))?;
+    validate(&config)
+}
+
+fn decode_keys(
+    path: &str,
+    keys: &KeysConfiguration,
+    lengths: &[usize],
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    if keys.keys.is_empty() {
+        return Err(format!(
+            "{path}.keys: Required value: at least one key is required"
+        ));
+    }
+    let mut decoded: Vec<(String, Vec<u8>)> = Vec::new();
+    for (index, key) in keys.keys.iter().enumerate() {
+        let key_path = format!("{path}.keys[{index}]");
+        if key.name.is_empty() {
+            return Err(format!(
+                "{key_path}.name: Required value: key name is required"
+            ));
+        }
+        if key.name.contains(':') {
+            return Err(format!(
+                "{key_path}.name: Invalid value: {:?}: key name must not contain ':'",
+                key.name
+            ));
+        }
+        if decoded.iter().any(|(name, _)| *name == key.name) {
+            return Err(format!(
+                "{key_path}.name: Duplicate value: {:?}: key names must be unique",
+                key.name
+            ));
+        }
+        if key.secret.is_empty() {
+            return Err(format!(
+                "{key_path}.secret: Required value: secret is required"
+            ));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(key.secret.trim())
+            .map_err(|_| {
+                format!(
+                    "{key_path}.secret: Invalid value: \"REDACTED\": secrets must be base64 encoded"
+                )
+            })?;
+        if !lengths.contains(&bytes.len()) {
+            return Err(format!(
+                "{key_path}.secret: Invalid value: \"REDACTED\": secret is not of the expected length, got {}, expected one of {lengths:?}",
+                bytes.len()
+            ));
+        }
+        decoded.push((key.name.clone(), bytes));
+    }
+    Ok(decoded)
+}
+
+fn provider(path: &str, config: &ProviderConfiguration) -> Result<Provider, String> {
+    let set = [
+        config.aesgcm.is_some(),
+        config.aescbc.is_some(),
+        config.secretbox.is_some(),
+        config.identity.is_some(),
+        config.kms.is_some(),
+    ]
+    .iter()
+    .filter(|set| **set)
+    .count();
+    if set == 0 {
+        return Err(format!(
+            "{path}: Invalid value: provider does not contain any of the expected providers: KMS, AESGCM, AESCBC, Secretbox, Identity"
+        ));
+    }
+    if set > 1 {
+        return Err(format!(
+            "{path}: Invalid value: more than one provider specified in a single element, should split into different list elements"
+        ));
+    }
+    if let Some(keys) = &config.aesgcm {
+        return Ok(Provider::AesGcm(decode_keys(
+            &format!("{path}.aesgcm"),
+            keys,
+            AES_KEY_LENGTHS,
+        )?));
+    }
+    if let Some(keys) = &config.aescbc {
+        return Ok(Provider::AesCbc(decode_keys(
+            &format!("{path}.aescbc"),
+            keys,
+            AES_KEY_LENGTHS,
+        )?));
+    }
+    if let Some(keys) = &config.secretbox {
+        return Ok(Provider::Secretbox(decode_keys(
+            &format!("{path}.secretbox"),
+            keys,
+            SECRETBOX_KEY_LENGTHS,
+        )?));
+    }
+    if config.kms.is_some() {
+        return Err(format!(
+            "{path}.kms: Unsupported value: KMS providers are not supported yet; use aescbc, aesgcm or secretbox"
+        ));
+    }
+    Ok(Provider::Identity)
+}
+
+/// `secrets` → `("", "secrets")`, `deployments.apps` → `("apps", "deployments")`, `*.apps`,
+/// `*.` (every core resource), `*.*` (every resource).
+fn resource_pattern(path: &str, text: &str) -> Result<(String, String), String> {
+    if text.is_empty() {
+        return Err(format!("{path}: Required value: resource name is required"));
+    }
+    if text != text.to_lowercase() {
+        return Err(format!(
+            "{path}: Invalid value: {text:?}: resource name must be lowercase"
+        ));
+    }
+    if text == "*" {
+        return Err(format!(
+            "{path}: Invalid value: \"*\": use '*.' to encrypt all the resources from core API group or *.* to encrypt all resources"
+        ));
+    }
+    Ok(match text.split_once('.') {
+        None => (String::new(), text.to_string()),
+        Some((resource, group)) => (
+            if group.is_empty() && resource == "*" {
+                String::new()
+            } else {
+                group.to_string()
+            },
+            resource.to_string(),
+        ),
+    })
+}
+
+fn validate(config: &EncryptionConfiguration) -> Result<Vec<Rule>, String> {
+    if !API_VERSIONS.contains(&config.api_version.as_str())
+        || config.kind != "EncryptionConfiguration"
+    {
+        return Err(format!(
+            "apiVersion/kind: Invalid value: \"{}/{}\": expected apiserver.config.k8s.io/v1 EncryptionConfiguration",
+            config.api_version, config.kind
+        ));
+    }
+    if config.resources.is_empty() {
+        return Err(
+            "resources: Required value: at least one resourceConfig is required".to_string(),
+        );
+    }
+    let mut rules = Vec::new();
+    for (index, rule) in config.resources.iter().enumerate() {
+        let path = format!("resources[{index}]");
+        if rule.resources.is_empty() {
+            return Err(format!(
+                "{path}.resources: Required value: at least one resource is required"
+            ));
+        }
+        if rule.providers.is_empty() {
+            return Err(format!(
+                "{path}.providers: Required value: at least one provider is required"
+            ));
+        }
+        let resources = rule
+            .resources
+            .iter()
+            .enumerate()
+            .map(|(i, text)| resource_pattern(&format!("{path}.resources[{i}]"), text))
+            .collect::<Result<Vec<_>, _>>()?;
+        let providers = rule
+            .providers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| provider(&format!("{path}.providers[{i}]"), p))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.push(Rule {
+            resources,
+            providers,
+        });
+    }
+    Ok(rules)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY32: &str = "c2VjcmV0IGlzIHNlY3VyZSwgaXMgdGhlIGtleSB0b28="; // 32 bytes
+
+    fn config(rules: &str) -> String {
+        format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n{rules}"
+        )
+    }
+
+    #[test]
+    fn upstreams_example_parses() {
+        let rules = parse(&config(&format!(
+            "- resources: [secrets, configmaps]\n  providers:\n  - aescbc: {{keys: [{{name: key1, secret: {KEY32}}}]}}\n  - identity: {{}}\n- resources: ['*.apps', '*.']\n  providers: [{{secretbox: {{keys: [{{name: k, secret: {KEY32}}}]}}}}]\n"
+        )))
+        .expect("valid");
+        assert_eq!(rules.len(), 2);
+        assert!(rules[0].covers("", "secrets") && rules[0].covers("", "configmaps"));
+        assert!(!rules[0].covers("apps", "secrets"));
+        assert!(
+            matches!(&rules[0].providers[0], Provider::AesCbc(keys) if keys[0].0 == "key1" && keys[0].1.len() == 32)
+        );
+        assert_eq!(rules[0].providers[1], Provider::Identity);
+        assert!(rules[1].covers("apps", "deployments") && rules[1].covers("", "pods"));
+        assert!(!rules[1].covers("batch", "jobs"));
+        let all = parse(&config(
+            "- resources: ['*.*']\n  providers: [{identity: {}}]\n",
+        ))
+        .expect("valid");
+        assert!(all[0].covers("cert-manager.io", "certificates"));
+        let one = parse(&config(&format!(
+            "- resources: [deployments.apps]\n  providers: [{{aesgcm: {{keys: [{{name: a, secret: {KEY32}}}]}}}}]\n"
+        )))
+        .expect("valid");
+        assert!(one[0].covers("apps", "deployments") && !one[0].covers("apps", "replicasets"));
+    }
+
+    #[test]
+    fn bad_files_name_the_field() {
+        let short = "c2hvcnQ="; // 5 bytes
+        for (rules, wanted) in [
+            (
+                format!("- resources: [secrets]\n  providers: [{{aescbc: {{keys: [{{name: k, secret: {short}}}]}}}}]\n"),
+                "resources[0].providers[0].aescbc.keys[0].secret: Invalid value: \"REDACTED\": secret is not of the expected length, got 5",
+            ),
+            (
+                "- resources: [secrets]\n  providers: [{aescbc: {keys: [{name: k, secret: '!!'}]}}]\n".to_string(),
+                "secrets must be base64 encoded",
+            ),
+            (
+                format!("- resources: [secrets]\n  providers: [{{aescbc: {{keys: [{{name: k, secret: {KEY32}}}]}}, identity: {{}}}}]\n"),
+                "resources[0].providers[0]: Invalid value: more than one provider",
+            ),
+            (
+                "- resources: [secrets]\n  providers: [{}]\n".to_string(),
+                "does not contain any of the expected providers",
+            ),
+            (
+                "- resources: [secrets]\n  providers: []\n".to_string(),
+                "resources[0].providers: Required value",
+            ),
+            (
+                "- resources: [Secrets]\n  providers: [{identity: {}}]\n".to_string(),
+                "resources[0].resources[0]: Invalid value: \"Secrets\"",
+            ),
+            (
+                "- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: k}}]\n".to_string(),
+                "resources[0].providers[0].kms: Unsupported value",
+            ),
+            (
+                format!("- resources: [secrets]\n  providers: [{{secretbox: {{keys: [{{name: a, secret: {KEY32}}}, {{name: a, secret: {KEY32}}}]}}}}]\n"),
+                "keys[1].name: Duplicate value",
+            ),
+        ] {
+            let err = parse(&config(&rules)).expect_err(&rules);
+            assert!(err.contains(wanted), "{rules}\n→ {err}");
+            // A key's secret never appears in an error.
+            assert!(!err.contains(KEY32) && !err.contains(short), "{err}");
+        }
+        let err = parse("kind: Pod\n").expect_err("not the kind");
+        assert!(err.starts_with("apiVersion/kind"), "{err}");
+    }
+}
