@@ -849,6 +849,12 @@ impl Serve {
             process.kill();
         }
     }
+
+    /// Kills the service and starts it again with the same flags and store.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.launch()
+    }
 }
 
 /// LocalStack (EC2, EBS, ELBv2 from moto) on a free loopback port, installed and started by

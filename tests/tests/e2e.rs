@@ -30,6 +30,8 @@ mod conversion;
 mod crds;
 #[path = "e2e/deployment.rs"]
 mod deployment;
+#[path = "e2e/encryption.rs"]
+mod encryption;
 #[path = "e2e/eviction.rs"]
 mod eviction;
 #[path = "e2e/firstboot.rs"]

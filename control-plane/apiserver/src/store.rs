@@ -992,8 +992,12 @@ impl Store {
                 validation.validate(&updated, &current).await?;
             }
             // A write that changes nothing is not a write (no new resourceVersion), but a
-            // managedFields timestamp alone does not count as a change either.
-            if without_managed_times(&updated) == without_managed_times(&compare_current) {
+            // managedFields timestamp alone does not count as a change either. A stale value
+            // (under an older encryption key) is written all the same: that is how
+            // `kubectl replace` re-encrypts it, as upstream's GuaranteedUpdate does.
+            if !kv.stale
+                && without_managed_times(&updated) == without_managed_times(&compare_current)
+            {
                 return Ok(current);
             }
             let finalize = should_delete_during_update(&compare_current, &updated);

@@ -1042,6 +1042,7 @@ fn delete(
         value: existing.value.clone(),
         create_revision: existing.create_revision,
         mod_revision: revision,
+        stale: false,
     };
     let change = Change {
         kind: EventKind::Delete,

@@ -115,6 +115,7 @@ impl Codec {
             value: Bytes::copy_from_slice(value),
             create_revision: revision_of(kv.create_revision(), 0),
             mod_revision: revision_of(kv.mod_revision(), slot),
+            stale: false,
         })
     }
 
@@ -148,6 +149,7 @@ impl Codec {
             value,
             create_revision: revision_of(etcd, 0),
             mod_revision: revision_of(etcd, i64::from(slot)),
+            stale: false,
         }))
     }
 }
@@ -447,6 +449,7 @@ impl Storage for EtcdStorage {
             value,
             create_revision: revision_of(created, 0),
             mod_revision: revision_of(revision, 0),
+            stale: false,
         }))
     }
 

@@ -25,6 +25,11 @@ pub struct KeyValue {
     pub create_revision: Revision,
     /// Revision of the last write to the key; for a delete event, the delete's revision.
     pub mod_revision: Revision,
+    /// The value was read through a value transformer other than the one that writes
+    /// (encryption at rest: an older key, or plain text once a key is configured), so an
+    /// update that changes nothing must still be written to re-encrypt it (upstream's
+    /// `stale`). The backends themselves always say `false`.
+    pub stale: bool,
 }
 
 impl fmt::Debug for KeyValue {
@@ -34,6 +39,7 @@ impl fmt::Debug for KeyValue {
             .field("value_len", &self.value.len())
             .field("create_revision", &self.create_revision)
             .field("mod_revision", &self.mod_revision)
+            .field("stale", &self.stale)
             .finish()
     }
 }

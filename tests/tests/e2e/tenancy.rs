@@ -13,12 +13,16 @@ use serde_json::{Value, json};
 use crate::contains;
 
 /// A cluster made through the CLI: its id and an admin kubeconfig.
-struct Cluster {
-    id: String,
-    kubectl: Kubectl,
+pub(crate) struct Cluster {
+    pub(crate) id: String,
+    pub(crate) kubectl: Kubectl,
 }
 
-fn create_cluster(service: &Serve, account: &FlotillaCli, name: &str) -> anyhow::Result<Cluster> {
+pub(crate) fn create_cluster(
+    service: &Serve,
+    account: &FlotillaCli,
+    name: &str,
+) -> anyhow::Result<Cluster> {
     let table = account.ok(&["cluster", "create", name, "--tag", "team=e2e", "--wait"])?;
     contains(&table, "ACTIVE")?;
     let described: Value =

@@ -69,6 +69,7 @@ impl Stored {
             value: self.value,
             create_revision: self.create_revision,
             mod_revision: self.mod_revision,
+            stale: false,
         }
     }
 }
@@ -102,6 +103,7 @@ impl Change {
                 value: self.value,
                 create_revision: self.create_revision,
                 mod_revision: revision,
+                stale: false,
             },
             prev,
         }

@@ -80,20 +80,20 @@ impl EncryptedStorage {
     }
 }
 
+/// A tenant's transformers, one set per rule.
+type TenantTransformers = Arc<Vec<Transformers>>;
+
 /// The rules, and each tenant's transformers (one set per rule, built on first use: a
 /// tenant's keys are its own).
 struct Codec {
     rules: Vec<Rule>,
-    tenants: Mutex<HashMap<String, Arc<Vec<Transformers>>>>,
+    tenants: Mutex<HashMap<String, TenantTransformers>>,
 }
 
 impl Codec {
     /// The transformers of the tenant of `key` and the index of the rule that covers it, or
     /// `None` when no rule does.
-    fn transformers(
-        &self,
-        key: &str,
-    ) -> Result<Option<(Arc<Vec<Transformers>>, usize)>, StorageError> {
+    fn transformers(&self, key: &str) -> Result<Option<(TenantTransformers, usize)>, StorageError> {
         let Some((tenant, group, resource)) = resource_of(key) else {
             return Ok(None);
         };
@@ -137,7 +137,7 @@ impl Codec {
 
     fn read(&self, mut kv: KeyValue) -> Result<KeyValue, StorageError> {
         if let Some((all, index)) = self.transformers(&kv.key)? {
-            kv.value =
+            (kv.value, kv.stale) =
                 all[index]
                     .read(&kv.value, &kv.key)
                     .map_err(|message| StorageError::Corrupt {
@@ -175,6 +175,7 @@ impl Codec {
                     value: Bytes::new(),
                     create_revision: 0,
                     mod_revision: 0,
+                    stale: false,
                 },
             ))?;
             if let Some(prev) = event.prev.take() {
@@ -382,6 +383,8 @@ mod tests {
             .expect("get")
             .expect("stored");
         assert_eq!(old.value, "{}");
+        // …and is stale, so an update that changes nothing still writes it encrypted.
+        assert!(old.stale && !read.stale);
     }
 
     #[tokio::test]

@@ -270,13 +270,15 @@ impl Transformers {
         }
     }
 
-    /// The value of a stored one read at storage key `context`.
-    pub fn read(&self, stored: &Bytes, context: &str) -> Result<Bytes, String> {
+    /// The value of a stored one read at storage key `context`, and whether it is stale:
+    /// read by another transformer than the one that writes, so to be written again.
+    pub fn read(&self, stored: &Bytes, context: &str) -> Result<(Bytes, bool), String> {
         if stored.starts_with(ENCRYPTED_PREFIX) {
-            let Some(transformer) = self
+            let Some((index, transformer)) = self
                 .0
                 .iter()
-                .find(|t| !t.prefix.is_empty() && stored.starts_with(&t.prefix))
+                .enumerate()
+                .find(|(_, t)| !t.prefix.is_empty() && stored.starts_with(&t.prefix))
             else {
                 let end = stored
                     .iter()
@@ -291,10 +293,17 @@ impl Transformers {
             };
             return transformer
                 .open(stored, context.as_bytes())
-                .map(Bytes::from);
+                .map(|plain| (Bytes::from(plain), index != 0));
         }
-        if stored.is_empty() || self.0.iter().any(|t| matches!(t.cipher, Cipher::Identity)) {
-            return Ok(stored.clone());
+        if stored.is_empty() {
+            return Ok((stored.clone(), false));
+        }
+        if let Some(index) = self
+            .0
+            .iter()
+            .position(|t| matches!(t.cipher, Cipher::Identity))
+        {
+            return Ok((stored.clone(), index != 0));
         }
         Err(
             "the value is not encrypted and no identity provider is configured to read it"
@@ -330,7 +339,10 @@ mod tests {
             let stored = transformers.write(&value, KEY).expect("sealed");
             assert!(stored.starts_with(prefix.as_bytes()), "{stored:?}");
             assert!(!stored.windows(8).any(|w| w == b"password"), "{prefix}");
-            assert_eq!(transformers.read(&stored, KEY).expect("opened"), value);
+            assert_eq!(
+                transformers.read(&stored, KEY).expect("opened"),
+                (value.clone(), false)
+            );
             // A random nonce or IV: the same value never looks the same twice.
             assert_ne!(transformers.write(&value, KEY).expect("sealed"), stored);
         }
@@ -392,17 +404,20 @@ mod tests {
             "a",
         )
         .expect("valid");
-        assert_eq!(rotated.read(&before, KEY).expect("old key"), "v1");
+        // Both are stale: read by another transformer than the writing one.
+        let v1 = (Bytes::from("v1"), true);
+        assert_eq!(rotated.read(&before, KEY).expect("old key"), v1);
+        let plain = Bytes::from_static(b"{}");
         assert_eq!(
-            rotated
-                .read(&Bytes::from_static(b"{}"), KEY)
-                .expect("plain"),
-            "{}"
+            rotated.read(&plain, KEY).expect("plain"),
+            (plain.clone(), true)
         );
         let after = rotated
             .write(&Bytes::from_static(b"v2"), KEY)
             .expect("sealed");
         assert!(after.starts_with(b"k8s:enc:secretbox:v1:new:"));
+        let v2 = (Bytes::from("v2"), false);
+        assert_eq!(rotated.read(&after, KEY).expect("new key"), v2);
         // Without identity, plain text is refused; an unknown key is named.
         let strict = Transformers::new(&[Provider::AesGcm(keys("g", 32))], "a").expect("valid");
         assert!(strict.read(&Bytes::from_static(b"{}"), KEY).is_err());
@@ -418,7 +433,9 @@ mod tests {
             off.write(&Bytes::from_static(b"v3"), KEY).expect("plain"),
             "v3"
         );
-        assert_eq!(off.read(&before, KEY).expect("old key"), "v1");
+        assert_eq!(off.read(&before, KEY).expect("old key"), v1);
+        let v3 = Bytes::from_static(b"v3");
+        assert_eq!(off.read(&v3, KEY).expect("plain"), (v3.clone(), false));
     }
 
     #[test]
