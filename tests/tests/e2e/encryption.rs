@@ -219,3 +219,43 @@ fn secrets_are_encrypted_at_rest_with_keys_of_each_tenant() -> anyhow::Result<()
     println!("encryption e2e: {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// The embedded store too: `flotilla up` with the same file, and the store file itself
+/// (read once the service has stopped) holds the Secret only encrypted.
+#[test]
+fn the_embedded_store_holds_secrets_encrypted() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("encryption.yaml");
+    std::fs::write(
+        &config,
+        configuration(&format!(
+            "  - secretbox: {{keys: [{{name: box1, secret: {}}}]}}\n  - identity: {{}}\n",
+            key(&[0x33; 32])
+        )),
+    )?;
+    let mut f = flotilla_e2e::Flotilla::up_with(
+        flotilla_e2e::Backend::Embedded,
+        &[
+            "--encryption-provider-config",
+            config.to_str().context("path")?,
+        ],
+    )?;
+    f.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "db",
+        &format!("--from-literal=password={PASSWORD}"),
+    ])?;
+    let read = f.ok(&["get", "secret", "db", "-o", "jsonpath={.data.password}"])?;
+    ensure!(read == key(PASSWORD.as_bytes()), "read back as {read:?}");
+    f.stop(false, std::time::Duration::from_secs(15));
+    let store = std::fs::read(f.data_dir().join("store.redb"))?;
+    ensure!(
+        contains(&store, "k8s:enc:secretbox:v1:box1:")
+            && !contains(&store, PASSWORD)
+            && !contains(&store, &key(PASSWORD.as_bytes())),
+        "the store file holds the Secret in clear"
+    );
+    Ok(())
+}
