@@ -24,10 +24,11 @@ pub fn parse(text: &str) -> Option<Duration> {
             "h" => number * 3600.0,
             _ => return None,
         };
-        total += Duration::try_from_secs_f64(seconds).ok()?;
+        total = total.checked_add(Duration::try_from_secs_f64(seconds).ok()?)?;
         rest = &rest[unit_len..];
     }
-    Some(total)
+    // Go's durations are int64 nanoseconds: about 292 years at most.
+    (total.as_nanos() <= i64::MAX as u128).then_some(total)
 }
 
 #[cfg(test)]
@@ -40,6 +41,10 @@ mod tests {
         assert_eq!(parse("1h30m"), Some(Duration::from_secs(5400)));
         assert_eq!(parse("1.5h"), Some(Duration::from_secs(5400)));
         assert_eq!(parse("500ms"), Some(Duration::from_millis(500)));
+        // Found by the `scalars` fuzz target: a sum past what Duration holds panicked.
+        assert_eq!(parse("9777747838521301s9767778872345105101s1s"), None);
+        assert_eq!(parse("2562047h47m16.854775807s"), Some(Duration::from_nanos(i64::MAX as u64)));
+        assert_eq!(parse("2562048h"), None);
         for bad in ["", "10", "ten minutes", "5 m", "3d"] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }

@@ -73,11 +73,19 @@ impl Quantity {
             return Err(fail());
         }
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        // Every value this type holds prints in at most 39 significant digits, so that many
+        // parse (a mantissa beyond i128 fails its parse; a scale beyond it, the checked
+        // arithmetic below). Leading zeros are not significant.
         let digits = format!("{whole}{fraction}");
-        if digits.len() > 30 {
+        let significant = digits.trim_start_matches('0');
+        if significant.len() > 39 {
             return Err(fail());
         }
-        let mantissa: i128 = digits.parse().map_err(|_| fail())?;
+        let mantissa: i128 = if significant.is_empty() {
+            0
+        } else {
+            significant.parse().map_err(|_| fail())?
+        };
         let (mut decimal_exponent, binary_shift, format) = match suffix {
             "" => (0, 0, Format::DecimalSi),
             "n" => (-9, 0, Format::DecimalSi),
@@ -268,6 +276,19 @@ mod tests {
         ] {
             assert_eq!(q(input).to_string(), canonical, "{input}");
         }
+    }
+
+    /// Found by the `scalars` fuzz target: a 30-digit value printed in 31 digits that the
+    /// parser then refused (it capped the digits at 30, not at what the type holds).
+    #[test]
+    fn what_prints_parses_back() {
+        let long = q("6999999999999699999999969.99998");
+        assert_eq!(long.to_string(), "6999999999999699999999969999980u");
+        assert_eq!(q(&long.to_string()), long);
+        assert_eq!(q("000000000000000000000000000000000000000001"), q("1"));
+        // Beyond what 128 bits of nano-units hold: refused, not wrapped.
+        assert!(Quantity::parse("999999999999999999999999999999999999999").is_err());
+        assert!(Quantity::parse("1E30").is_err());
     }
 
     #[test]
