@@ -60,6 +60,8 @@ mod nodepools;
 mod proxy;
 #[path = "e2e/scheduling.rs"]
 mod scheduling;
+#[path = "e2e/schemathesis.rs"]
+mod schemathesis;
 #[path = "e2e/sets.rs"]
 mod sets;
 #[path = "e2e/streaming.rs"]

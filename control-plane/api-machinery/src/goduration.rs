@@ -43,7 +43,10 @@ mod tests {
         assert_eq!(parse("500ms"), Some(Duration::from_millis(500)));
         // Found by the `scalars` fuzz target: a sum past what Duration holds panicked.
         assert_eq!(parse("9777747838521301s9767778872345105101s1s"), None);
-        assert_eq!(parse("2562047h47m16.854775807s"), Some(Duration::from_nanos(i64::MAX as u64)));
+        assert_eq!(
+            parse("2562047h47m16.854775807s"),
+            Some(Duration::from_nanos(i64::MAX as u64))
+        );
         assert_eq!(parse("2562048h"), None);
         for bad in ["", "10", "ten minutes", "5 m", "3d"] {
             assert_eq!(parse(bad), None, "{bad:?}");

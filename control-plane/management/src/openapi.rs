@@ -1,4 +1,4 @@
-//! The OpenAPI 3.1 document of the management API (`GET /v1/openapi.json`), its schemas
+//! The OpenAPI 3.0 document of the management API (`GET /v1/openapi.json`), its schemas
 //! generated from the wire types.
 
 use std::sync::LazyLock;
@@ -34,7 +34,22 @@ fn build() -> Value {
     }
     let reference = |name: &str| json!({"$ref": format!("#/components/schemas/{name}")});
     let body = |name: &str| json!({"required": true, "content": {"application/json": {"schema": reference(name)}}});
-    let answer = |name: &str| json!({"200": {"description": "OK", "content": {"application/json": {"schema": reference(name)}}}, "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}});
+    let error = json!({"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    let respond = |status: &str, schema: Value| json!({status: {"description": "OK", "content": {"application/json": {"schema": schema}}}, "default": error.clone()});
+    // Answers wrap what they carry, as EKS's do: `{"cluster": {…}}`, `{"clusters": […]}`.
+    let one = |field: &str, name: &str| {
+        respond(
+            "200",
+            json!({"type": "object", "required": [field], "properties": {field: reference(name)}}),
+        )
+    };
+    let many = |field: &str, name: &str| {
+        respond(
+            "200",
+            json!({"type": "object", "required": [field], "properties": {field: {"type": "array", "items": reference(name)}}}),
+        )
+    };
+    let path = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
     schemas.insert(
         "Error".into(),
         json!({"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}),
@@ -55,39 +70,46 @@ fn build() -> Value {
                 "get": {"summary": "Who the credential is: the operator, or which account", "responses": {"200": {"description": "{operator, accountId}", "content": {"application/json": {"schema": {"type": "object", "required": ["operator"], "properties": {"operator": {"type": "boolean"}, "accountId": {"type": "string"}}}}}}, "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}},
             },
             "/v1/accounts": {
-                "get": {"summary": "List accounts (operator)", "responses": answer("Account")},
-                "post": {"summary": "Create an account and its first API key (operator)", "requestBody": body("CreateAccountRequest"), "responses": answer("IssuedApiKey")},
+                "get": {"summary": "List accounts (operator)", "responses": many("accounts", "Account")},
+                "post": {"summary": "Create an account and its first API key (operator)", "requestBody": body("CreateAccountRequest"), "responses": respond("201", reference("IssuedApiKey"))},
             },
             "/v1/accounts/{account}": {
-                "get": {"summary": "Describe an account (the operator, or the account itself)", "responses": answer("Account")},
-                "delete": {"summary": "Delete an account without clusters, revoking every API key it has (operator)", "responses": answer("Account")},
+                "parameters": [path("account")],
+                "get": {"summary": "Describe an account (the operator, or the account itself)", "responses": one("account", "Account")},
+                "delete": {"summary": "Delete an account without clusters, revoking every API key it has (operator)", "responses": one("account", "Account")},
             },
             "/v1/accounts/{account}/apikeys": {
-                "post": {"summary": "Issue another API key; with rotate=true the account's other keys are revoked", "parameters": [{"name": "rotate", "in": "query", "required": false, "schema": {"type": "boolean"}}], "responses": answer("IssuedApiKey")},
+                "parameters": [path("account")],
+                "post": {"summary": "Issue another API key; with rotate=true the account's other keys are revoked", "parameters": [{"name": "rotate", "in": "query", "required": false, "schema": {"type": "boolean"}}], "responses": respond("201", reference("IssuedApiKey"))},
             },
             "/v1/clusters": {
-                "get": {"summary": "List the account's clusters", "responses": answer("Cluster")},
-                "post": {"summary": "Create a cluster (answers CREATING)", "requestBody": body("CreateClusterRequest"), "responses": answer("Cluster")},
+                "get": {"summary": "List the account's clusters", "responses": many("clusters", "Cluster")},
+                "post": {"summary": "Create a cluster (answers CREATING)", "requestBody": body("CreateClusterRequest"), "responses": one("cluster", "Cluster")},
             },
             "/v1/clusters/{name}": {
-                "get": {"summary": "Describe a cluster", "responses": answer("Cluster")},
-                "patch": {"summary": "Update endpoint access or tags", "requestBody": body("UpdateClusterRequest"), "responses": answer("Cluster")},
-                "delete": {"summary": "Delete a cluster with everything in it (answers DELETING)", "responses": answer("Cluster")},
+                "parameters": [path("name")],
+                "get": {"summary": "Describe a cluster", "responses": one("cluster", "Cluster")},
+                "patch": {"summary": "Update endpoint access or tags", "requestBody": body("UpdateClusterRequest"), "responses": one("cluster", "Cluster")},
+                "delete": {"summary": "Delete a cluster with everything in it (answers DELETING)", "responses": one("cluster", "Cluster")},
             },
             "/v1/clusters/{name}/kubeconfig": {
-                "get": {"summary": "An admin kubeconfig (YAML) of an ACTIVE cluster", "responses": {"200": {"description": "kubeconfig", "content": {"application/yaml": {}}}}},
+                "parameters": [path("name")],
+                "get": {"summary": "An admin kubeconfig (YAML) of an ACTIVE cluster", "responses": {"200": {"description": "kubeconfig", "content": {"application/yaml": {"schema": {"type": "object", "required": ["apiVersion", "kind", "clusters", "contexts", "users"], "description": "a kubeconfig (kind: Config)"}}}}, "default": error.clone()}},
             },
             "/v1/clusters/{name}/token": {
-                "post": {"summary": "A 15-minute admin bearer token of an ACTIVE cluster (what `flotilla cluster token` gives kubectl's exec plugin)", "responses": {"200": {"description": "{token, expirationTimestamp}", "content": {"application/json": {"schema": {"type": "object", "properties": {"token": {"type": "string"}, "expirationTimestamp": {"type": "string", "format": "date-time"}}}}}}}},
+                "parameters": [path("name")],
+                "post": {"summary": "A 15-minute admin bearer token of an ACTIVE cluster (what `flotilla cluster token` gives kubectl's exec plugin)", "responses": respond("200", json!({"type": "object", "required": ["token", "expirationTimestamp"], "properties": {"token": {"type": "string"}, "expirationTimestamp": {"type": "string", "format": "date-time"}}}))},
             },
             "/v1/clusters/{name}/nodepools": {
-                "get": {"summary": "List node pools", "responses": answer("NodePool")},
-                "post": {"summary": "Create a node pool", "requestBody": body("CreateNodePoolRequest"), "responses": answer("NodePool")},
+                "parameters": [path("name")],
+                "get": {"summary": "List node pools", "responses": many("nodePools", "NodePool")},
+                "post": {"summary": "Create a node pool", "requestBody": body("CreateNodePoolRequest"), "responses": one("nodePool", "NodePool")},
             },
             "/v1/clusters/{name}/nodepools/{pool}": {
-                "get": {"summary": "Describe a node pool", "responses": answer("NodePool")},
-                "patch": {"summary": "Scale or relabel a node pool", "requestBody": body("UpdateNodePoolRequest"), "responses": answer("NodePool")},
-                "delete": {"summary": "Delete a node pool", "responses": answer("NodePool")},
+                "parameters": [path("name"), path("pool")],
+                "get": {"summary": "Describe a node pool", "responses": one("nodePool", "NodePool")},
+                "patch": {"summary": "Scale or relabel a node pool", "requestBody": body("UpdateNodePoolRequest"), "responses": one("nodePool", "NodePool")},
+                "delete": {"summary": "Delete a node pool", "responses": one("nodePool", "NodePool")},
             },
         },
     })

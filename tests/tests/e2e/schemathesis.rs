@@ -1,0 +1,298 @@
+//! Schema-driven API fuzzing with schemathesis (PyPI), bounded: the management API from its
+//! `/v1/openapi.json` (an account's operations with every phase, stateful included, then the
+//! operator's), checked for no 5xx and for answers, status codes and content types that match
+//! the document; and a cluster's `apps/v1` and core `v1` from the OpenAPI v3 documents the API
+//! server serves, checked for no 5xx. Then the service still answers. Installs schemathesis
+//! into a virtualenv under `/var/cache` once (needs python3 with venv, which tests/run installs).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail, ensure};
+use base64::Engine;
+use flotilla_e2e::{Backend, Flotilla};
+use serde_json::Value;
+
+/// The version the checks were written against.
+const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+/// Examples per operation and seconds per run: enough to reach every operation, bounded.
+const EXAMPLES: &str = "5";
+const SECONDS: &str = "45";
+
+/// schemathesis from `FLOTILLA_SCHEMATHESIS_VENV`, or a virtualenv made once under /var/cache.
+fn schemathesis() -> anyhow::Result<PathBuf> {
+    let venv = std::env::var("FLOTILLA_SCHEMATHESIS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from("/var/cache/flotilla-schemathesis"));
+    let binary = venv.join("bin/schemathesis");
+    let installed = || {
+        Command::new(&binary)
+            .arg("--version")
+            .output()
+            .is_ok_and(|out| {
+                out.status.success()
+                    && String::from_utf8_lossy(&out.stdout)
+                        .contains(SCHEMATHESIS.trim_start_matches("schemathesis=="))
+            })
+    };
+    if installed() {
+        return Ok(binary);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .context("python3 is needed for schemathesis (tests/run installs it)")?;
+    ensure!(
+        made.status.success(),
+        "python3 -m venv {}: {}",
+        venv.display(),
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let pip = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", SCHEMATHESIS])
+        .output()
+        .context("running pip")?;
+    if !pip.status.success() || !installed() {
+        bail!(
+            "pip install {SCHEMATHESIS} failed: {}",
+            String::from_utf8_lossy(&pip.stderr)
+        );
+    }
+    Ok(binary)
+}
+
+/// One schemathesis run; its JSON report. `fails_on` says which failures fail the test: all of
+/// them, or only server errors (`ST100`).
+fn run(
+    binary: &Path,
+    report_dir: &Path,
+    name: &str,
+    args: &[&str],
+    only_server_errors: bool,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let dir = report_dir.join(name);
+    let out = Command::new(binary)
+        .arg("run")
+        .args(args)
+        .args(["-n", EXAMPLES, "--max-time", SECONDS, "--workers", "1"])
+        .args(["--request-timeout", "10", "--seed", "1"])
+        .args(["--report", "json", "--report-dir"])
+        .arg(&dir)
+        .output()
+        .context("running schemathesis")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = std::fs::read_dir(&dir)
+        .ok()
+        .and_then(|mut entries| entries.next())
+        .and_then(|entry| entry.ok())
+        .with_context(|| format!("schemathesis wrote no report: {stdout}"))?;
+    let report: Value = serde_json::from_slice(&std::fs::read(report.path())?)?;
+    let failures: Vec<&Value> = report["failures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| !only_server_errors || f["code"] == "ST100")
+        .collect();
+    let cases = &report["test_cases"];
+    println!(
+        "schemathesis {name}: {} cases generated, {} failures counted, {:.1} s",
+        cases["generated"]
+            .as_u64()
+            .or(cases["total"].as_u64())
+            .unwrap_or_default(),
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    ensure!(
+        failures.is_empty(),
+        "schemathesis {name} found: {}\n{}",
+        serde_json::to_string_pretty(&failures)?,
+        stdout
+            .lines()
+            .rev()
+            .take(80)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    Ok(())
+}
+
+fn config(path: &Path) -> anyhow::Result<(String, String, PathBuf)> {
+    let settings: Value = serde_json::from_slice(&std::fs::read(path)?)?;
+    let ca = path.with_extension("ca.pem");
+    std::fs::write(&ca, settings["caPem"].as_str().context("caPem")?)?;
+    Ok((
+        settings["endpoint"]
+            .as_str()
+            .context("endpoint")?
+            .to_string(),
+        settings["apiKey"].as_str().context("apiKey")?.to_string(),
+        ca,
+    ))
+}
+
+/// A field of the kubeconfig's first entry, base64-decoded, written to `dir/name`.
+fn kubeconfig_file(
+    kubeconfig: &str,
+    field: &str,
+    dir: &Path,
+    name: &str,
+) -> anyhow::Result<PathBuf> {
+    let value = kubeconfig
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(&format!("{field}: ")))
+        .with_context(|| format!("{field} in the kubeconfig"))?;
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        base64::engine::general_purpose::STANDARD.decode(value.trim())?,
+    )?;
+    Ok(path)
+}
+
+#[test]
+fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let binary = schemathesis()?;
+    let f = Flotilla::up(Backend::Embedded)?;
+    let reports = tempfile::tempdir()?;
+    let path = |p: &Path| p.to_str().map(str::to_string).context("path");
+
+    // The management API: an account's operations, stateful links included, then the
+    // operator's. The account is one of its own: its run creates and deletes clusters, and the
+    // `demo` cluster is fuzzed below.
+    let (endpoint, operator_key, ca) = config(&f.data_dir().join("operator.json"))?;
+    let document = format!("{}/v1/openapi.json", endpoint.trim_end_matches('/'));
+    let checks = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance";
+    let ca = path(&ca)?;
+    let created = Command::new("curl")
+        .args(["-sS", "--fail", "--cacert", &ca, "-H"])
+        .arg(format!("Authorization: Bearer {operator_key}"))
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            r#"{"id": "fuzz"}"#,
+        ])
+        .arg(format!("{}/v1/accounts", endpoint.trim_end_matches('/')))
+        .output()
+        .context("running curl")?;
+    ensure!(
+        created.status.success(),
+        "creating the fuzz account: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let created: Value = serde_json::from_slice(&created.stdout)?;
+    let account_key = created["apiKey"].as_str().context("apiKey")?.to_string();
+    run(
+        &binary,
+        reports.path(),
+        "management (account)",
+        &[
+            &document,
+            "--tls-verify",
+            &ca,
+            "-H",
+            &format!("Authorization: Bearer {account_key}"),
+            "-c",
+            checks,
+            "--include-path-regex",
+            "^/v1/clusters",
+        ],
+        false,
+    )?;
+    run(
+        &binary,
+        reports.path(),
+        "management (operator)",
+        &[
+            &document,
+            "--tls-verify",
+            &ca,
+            "-H",
+            &format!("Authorization: Bearer {operator_key}"),
+            "-c",
+            checks,
+            "--include-path-regex",
+            "^/v1/(accounts|identity|version)",
+            "--phases",
+            "examples,coverage,fuzzing",
+        ],
+        false,
+    )?;
+
+    // A cluster's API from its own OpenAPI v3 documents: no 5xx. Watches (`/watch/` paths and
+    // `?watch=`) stream until the client gives up, as upstream's do: they are left out.
+    let kubeconfig = std::fs::read_to_string(&f.kubeconfig)?;
+    let server = kubeconfig
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("server: "))
+        .context("server in the kubeconfig")?
+        .to_string();
+    let cluster_ca = kubeconfig_file(
+        &kubeconfig,
+        "certificate-authority-data",
+        reports.path(),
+        "cluster-ca.pem",
+    )?;
+    let cert = kubeconfig_file(
+        &kubeconfig,
+        "client-certificate-data",
+        reports.path(),
+        "client.pem",
+    )?;
+    let key = kubeconfig_file(
+        &kubeconfig,
+        "client-key-data",
+        reports.path(),
+        "client-key.pem",
+    )?;
+    let kubectl = f.kubectl();
+    for (name, group) in [("apps/v1", "apis/apps/v1"), ("core v1", "api/v1")] {
+        let document = reports
+            .path()
+            .join(format!("{}.json", name.replace(['/', ' '], "-")));
+        std::fs::write(
+            &document,
+            kubectl.ok(&["get", "--raw", &format!("/openapi/v3/{group}")])?,
+        )?;
+        run(
+            &binary,
+            reports.path(),
+            name,
+            &[
+                &path(&document)?,
+                "--url",
+                &server,
+                "--tls-verify",
+                &path(&cluster_ca)?,
+                "--request-cert",
+                &path(&cert)?,
+                "--request-cert-key",
+                &path(&key)?,
+                "-c",
+                "not_a_server_error",
+                "--exclude-path-regex",
+                "/watch/",
+                "--phases",
+                "fuzzing",
+            ],
+            true,
+        )?;
+    }
+
+    // Still healthy afterwards.
+    ensure!(
+        kubectl.ok(&["get", "--raw", "/readyz"])? == "ok",
+        "not ready after fuzzing"
+    );
+    kubectl.ok(&["get", "namespaces"])?;
+    println!("schemathesis e2e: {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
