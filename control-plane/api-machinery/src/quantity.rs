@@ -125,8 +125,9 @@ impl Quantity {
             let divisor = 10i128
                 .checked_pow(decimal_exponent.unsigned_abs())
                 .ok_or_else(fail)?;
-            // Upstream rounds a value finer than its precision up, never to zero.
-            (scaled + divisor - 1) / divisor
+            // Upstream rounds a value finer than its precision up, never to zero (without
+            // adding to `scaled` first, which may be near the type's limit).
+            scaled / divisor + i128::from(scaled % divisor != 0)
         };
         Ok(Quantity {
             nanos: if negative { -nanos } else { nanos },
@@ -289,6 +290,8 @@ mod tests {
         // Beyond what 128 bits of nano-units hold: refused, not wrapped.
         assert!(Quantity::parse("999999999999999999999999999999999999999").is_err());
         assert!(Quantity::parse("1E30").is_err());
+        // A 39-digit fraction of a nano-unit rounds up without overflowing on the way.
+        assert_eq!(q(".99999911999999999919999999991199999999n"), q("1n"));
     }
 
     #[test]

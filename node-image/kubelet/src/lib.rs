@@ -20,7 +20,7 @@ mod prober;
 mod resize;
 mod resources;
 mod server;
-mod spdy;
+pub mod spdy;
 mod static_pods;
 mod stats;
 mod status;
