@@ -233,6 +233,46 @@ fn succeeded(program: &str, args: &[&str], out: Output) -> anyhow::Result<String
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// A Python virtualenv with `requirement` installed: `$env_var`, or `default` (under
+/// `/var/cache`), made once with `python3 -m venv` and pip. `ready(venv)` says whether what
+/// the test needs is there; it is asked before and after installing.
+pub fn python_venv(
+    env_var: &str,
+    default: &str,
+    requirement: &str,
+    ready: impl Fn(&Path) -> bool,
+) -> anyhow::Result<PathBuf> {
+    let venv = std::env::var(env_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(default));
+    if ready(&venv) {
+        return Ok(venv);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .context("python3 with venv is needed (tests/run installs it)")?;
+    if !made.status.success() {
+        bail!(
+            "python3 -m venv {} failed: {}",
+            venv.display(),
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    let installed = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", requirement])
+        .output()
+        .context("running pip")?;
+    if !installed.status.success() || !ready(&venv) {
+        bail!(
+            "pip install {requirement} failed: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+    }
+    Ok(venv)
+}
+
 /// Which store a `flotilla up` runs on.
 #[derive(Debug, Clone)]
 pub enum Backend {

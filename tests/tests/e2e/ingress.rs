@@ -17,7 +17,8 @@ use flotilla_e2e::{Backend, Flotilla, Kubectl, LocalStack, flotilla_process, jso
 use serde_json::{Value, json};
 
 use crate::loadbalancer::{
-    CloudController, load_balancers, run_instance, set_provider_id, text, wait_ready,
+    CloudController, default_events, load_balancers, run_instance, set_provider_id, text,
+    wait_ready,
 };
 
 const CLUSTER_ID: &str = "demo";
@@ -577,15 +578,8 @@ fn scenario(
         "broken has a FailedBuildModel event",
         Duration::from_secs(30),
         || {
-            let events: Value = serde_json::from_str(&f.ok(&[
-                "get",
-                "events.events.k8s.io",
-                "-n",
-                "default",
-                "-o",
-                "json",
-            ])?)?;
-            note = list(&events["items"])
+            let events = default_events(f)?;
+            note = events
                 .iter()
                 .find(|e| {
                     e["regarding"]["name"] == "broken"
@@ -607,15 +601,8 @@ fn scenario(
         "other has an UnknownIngressClass event",
         Duration::from_secs(30),
         || {
-            let events: Value = serde_json::from_str(&f.ok(&[
-                "get",
-                "events.events.k8s.io",
-                "-n",
-                "default",
-                "-o",
-                "json",
-            ])?)?;
-            Ok(list(&events["items"]).iter().any(|e| {
+            let events = default_events(f)?;
+            Ok(events.iter().any(|e| {
                 e["regarding"]["name"] == "other"
                     && e["reason"] == "UnknownIngressClass"
                     && text(&e["note"]).contains("\"nginx\" not found")
@@ -679,15 +666,8 @@ fn scenario(
         "a missing security group is reported",
         Duration::from_secs(30),
         || {
-            let events: Value = serde_json::from_str(&f.ok(&[
-                "get",
-                "events.events.k8s.io",
-                "-n",
-                "default",
-                "-o",
-                "json",
-            ])?)?;
-            Ok(list(&events["items"]).iter().any(|e| {
+            let events = default_events(f)?;
+            Ok(events.iter().any(|e| {
                 e["regarding"]["name"] == "shop"
                     && e["type"] == "Warning"
                     && text(&e["note"]).contains("no-such-group")

@@ -211,6 +211,19 @@ pub(crate) fn run_instance(aws: &LocalStack, subnet: &str) -> anyhow::Result<(St
     ))
 }
 
+/// The `default` namespace's Events (events.k8s.io/v1), as the cloud controller writes them.
+pub(crate) fn default_events(f: &Flotilla) -> anyhow::Result<Vec<Value>> {
+    let events: Value = serde_json::from_str(&f.ok(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        "default",
+        "-o",
+        "json",
+    ])?)?;
+    Ok(events["items"].as_array().cloned().unwrap_or_default())
+}
+
 /// Gives `node` the provider ID of instance `id` in `zone`, as the cloud's node controller would.
 pub(crate) fn set_provider_id(
     kubectl: &Kubectl,
@@ -455,18 +468,8 @@ fn scenario(
         "bad has a SyncLoadBalancerFailed event",
         Duration::from_secs(30),
         || {
-            let events: Value = serde_json::from_str(&f.ok(&[
-                "get",
-                "events.events.k8s.io",
-                "-n",
-                "default",
-                "-o",
-                "json",
-            ])?)?;
-            note = events["items"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
+            let events = default_events(f)?;
+            note = events
                 .iter()
                 .find(|e| {
                     e["regarding"]["name"] == "bad"
@@ -590,18 +593,8 @@ fn scenario(
         };
         ensure!(left == 0, "listeners left on {arn}");
     }
-    let events: Value = serde_json::from_str(&f.ok(&[
-        "get",
-        "events.events.k8s.io",
-        "-n",
-        "default",
-        "-o",
-        "json",
-    ])?)?;
-    let seen: BTreeSet<(String, String)> = events["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    let events = default_events(f)?;
+    let seen: BTreeSet<(String, String)> = events
         .iter()
         .filter(|e| e["reportingController"] == "service-controller")
         .map(|e| (text(&e["regarding"]["name"]), text(&e["reason"])))

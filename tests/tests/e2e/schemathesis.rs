@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use base64::Engine;
-use flotilla_e2e::{Backend, Flotilla};
+use flotilla_e2e::{Backend, Flotilla, python_venv};
 use serde_json::Value;
 
 /// The version the checks were written against.
@@ -22,45 +22,21 @@ const SECONDS: &str = "45";
 
 /// schemathesis from `FLOTILLA_SCHEMATHESIS_VENV`, or a virtualenv made once under /var/cache.
 fn schemathesis() -> anyhow::Result<PathBuf> {
-    let venv = std::env::var("FLOTILLA_SCHEMATHESIS_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from("/var/cache/flotilla-schemathesis"));
-    let binary = venv.join("bin/schemathesis");
-    let installed = || {
-        Command::new(&binary)
-            .arg("--version")
-            .output()
-            .is_ok_and(|out| {
-                out.status.success()
-                    && String::from_utf8_lossy(&out.stdout)
-                        .contains(SCHEMATHESIS.trim_start_matches("schemathesis=="))
-            })
-    };
-    if installed() {
-        return Ok(binary);
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-        .context("python3 is needed for schemathesis (tests/run installs it)")?;
-    ensure!(
-        made.status.success(),
-        "python3 -m venv {}: {}",
-        venv.display(),
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let pip = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", SCHEMATHESIS])
-        .output()
-        .context("running pip")?;
-    if !pip.status.success() || !installed() {
-        bail!(
-            "pip install {SCHEMATHESIS} failed: {}",
-            String::from_utf8_lossy(&pip.stderr)
-        );
-    }
-    Ok(binary)
+    let version = SCHEMATHESIS.trim_start_matches("schemathesis==");
+    let venv = python_venv(
+        "FLOTILLA_SCHEMATHESIS_VENV",
+        "/var/cache/flotilla-schemathesis",
+        SCHEMATHESIS,
+        |venv| {
+            Command::new(venv.join("bin/schemathesis"))
+                .arg("--version")
+                .output()
+                .is_ok_and(|out| {
+                    out.status.success() && String::from_utf8_lossy(&out.stdout).contains(version)
+                })
+        },
+    )?;
+    Ok(venv.join("bin/schemathesis"))
 }
 
 /// One schemathesis run; its JSON report. `fails_on` says which failures fail the test: all of

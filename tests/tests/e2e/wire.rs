@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context, bail, ensure};
-use flotilla_e2e::{Backend, Flotilla};
+use anyhow::{Context, ensure};
+use flotilla_e2e::{Backend, Flotilla, python_venv};
 
 /// The Python client's version the test installs.
 const PYTHON_CLIENT: &str = "kubernetes==37.0.3";
@@ -45,43 +45,20 @@ print(json.dumps(events))
 "#;
 
 /// A Python with the client installed: `FLOTILLA_PYTHON_VENV`, or a virtualenv under
-/// `/var/cache` made (once) with `python3 -m venv` and pip.
+/// `/var/cache` made once.
 fn python_with_client() -> anyhow::Result<PathBuf> {
-    let venv = std::env::var("FLOTILLA_PYTHON_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from("/var/cache/flotilla-python"));
-    let python = venv.join("bin/python");
-    let has_client = || {
-        Command::new(&python)
-            .args(["-c", "import kubernetes"])
-            .output()
-            .is_ok_and(|out| out.status.success())
-    };
-    if has_client() {
-        return Ok(python);
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .output()
-        .context("python3 is needed for the Python client test (tests/run installs it)")?;
-    ensure!(
-        made.status.success(),
-        "python3 -m venv {} failed: {}",
-        venv.display(),
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", PYTHON_CLIENT])
-        .output()
-        .context("run pip")?;
-    if !installed.status.success() || !has_client() {
-        bail!(
-            "pip install {PYTHON_CLIENT} failed: {}",
-            String::from_utf8_lossy(&installed.stderr)
-        );
-    }
-    Ok(python)
+    let venv = python_venv(
+        "FLOTILLA_PYTHON_VENV",
+        "/var/cache/flotilla-python",
+        PYTHON_CLIENT,
+        |venv| {
+            Command::new(venv.join("bin/python"))
+                .args(["-c", "import kubernetes"])
+                .output()
+                .is_ok_and(|out| out.status.success())
+        },
+    )?;
+    Ok(venv.join("bin/python"))
 }
 
 #[test]
