@@ -12,6 +12,7 @@
 //! reader who knows Kubernetes can find things.
 
 pub mod cidr;
+pub mod continue_token;
 pub mod errors;
 pub mod field;
 pub mod goduration;
