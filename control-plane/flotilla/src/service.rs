@@ -804,9 +804,11 @@ async fn auditor(args: &AuditArgs) -> anyhow::Result<Auditor> {
 }
 
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let key_encryption = private_files::key_encryption_key(&args.key_encryption_key_file)?;
+    // The store first: a bad encryption configuration stops the service before it writes a
+    // key-encryption key file.
     let storage =
         open_storage(&args.etcd, None, args.encryption_provider_config.as_deref()).await?;
+    let key_encryption = private_files::key_encryption_key(&args.key_encryption_key_file)?;
     if !(args.tenant_qps.is_finite() && args.tenant_qps >= 0.0) {
         bail!("--tenant-qps must be a non-negative number");
     }

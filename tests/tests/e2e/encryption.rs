@@ -85,12 +85,17 @@ fn secrets_are_encrypted_at_rest_with_keys_of_each_tenant() -> anyhow::Result<()
         configuration("  - secretbox: {keys: [{name: k, secret: c2hvcnQ=}]}\n"),
     )?;
     let refused = Command::new(flotilla_bin()?)
+        .current_dir(dir.path())
         .args(["serve", "--etcd", &etcd.endpoint, "--listen", "127.0.0.1:0"])
         .arg("--encryption-provider-config")
         .arg(&bad)
         .stdout(Stdio::null())
         .output()?;
     let stderr = String::from_utf8_lossy(&refused.stderr);
+    ensure!(
+        !dir.path().join("flotilla-key-encryption-key").exists(),
+        "a refused start wrote a key-encryption key"
+    );
     let last = stderr.lines().last().unwrap_or_default();
     ensure!(
         refused.status.code() == Some(1)
