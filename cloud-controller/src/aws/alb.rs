@@ -20,9 +20,9 @@ use aws_sdk_elasticloadbalancingv2::types::{
     TargetTypeEnum,
 };
 
-use super::elb::{choose_subnets, missing, tolerate_gone};
+use super::elb::{choose_subnets, tolerate_gone};
 use super::security_groups::{IngressRule, Source};
-use super::{AwsCloud, cloud_error, instance_id_from_provider_id};
+use super::{AwsCloud, cloud_error, instance_id_from_provider_id, missing};
 use crate::ingress::model::RESOURCE_TAG;
 use crate::provider::{
     AlbAction, AlbHealthCheck, AlbListener, AlbModel, AlbRule, AlbSecurityGroups, AlbTargetGroup,

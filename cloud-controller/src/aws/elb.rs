@@ -19,7 +19,7 @@ use aws_sdk_elasticloadbalancingv2::types::{
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Node, Service};
 
 use super::instance_id_from_provider_id;
-use super::{AwsCloud, cloud_error};
+use super::{AwsCloud, cloud_error, missing};
 use crate::provider::{CloudError, CloudResult, LoadBalancers};
 
 /// `"true"` makes the load balancer internal (scheme `internal`, internal-elb subnets).
@@ -460,14 +460,6 @@ fn status_of(load_balancer: &LoadBalancer) -> LoadBalancerStatus {
                 ..Default::default()
             }]
         }),
-    }
-}
-
-pub(super) fn missing(what: &str) -> CloudError {
-    CloudError {
-        code: "InternalError".into(),
-        message: format!("ELBv2 answered without {what}"),
-        retryable: true,
     }
 }
 

@@ -10,7 +10,7 @@ use aws_sdk_ec2::types::{
 use base64::Engine;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 
-use super::{AwsCloud, cloud_error};
+use super::{AwsCloud, cloud_error, filter};
 use crate::nodepool::{KUBERNETES_VERSION_TAG, NODE_IMAGE_TAG};
 use crate::provider::{
     CloudError, CloudResult, Instance, InstanceMetadata, InstanceState, InstancesV2, LaunchRequest,
@@ -70,13 +70,6 @@ fn to_instance(instance: &aws_sdk_ec2::types::Instance) -> Instance {
             .map(|t| t.to_string())
             .unwrap_or_default(),
     }
-}
-
-fn filter(name: &str, values: impl IntoIterator<Item = String>) -> Filter {
-    Filter::builder()
-        .name(name)
-        .set_values(Some(values.into_iter().collect()))
-        .build()
 }
 
 fn address(kind: &str, value: &str) -> Option<NodeAddress> {

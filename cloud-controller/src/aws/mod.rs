@@ -148,3 +148,23 @@ fn is_retryable_code(code: &str) -> bool {
             | "Unavailable"
     )
 }
+
+/// An EC2 filter `name` matching any of `values`.
+pub(super) fn filter(
+    name: &str,
+    values: impl IntoIterator<Item = String>,
+) -> aws_sdk_ec2::types::Filter {
+    aws_sdk_ec2::types::Filter::builder()
+        .name(name)
+        .set_values(Some(values.into_iter().collect()))
+        .build()
+}
+
+/// An answer that lacked what the call promises (`what`): retried, as a passing fault.
+pub(super) fn missing(what: &str) -> CloudError {
+    CloudError {
+        code: "InternalError".into(),
+        message: format!("AWS answered without {what}"),
+        retryable: true,
+    }
+}

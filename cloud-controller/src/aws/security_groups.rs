@@ -11,7 +11,7 @@ use aws_sdk_ec2::types::{
     UserIdGroupPair,
 };
 
-use super::{AwsCloud, cloud_error};
+use super::{AwsCloud, cloud_error, filter, missing};
 use crate::provider::{CloudError, CloudResult};
 
 /// Upstream's description of a managed group.
@@ -139,13 +139,6 @@ pub fn target_security_group(
     }
 }
 
-fn filter(name: &str, values: impl IntoIterator<Item = String>) -> Filter {
-    Filter::builder()
-        .name(name)
-        .set_values(Some(values.into_iter().collect()))
-        .build()
-}
-
 fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
     tags.iter()
         .map(|(key, value)| filter(&format!("tag:{key}"), [value.clone()]))
@@ -244,7 +237,7 @@ impl AwsCloud {
             Some(group) => (
                 group
                     .group_id()
-                    .ok_or_else(|| missing_field("a security group ID"))?
+                    .ok_or_else(|| missing("a security group ID"))?
                     .to_string(),
                 rules_of(group.ip_permissions()),
             ),
@@ -270,7 +263,7 @@ impl AwsCloud {
                     .map_err(cloud_error)?;
                 let id = answer
                     .group_id()
-                    .ok_or_else(|| missing_field("the new security group's ID"))?
+                    .ok_or_else(|| missing("the new security group's ID"))?
                     .to_string();
                 tracing::info!(%name, %id, "created security group");
                 (id, BTreeSet::new())
@@ -486,14 +479,6 @@ impl AwsCloud {
             }
         }
         Ok(())
-    }
-}
-
-fn missing_field(what: &str) -> CloudError {
-    CloudError {
-        code: "InternalError".into(),
-        message: format!("EC2 answered without {what}"),
-        retryable: true,
     }
 }
 
