@@ -184,26 +184,21 @@ fn provider(path: &str, config: &ProviderConfiguration) -> Result<Provider, Stri
             "{path}: Invalid value: more than one provider specified in a single element, should split into different list elements"
         ));
     }
-    if let Some(keys) = &config.aesgcm {
-        return Ok(Provider::AesGcm(decode_keys(
-            &format!("{path}.aesgcm"),
-            keys,
-            AES_KEY_LENGTHS,
-        )?));
-    }
-    if let Some(keys) = &config.aescbc {
-        return Ok(Provider::AesCbc(decode_keys(
-            &format!("{path}.aescbc"),
-            keys,
-            AES_KEY_LENGTHS,
-        )?));
-    }
-    if let Some(keys) = &config.secretbox {
-        return Ok(Provider::Secretbox(decode_keys(
-            &format!("{path}.secretbox"),
-            keys,
+    type Keyed = fn(Vec<(String, Vec<u8>)>) -> Provider;
+    let keyed: [(&str, &Option<KeysConfiguration>, &[usize], Keyed); 3] = [
+        ("aesgcm", &config.aesgcm, AES_KEY_LENGTHS, Provider::AesGcm),
+        ("aescbc", &config.aescbc, AES_KEY_LENGTHS, Provider::AesCbc),
+        (
+            "secretbox",
+            &config.secretbox,
             SECRETBOX_KEY_LENGTHS,
-        )?));
+            Provider::Secretbox,
+        ),
+    ];
+    for (name, keys, lengths, make) in keyed {
+        if let Some(keys) = keys {
+            return Ok(make(decode_keys(&format!("{path}.{name}"), keys, lengths)?));
+        }
     }
     if config.kms.is_some() {
         return Err(format!(
