@@ -34,6 +34,8 @@ mod deployment;
 mod encryption;
 #[path = "e2e/eviction.rs"]
 mod eviction;
+#[path = "e2e/faults.rs"]
+mod faults;
 #[path = "e2e/firstboot.rs"]
 mod firstboot;
 #[path = "e2e/firsthour.rs"]

@@ -315,6 +315,12 @@ impl Storage for EmbeddedStorage {
         Ok((stream, progress))
     }
 
+    fn progress_follows_events(&self) -> bool {
+        // One process writes and notifies: a progress report is sent after every event before
+        // it by construction.
+        true
+    }
+
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
         match self.submit(Op::Compact { revision }).await? {
             Done::Compacted => Ok(()),

@@ -163,6 +163,9 @@ pub struct EtcdStorage {
     /// The last compaction point seen, in etcd revisions; it only moves forward, so it is a
     /// lower bound for [`EtcdStorage::compacted_revision`]'s search.
     compacted_hint: AtomicI64,
+    /// Whether every member that answered at connection runs an etcd whose progress reports
+    /// follow a watch's events ([`progress_follows_events`]).
+    progress_in_order: bool,
 }
 
 impl std::fmt::Debug for EtcdStorage {
@@ -204,11 +207,13 @@ impl EtcdStorage {
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
             codec.clone(),
         );
+        let progress_in_order = members_report_progress_in_order(endpoints).await;
         let storage = Self {
             client,
             codec,
             creates,
             compacted_hint: AtomicI64::new(0),
+            progress_in_order,
         };
         // The client connects lazily; one round trip here turns a wrong endpoint into an error
         // now rather than on the first request.
@@ -270,6 +275,61 @@ impl EtcdStorage {
     }
 }
 
+/// Whether etcd `version` (`3.4.23`) sends a watch's progress report only after every event
+/// before it. Before 3.4.31 and 3.5.13 it answered a progress request at once with its current
+/// revision, even to a watch still catching up on history (etcd-io/etcd#15220): a cache trusting
+/// that report believes itself current while events are still on their way. Upstream's
+/// kube-apiserver serves consistent reads from its watch cache only from those versions on.
+fn progress_follows_events(version: &str) -> bool {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|part| part.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    match (major, minor) {
+        (3, 4) => patch >= 31,
+        (3, 5) => patch >= 13,
+        (3, 0..=3) | (0..=2, _) => false,
+        _ => true,
+    }
+}
+
+/// Asks each member for its version: whether every one that answers has progress reports in
+/// order. A member that does not answer now is not counted (one down at start-up would
+/// otherwise cost every consistent read its cache for the life of the process).
+async fn members_report_progress_in_order(endpoints: &[String]) -> bool {
+    let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+    let mut versions = Vec::new();
+    for endpoint in endpoints {
+        let status = async {
+            let mut client = Client::connect([endpoint.as_str()], Some(options.clone())).await?;
+            client.status().await
+        };
+        match tokio::time::timeout(Duration::from_secs(3), status).await {
+            Ok(Ok(status)) => versions.push(status.version().to_string()),
+            Ok(Err(error)) => tracing::debug!(%endpoint, %error, "etcd member's version"),
+            Err(_) => tracing::debug!(%endpoint, "etcd member's version: no answer"),
+        }
+    }
+    let old: Vec<&String> = versions
+        .iter()
+        .filter(|v| !progress_follows_events(v))
+        .collect();
+    if let Some(version) = old.first() {
+        tracing::warn!(
+            %version,
+            "etcd before 3.4.31 or 3.5.13 may report a watch's progress ahead of its events: \
+             consistent reads are served by etcd, not the watch caches (upgrade etcd to serve \
+             them from memory)"
+        );
+    }
+    !versions.is_empty() && old.is_empty()
+}
+
 impl EtcdStorage {
     /// A watch of `prefix`; with `progress`, one that asks etcd for progress when requested.
     async fn open_watch(
@@ -314,6 +374,7 @@ impl EtcdStorage {
             responses,
             progress,
             codec: self.codec.clone(),
+            start: from_revision.max(0),
             next: from_revision.max(0),
             finished: false,
         };
@@ -514,6 +575,10 @@ impl Storage for EtcdStorage {
         Ok((stream, progress))
     }
 
+    fn progress_follows_events(&self) -> bool {
+        self.progress_in_order
+    }
+
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
         // History from the start of `revision`'s etcd revision is kept: a little more than asked.
         let (etcd, _) = etcd_revision(revision);
@@ -578,6 +643,9 @@ struct EtcdWatch {
     /// Set for a watch that reports progress when asked.
     progress: Option<ProgressRequester>,
     codec: Arc<Codec>,
+    /// The revision the watch starts from: events of the same etcd revision before it are
+    /// not this watch's.
+    start: Revision,
     /// Events below this revision were delivered already (or precede the watch's start).
     next: Revision,
     finished: bool,
@@ -635,6 +703,16 @@ impl EtcdWatch {
                 // the start are not this watch's.
                 if event.kv.mod_revision >= self.next {
                     events.push(event);
+                } else if event.kv.mod_revision >= self.start {
+                    // Past the start and yet below what a progress report promised was all
+                    // sent: etcd reported progress ahead of its events (etcd-io/etcd#15220).
+                    // Ended loudly, so the watch's consumer starts again from what it has;
+                    // dropped quietly, the event would be lost to every watcher.
+                    return Err(unexpected(&format!(
+                        "etcd sent an event at revision {} after reporting progress through {}",
+                        event.kv.mod_revision,
+                        self.next - 1
+                    )));
                 }
             }
             if events.is_empty() {
@@ -808,6 +886,26 @@ fn unexpected(message: &str) -> StorageError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_is_trusted_from_the_releases_that_fixed_its_order() {
+        for old in [
+            "3.4.23", "3.4.30", "3.5.0", "3.5.12", "3.3.27", "v3.5.9", "garbage", "3.5",
+        ] {
+            assert!(!progress_follows_events(old), "{old}");
+        }
+        for fixed in [
+            "3.4.31",
+            "3.4.34",
+            "3.5.13",
+            "3.5.17",
+            "v3.5.21",
+            "3.6.0",
+            "3.6.0-rc.1",
+        ] {
+            assert!(progress_follows_events(fixed), "{fixed}");
+        }
+    }
 
     #[test]
     fn prefix_end_bounds_exactly_the_prefix() {

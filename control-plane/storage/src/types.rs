@@ -254,6 +254,12 @@ pub trait Storage: Send + Sync + 'static {
         from_revision: Revision,
     ) -> Result<(WatchStream, ProgressRequester), StorageError>;
 
+    /// Whether a progress report of [`watch_with_progress`](Self::watch_with_progress) always
+    /// follows every event before it. When it may not (etcd before 3.4.31 and 3.5.13), a
+    /// cache fed by the watch cannot learn from one that it is current, and consistent reads
+    /// go to the store.
+    fn progress_follows_events(&self) -> bool;
+
     /// Discards history older than `revision`; reads and watches below it then fail `Compacted`.
     async fn compact(&self, revision: Revision) -> Result<(), StorageError>;
 

@@ -259,7 +259,7 @@ async fn build(
             ended: None,
         }),
         reached,
-        progress,
+        progress: caches.storage.progress_follows_events().then_some(progress),
         last_used: Mutex::new(Instant::now()),
         feeder: Mutex::new(None),
     });
@@ -301,7 +301,9 @@ pub struct Cache {
     state: Mutex<State>,
     /// The revision the cache has reached, for reads waiting for it (also rung when it ends).
     reached: watch::Sender<Revision>,
-    progress: ProgressRequester,
+    /// Asks the store watch how far it has got; `None` when its answer cannot be trusted to
+    /// follow its events ([`Storage::progress_follows_events`]).
+    progress: Option<ProgressRequester>,
     last_used: Mutex<Instant>,
     feeder: Mutex<Option<tokio::task::AbortHandle>>,
 }
@@ -437,7 +439,8 @@ impl Cache {
     }
 
     /// Waits until the cache has reached `revision`, asking its store watch for progress, for
-    /// at most `timeout`: `false` when it has not by then.
+    /// at most `timeout`: `false` when it has not by then, or at once when the store's
+    /// progress reports cannot be trusted and the cache has not reached it.
     pub async fn wait_until(
         &self,
         revision: Revision,
@@ -456,9 +459,13 @@ impl Cache {
             if *reached.borrow_and_update() >= revision {
                 return Ok(true);
             }
+            // Without progress reports an idle cache would wait for nothing: the store answers.
+            let Some(progress) = &self.progress else {
+                return Ok(false);
+            };
             let now = tokio::time::Instant::now();
             if now >= next_request {
-                self.progress.request();
+                progress.request();
                 next_request = now + retry_after;
                 retry_after = (retry_after * 2).min(PROGRESS_RETRY_MAX);
             }

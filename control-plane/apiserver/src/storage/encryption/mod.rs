@@ -258,6 +258,10 @@ impl Storage for EncryptedStorage {
         Ok((self.decrypting(stream), progress))
     }
 
+    fn progress_follows_events(&self) -> bool {
+        self.inner.progress_follows_events()
+    }
+
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
         self.inner.compact(revision).await
     }

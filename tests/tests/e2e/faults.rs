@@ -1,0 +1,601 @@
+//! The fault-injection suite (Jepsen's method): a three-member etcd cluster and two
+//! `flotilla serve` replicas, each on a network namespace of its own, under a workload of
+//! kube-rs clients across two tenants, while named nemeses kill, pause and cut off etcd
+//! members and replicas. The checker ([`checker`]) then looks for lost acknowledged writes,
+//! stale reads, updates applied on a stale `resourceVersion`, and watch gaps; the suite prints
+//! a table per nemesis with the operations acknowledged, the anomalies, the outage clients saw
+//! and the recovery time.
+//!
+//! `tests/run` runs the short schedule (each nemesis once, about two minutes). The long one —
+//! faults every 30 s for `FLOTILLA_FAULTS_SECONDS` (600 for the soak), with the replicas' RSS,
+//! open files and p99 latency at its start and end — runs with that variable set. Each run
+//! prints its seed; `FLOTILLA_FAULTS_SEED=N` replays the same choices.
+
+#[path = "faults/checker.rs"]
+mod checker;
+#[path = "faults/topology.rs"]
+mod topology;
+#[path = "faults/workload.rs"]
+mod workload;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use flotilla_e2e::FlotillaCli;
+use k8s_openapi::api::coordination::v1::Lease;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use checker::{History, Kind};
+use topology::Topology;
+use workload::{Shared, Tenant};
+
+/// How long each replica's hold on its clusters' control loops lasts (the default is 15 s;
+/// shorter here so a failover fits the schedule).
+const LEASE: Duration = Duration::from_secs(5);
+/// How long each fault lasts before it is healed, and how long the service is then left alone.
+const FAULT: Duration = Duration::from_secs(5);
+const SETTLE: Duration = Duration::from_secs(4);
+const TENANTS: [&str; 2] = ["a", "b"];
+const CLIENTS_PER_TENANT: usize = 3;
+const KEYS_PER_CLIENT: usize = 4;
+
+/// The faults, each named as the report names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Nemesis {
+    KillEtcdLeader,
+    PauseEtcdLeader,
+    KillEtcdFollower,
+    PartitionEtcdLeader,
+    PartitionReplicaFromEtcd,
+    KillLoopHolder,
+    PauseReplica,
+}
+
+const NEMESES: [Nemesis; 7] = [
+    Nemesis::KillEtcdLeader,
+    Nemesis::PauseEtcdLeader,
+    Nemesis::KillEtcdFollower,
+    Nemesis::PartitionEtcdLeader,
+    Nemesis::PartitionReplicaFromEtcd,
+    Nemesis::KillLoopHolder,
+    Nemesis::PauseReplica,
+];
+
+impl Nemesis {
+    fn name(self) -> &'static str {
+        match self {
+            Nemesis::KillEtcdLeader => "SIGKILL the etcd leader",
+            Nemesis::PauseEtcdLeader => "SIGSTOP the etcd leader",
+            Nemesis::KillEtcdFollower => "SIGKILL an etcd follower",
+            Nemesis::PartitionEtcdLeader => "partition the etcd leader",
+            Nemesis::PartitionReplicaFromEtcd => "partition a replica from etcd",
+            Nemesis::KillLoopHolder => "SIGKILL the control loops' replica",
+            Nemesis::PauseReplica => "SIGSTOP a replica",
+        }
+    }
+}
+
+/// What one nemesis did and when (ms from the start of the workload).
+struct Window {
+    nemesis: Nemesis,
+    target: String,
+    start: f64,
+    healed: f64,
+    end: f64,
+    /// For the control loops' replica: when another replica held tenant a's Lease.
+    failover: Option<f64>,
+}
+
+/// Injects `nemesis`, waits [`FAULT`], heals it; returns what it hit.
+fn inject(
+    nemesis: Nemesis,
+    topology: &mut Topology,
+    rng: &mut StdRng,
+    runtime: &tokio::runtime::Runtime,
+    lease_readers: &[kube::Client],
+    shared: &Shared,
+) -> anyhow::Result<(String, f64, Option<f64>)> {
+    let mut failover = None;
+    let target;
+    match nemesis {
+        Nemesis::KillEtcdLeader | Nemesis::PauseEtcdLeader | Nemesis::KillEtcdFollower => {
+            let leader = topology.etcd_leader()?;
+            let victim = if nemesis == Nemesis::KillEtcdFollower {
+                let followers: Vec<usize> = (0..topology.members.len())
+                    .filter(|i| *i != leader)
+                    .collect();
+                followers[rng.random_range(0..followers.len())]
+            } else {
+                leader
+            };
+            let member = &mut topology.members[victim];
+            target = member.name.clone();
+            if nemesis == Nemesis::PauseEtcdLeader {
+                member.signal("STOP")?;
+                std::thread::sleep(FAULT);
+                member.signal("CONT")?;
+            } else {
+                member.kill();
+                std::thread::sleep(FAULT);
+                member.restart()?;
+            }
+        }
+        Nemesis::PartitionEtcdLeader => {
+            let leader = topology.etcd_leader()?;
+            let others = topology.other_ips(&topology.members[leader].machine.ip);
+            let others: Vec<&str> = others.iter().map(String::as_str).collect();
+            let member = &topology.members[leader];
+            target = member.name.clone();
+            member.machine.cut_off_from(&others)?;
+            std::thread::sleep(FAULT);
+            member.machine.heal()?;
+        }
+        Nemesis::PartitionReplicaFromEtcd => {
+            let etcd: Vec<String> = topology
+                .members
+                .iter()
+                .map(|m| m.machine.ip.clone())
+                .collect();
+            let etcd: Vec<&str> = etcd.iter().map(String::as_str).collect();
+            let replica = &topology.replicas[rng.random_range(0..topology.replicas.len())];
+            target = replica.id.clone();
+            replica.machine.cut_off_from(&etcd)?;
+            std::thread::sleep(FAULT);
+            replica.machine.heal()?;
+        }
+        Nemesis::PauseReplica => {
+            let replica = &topology.replicas[rng.random_range(0..topology.replicas.len())];
+            target = replica.id.clone();
+            replica.signal("STOP")?;
+            std::thread::sleep(FAULT);
+            replica.signal("CONT")?;
+        }
+        Nemesis::KillLoopHolder => {
+            let holder = runtime.block_on(lease_holder(lease_readers))?;
+            let victim = topology
+                .replicas
+                .iter()
+                .position(|r| holder.starts_with(&format!("{}_", r.id)))
+                .with_context(|| format!("tenant a's loops are held by {holder:?}"))?;
+            target = topology.replicas[victim].id.clone();
+            let killed = Instant::now();
+            let killed_at = shared.now();
+            topology.replicas[victim].kill();
+            // The survivor takes the loops once the dead replica's lease runs out.
+            let deadline = killed + LEASE * 4;
+            while Instant::now() < deadline {
+                let now = runtime
+                    .block_on(lease_holder(lease_readers))
+                    .unwrap_or_default();
+                if !now.is_empty() && now != holder {
+                    failover = Some(shared.now() - killed_at);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let remaining = FAULT.saturating_sub(killed.elapsed());
+            std::thread::sleep(remaining);
+            topology.replicas[victim].restart()?;
+        }
+    }
+    Ok((target, shared.now(), failover))
+}
+
+/// Who holds tenant a's control loops (its `kube-system/kube-controller-manager` Lease), as
+/// the first replica that answers says.
+async fn lease_holder(clients: &[kube::Client]) -> anyhow::Result<String> {
+    let mut last_error = anyhow::anyhow!("no replica to ask");
+    for client in clients {
+        let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), "kube-system");
+        match tokio::time::timeout(
+            Duration::from_millis(500),
+            leases.get("kube-controller-manager"),
+        )
+        .await
+        {
+            Ok(Ok(lease)) => {
+                return Ok(lease
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default());
+            }
+            Ok(Err(error)) => last_error = error.into(),
+            Err(elapsed) => last_error = elapsed.into(),
+        }
+    }
+    Err(last_error)
+}
+
+/// A process's resident set (KiB) and open file descriptors.
+fn process_figures(pid: u32) -> (u64, usize) {
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0);
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    (rss, fds)
+}
+
+fn p99(latencies: &mut [f64]) -> f64 {
+    if latencies.is_empty() {
+        return 0.0;
+    }
+    latencies.sort_by(f64::total_cmp);
+    latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]
+}
+
+#[test]
+fn faults_lose_no_acknowledged_write_and_every_tenant_recovers() -> anyhow::Result<()> {
+    let suite_started = Instant::now();
+    let soak_seconds: Option<u64> = std::env::var("FLOTILLA_FAULTS_SECONDS")
+        .ok()
+        .map(|s| s.parse())
+        .transpose()
+        .context("FLOTILLA_FAULTS_SECONDS is a number of seconds")?;
+    let seed: u64 = match std::env::var("FLOTILLA_FAULTS_SEED") {
+        Ok(seed) => seed.parse().context("FLOTILLA_FAULTS_SEED is a number")?,
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos() as u64,
+    };
+    println!("fault suite: seed {seed} (FLOTILLA_FAULTS_SEED={seed} replays it)");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let dir = tempfile::tempdir()?;
+    let mut topology = Topology::start(dir.path(), 3, 2, LEASE)?;
+    let operator = topology.replicas[0].operator();
+    let key: serde_json::Value =
+        serde_json::from_str(&operator.ok(&["account", "create", "faults", "-o", "json"])?)?;
+    let mut settings = operator.settings()?;
+    settings["apiKey"] = key["apiKey"].clone();
+    let account = FlotillaCli {
+        config: topology.dir().join("faults.json"),
+    };
+    std::fs::write(&account.config, serde_json::to_vec_pretty(&settings)?)?;
+    let mut kubeconfigs = Vec::new();
+    for tenant in TENANTS {
+        account.ok(&["cluster", "create", tenant, "--wait"])?;
+        let file = topology.dir().join(format!("{tenant}.kubeconfig"));
+        account.ok(&[
+            "cluster",
+            "kubeconfig",
+            tenant,
+            "--file",
+            file.to_str().context("path")?,
+        ])?;
+        kubeconfigs.push(file);
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let urls = topology.replica_urls();
+    let tenants: Vec<Arc<Tenant>> = runtime.block_on(async {
+        let mut tenants = Vec::new();
+        for (tenant, kubeconfig) in TENANTS.iter().zip(&kubeconfigs) {
+            tenants.push(Arc::new(Tenant::connect(tenant, kubeconfig, &urls).await?));
+        }
+        anyhow::Ok(tenants)
+    })?;
+    let lease_readers = tenants[0].clients.clone();
+
+    let shared = Shared::new();
+    let watchers_stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    let mut watchers = Vec::new();
+    for (t, tenant) in tenants.iter().enumerate() {
+        for replica in 0..urls.len() {
+            let watcher_shared = Shared {
+                stop: watchers_stop.clone(),
+                ..shared.clone()
+            };
+            watchers.push(runtime.spawn(workload::run_watcher(
+                watcher_shared,
+                tenant.clone(),
+                replica,
+            )));
+        }
+        for client in 0..CLIENTS_PER_TENANT {
+            let task = (t * CLIENTS_PER_TENANT + client) as u64;
+            clients.push(runtime.spawn(workload::run_client(
+                shared.clone(),
+                tenant.clone(),
+                client,
+                KEYS_PER_CLIENT,
+                workload::task_seed(seed, task),
+            )));
+        }
+    }
+    clients.push(runtime.spawn(workload::run_probes(shared.clone(), tenants.clone())));
+
+    let pids = |topology: &Topology| -> Vec<u32> {
+        topology.replicas.iter().filter_map(|r| r.pid()).collect()
+    };
+    std::thread::sleep(SETTLE);
+    let figures_at_start: Vec<(u64, usize)> =
+        pids(&topology).into_iter().map(process_figures).collect();
+
+    // The schedule: each nemesis once, or (soak) one at random every 30 s until the time is up.
+    let mut windows: Vec<Window> = Vec::new();
+    let schedule_started = Instant::now();
+    let mut round = 0;
+    loop {
+        let nemesis = match soak_seconds {
+            None if round < NEMESES.len() => NEMESES[round],
+            None => break,
+            Some(seconds) if schedule_started.elapsed() < Duration::from_secs(seconds) => {
+                NEMESES[rng.random_range(0..NEMESES.len())]
+            }
+            Some(_) => break,
+        };
+        round += 1;
+        let start = shared.now();
+        let (target, healed, failover) = inject(
+            nemesis,
+            &mut topology,
+            &mut rng,
+            &runtime,
+            &lease_readers,
+            &shared,
+        )
+        .with_context(|| format!("injecting {}", nemesis.name()))?;
+        let pause = if soak_seconds.is_some() {
+            Duration::from_secs(30).saturating_sub(FAULT)
+        } else {
+            SETTLE
+        };
+        std::thread::sleep(pause);
+        windows.push(Window {
+            nemesis,
+            target,
+            start,
+            healed,
+            end: shared.now(),
+            failover,
+        });
+    }
+    let figures_at_end: Vec<(u64, usize)> =
+        pids(&topology).into_iter().map(process_figures).collect();
+
+    // Stop writing; let the watchers catch up with the store; then read everything back.
+    shared.stop.store(true, Ordering::Relaxed);
+    runtime.block_on(async {
+        for client in clients {
+            let _ = client.await;
+        }
+    });
+    let mut history = History::default();
+    runtime.block_on(async {
+        for tenant in &tenants {
+            workload::read_final(&shared, tenant).await?;
+            let (state, _) = workload::final_state(tenant).await?;
+            history.final_state.extend(state);
+        }
+        anyhow::Ok(())
+    })?;
+    std::thread::sleep(Duration::from_secs(10));
+    watchers_stop.store(true, Ordering::Relaxed);
+    runtime.block_on(async {
+        for watcher in watchers {
+            let _ = watcher.await;
+        }
+    });
+    let record = std::mem::take(
+        &mut *shared
+            .record
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the record's lock was poisoned"))?,
+    );
+    // Keys written but absent at the end: every watcher must have seen them go.
+    for write in &record.writes {
+        history.final_state.entry(write.key.clone()).or_insert(None);
+    }
+    history.writes = record.writes;
+    history.reads = record.reads;
+    history.watchers = record.watchers;
+    history.counters = record.counters.into_iter().collect();
+    let anomalies = history.check();
+
+    // The report: one row per nemesis.
+    let mut table = String::new();
+    table.push_str(
+        "| nemesis | target | writes acknowledged | lost | stale reads | stale updates | watch \
+         gaps | longest outage of a tenant | recovered after healing | client errors during the fault | control-loop failover |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let in_window = |at: f64, w: &Window| at >= w.start && at < w.end;
+    for window in &windows {
+        let acknowledged = history
+            .writes
+            .iter()
+            .filter(|w| w.outcome == checker::Outcome::Ok && in_window(w.invoked, window))
+            .count();
+        let count = |kinds: &[Kind]| {
+            anomalies
+                .iter()
+                .filter(|a| kinds.contains(&a.kind) && in_window(a.at, window))
+                .count()
+        };
+        let (outage, recovered) = availability(&record.probes, window);
+        let during: Vec<&(f64, f64, bool)> = record
+            .operations
+            .iter()
+            .filter(|(at, _, _)| *at >= window.start && *at < window.healed)
+            .collect();
+        let errors = during.iter().filter(|(_, _, ok)| !ok).count();
+        table.push_str(&format!(
+            "| {} | {} | {acknowledged} | {} | {} | {} | {} | {:.1} s | {:.1} s | {:.1} % of {} | {} |\n",
+            window.nemesis.name(),
+            window.target,
+            count(&[Kind::Lost]),
+            count(&[Kind::StaleRead]),
+            count(&[Kind::StaleUpdate]),
+            count(&[Kind::WatchGap, Kind::WatchOrder]),
+            outage / 1000.0,
+            recovered / 1000.0,
+            100.0 * errors as f64 / during.len().max(1) as f64,
+            during.len(),
+            window
+                .failover
+                .map(|f| format!("{:.1} s (lease {} s)", f / 1000.0, LEASE.as_secs()))
+                .unwrap_or_else(|| "–".to_string()),
+        ));
+    }
+    let total = |kind: Kind| anomalies.iter().filter(|a| a.kind == kind).count();
+    table.push_str(&format!(
+        "| **all** | | {} | {} | {} | {} | {} | | | | |\n",
+        history
+            .writes
+            .iter()
+            .filter(|w| w.outcome == checker::Outcome::Ok)
+            .count(),
+        total(Kind::Lost),
+        total(Kind::StaleRead),
+        total(Kind::StaleUpdate),
+        total(Kind::WatchGap) + total(Kind::WatchOrder),
+    ));
+    println!("{table}");
+    let reads = history.reads.len();
+    let events: usize = history
+        .watchers
+        .iter()
+        .flat_map(|w| &w.epochs)
+        .map(|e| e.events.len())
+        .sum();
+    let relists: usize = history
+        .watchers
+        .iter()
+        .map(|w| w.epochs.len().saturating_sub(1))
+        .sum();
+    println!(
+        "fault suite: {} writes ({} unanswered), {reads} reads, {events} watch events over {} \
+         watchers ({relists} relists after 410), counters {:?}",
+        history.writes.len(),
+        history
+            .writes
+            .iter()
+            .filter(|w| w.outcome == checker::Outcome::Unknown)
+            .count(),
+        history.watchers.len(),
+        history
+            .counters
+            .iter()
+            .map(|(name, c)| format!(
+                "{name}: {} (acknowledged {}, unanswered {})",
+                c.final_value, c.acknowledged, c.unknown
+            ))
+            .collect::<Vec<_>>(),
+    );
+    let latencies = |from: f64, to: f64| -> Vec<f64> {
+        record
+            .operations
+            .iter()
+            .filter(|(at, _, ok)| *ok && *at >= from && *at < to)
+            .map(|(_, latency, _)| *latency)
+            .collect()
+    };
+    let last = windows.last().map_or(0.0, |w| w.end);
+    let span = 60_000.0_f64.min(last / 4.0);
+    for (i, ((rss0, fds0), (rss1, fds1))) in
+        figures_at_start.iter().zip(&figures_at_end).enumerate()
+    {
+        println!(
+            "fault suite: replica r{i}: RSS {:.1} → {:.1} MiB, open files {fds0} → {fds1}",
+            *rss0 as f64 / 1024.0,
+            *rss1 as f64 / 1024.0
+        );
+    }
+    println!(
+        "fault suite: p99 latency of answered operations {:.1} ms in the first {:.0} s, {:.1} ms \
+         in the last; wall time {:.0} s",
+        p99(&mut latencies(0.0, span)),
+        span / 1000.0,
+        p99(&mut latencies(last - span, last)),
+        suite_started.elapsed().as_secs_f64()
+    );
+    // The first few of each kind.
+    let mut shown: HashMap<Kind, usize> = HashMap::new();
+    for anomaly in &anomalies {
+        let count = shown.entry(anomaly.kind).or_default();
+        *count += 1;
+        if *count <= 5 {
+            println!(
+                "fault suite: {:?} at {:.0} ms: {}",
+                anomaly.kind, anomaly.at, anomaly.detail
+            );
+        }
+    }
+    ensure!(
+        anomalies.is_empty(),
+        "the checker found {} anomalies (seed {seed}); the first: {}",
+        anomalies.len(),
+        anomalies[0].detail
+    );
+    ensure!(
+        history
+            .writes
+            .iter()
+            .any(|w| w.outcome == checker::Outcome::Ok)
+            && events > 0,
+        "the workload did nothing: no write was acknowledged or no event watched"
+    );
+    Ok(())
+}
+
+/// For one nemesis: the longest time a tenant had no replica answering (ms), and how long
+/// after healing until every tenant answered through every replica for good (ms).
+fn availability(probes: &[(f64, String, usize, bool)], window: &Window) -> (f64, f64) {
+    let mut rounds: BTreeMap<&str, Vec<(f64, bool)>> = BTreeMap::new();
+    // One probe round per tenant: answered when any replica answered.
+    let mut by_round: HashMap<(&str, u64), bool> = HashMap::new();
+    for (at, tenant, _, answered) in probes {
+        if *at >= window.start && *at < window.end {
+            let slot = (tenant.as_str(), (*at / 100.0) as u64);
+            *by_round.entry(slot).or_default() |= *answered;
+        }
+    }
+    for ((tenant, slot), answered) in by_round {
+        rounds
+            .entry(tenant)
+            .or_default()
+            .push((slot as f64 * 100.0, answered));
+    }
+    let mut outage: f64 = 0.0;
+    for samples in rounds.values_mut() {
+        samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut down_since: Option<f64> = None;
+        for (at, answered) in samples.iter() {
+            match (answered, down_since) {
+                (false, None) => down_since = Some(*at),
+                (true, Some(since)) => {
+                    outage = outage.max(at - since);
+                    down_since = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(since) = down_since {
+            outage = outage.max(window.end - since);
+        }
+    }
+    let last_failure = probes
+        .iter()
+        .filter(|(at, _, _, answered)| !answered && *at >= window.healed && *at < window.end)
+        .map(|(at, _, _, _)| *at)
+        .fold(None, |latest: Option<f64>, at| {
+            Some(latest.map_or(at, |l| l.max(at)))
+        });
+    let recovered = last_failure.map_or(0.0, |at| at - window.healed);
+    (outage, recovered)
+}
