@@ -325,6 +325,28 @@ impl Flotilla {
         Ok(flotilla)
     }
 
+    /// [`Flotilla::up`] with its data directory in `dir` (e.g. a small tmpfs mounted there,
+    /// so that a test can fill its disk).
+    pub fn up_in(backend: Backend, dir: tempfile::TempDir) -> anyhow::Result<Self> {
+        let mut flotilla = Self::prepare(backend, "127.0.0.1", &["--nodes", "0"], None)?;
+        flotilla.dir = dir;
+        flotilla.kubeconfig = flotilla.dir.path().join("kubeconfig");
+        flotilla.start()?;
+        Ok(flotilla)
+    }
+
+    /// Whether the process is still running (a fault may have stopped it).
+    pub fn running(&mut self) -> bool {
+        self.process
+            .as_mut()
+            .is_some_and(|p| matches!(p.child.try_wait(), Ok(None)))
+    }
+
+    /// The process's id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.child.id())
+    }
+
     /// Starts `flotilla up` exactly as a user types it, with `extra_args` only (no `--nodes`
     /// added) and `env` set, its standard error written to `stderr_file` when given.
     pub fn up_as_typed(

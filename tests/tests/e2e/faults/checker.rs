@@ -342,15 +342,17 @@ fn refused(writes: &[&Write], observed: Option<u64>) -> String {
         .unwrap_or_default()
 }
 
-/// The write of value `seq` and the three after it, as an anomaly's context.
+/// The writes around the one of value `seq` (three before, three after), as an anomaly's
+/// context.
 fn following(writes: &[&Write], seq: u64) -> String {
+    let at = writes.iter().position(|w| w.seq == seq).unwrap_or(0);
     let listed: Vec<String> = writes
         .iter()
-        .skip_while(|w| w.seq != seq)
-        .take(4)
+        .skip(at.saturating_sub(3))
+        .take(7)
         .map(|w| format!("{} {} {:?}", w.seq, w.what, w.outcome))
         .collect();
-    format!(" (writes from it: {})", listed.join("; "))
+    format!(" (writes around it: {})", listed.join("; "))
 }
 
 /// The write a watch event shows: ADDED/MODIFIED the write of its value; DELETED the first

@@ -173,6 +173,12 @@ impl Daemon {
     fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
+
+    fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
 }
 
 impl Drop for Daemon {
@@ -186,6 +192,60 @@ pub struct EtcdMember {
     pub name: String,
     daemon: Daemon,
     pub machine: Machine,
+    /// Its data directory's file system (unmounted after the process is gone).
+    pub disk: Tmpfs,
+}
+
+/// A small tmpfs mounted on a directory: a disk the suite can fill.
+pub struct Tmpfs {
+    pub path: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (`256m`) on `path` (created if needed).
+    pub fn mount(path: &Path, size: &str) -> anyhow::Result<Tmpfs> {
+        std::fs::create_dir_all(path)?;
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                &path.to_string_lossy(),
+            ],
+        )?;
+        Ok(Tmpfs {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Fills it: a file takes every byte left, so the next write fails `ENOSPC`.
+    pub fn fill(&self) -> anyhow::Result<()> {
+        // dd stops with "No space left on device", which is the point.
+        let _ = Command::new("dd")
+            .args(["if=/dev/zero", "bs=1M"])
+            .arg(format!("of={}", self.filler().display()))
+            .stderr(Stdio::null())
+            .status()?;
+        Ok(())
+    }
+
+    /// Frees what [`Tmpfs::fill`] took.
+    pub fn free(&self) -> anyhow::Result<()> {
+        std::fs::remove_file(self.filler()).context("removing the filler")
+    }
+
+    fn filler(&self) -> PathBuf {
+        self.path.join("fault-suite-filler")
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
 }
 
 /// One `flotilla serve` replica on its own machine.
@@ -250,7 +310,10 @@ impl Topology {
         for (i, ip) in member_ips.iter().enumerate() {
             let machine = Machine::attach(&topology._fabric, &format!("flt{tag}-e{i}"), ip)?;
             let name = format!("e{i}");
-            let data = dir.join(&name);
+            // Each member's data on a disk of its own, so that one can be filled. etcd
+            // preallocates 64 MB WAL segments: 320 MB holds a short run several times over.
+            let disk = Tmpfs::mount(&dir.join(format!("{name}-disk")), "320m")?;
+            let data = disk.path.join("data");
             let command = {
                 let (netns, ip, name, initial_cluster) = (
                     machine.netns.clone(),
@@ -284,6 +347,7 @@ impl Topology {
                 name,
                 daemon: Daemon::new(Box::new(command))?,
                 machine,
+                disk,
             });
         }
         topology.wait_for_etcd()?;
@@ -442,6 +506,10 @@ impl EtcdMember {
     }
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.daemon.restart()
+    }
+    /// Whether the process is still running (it may die of a fault).
+    pub fn running(&mut self) -> bool {
+        self.daemon.running()
     }
 }
 

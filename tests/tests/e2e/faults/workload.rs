@@ -279,6 +279,7 @@ pub async fn run_client(
                     Err(kube::Error::Api(status)) => {
                         format!("{what} via r{via} ({} {})", status.code, status.message)
                     }
+                    Err(error) => format!("{what} via r{via} ({error})"),
                     _ => format!("{what} via r{via}"),
                 },
                 resource_version: result
@@ -628,7 +629,7 @@ async fn retry<T, F: std::future::Future<Output = kube::Result<T>>>(
         match timed(call()).await {
             Ok(value) => return Ok(value),
             Err(error) if Instant::now() > deadline => {
-                return Err(error).context("the service did not answer within 30 s of healing");
+                anyhow::bail!("the service did not answer within 30 s of healing: {error:?}");
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
