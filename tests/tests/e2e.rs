@@ -16,6 +16,8 @@ mod aggregation;
 mod audit;
 #[path = "e2e/autoscaling.rs"]
 mod autoscaling;
+#[path = "e2e/backup.rs"]
+mod backup;
 #[path = "e2e/bootstrap.rs"]
 mod bootstrap;
 #[path = "e2e/cluster.rs"]

@@ -190,6 +190,11 @@ impl ApiServer {
         &self.audit
     }
 
+    /// What each tenant is allowed (request rates, seats, objects).
+    pub fn limits(&self) -> &TenantLimits {
+        &self.limits
+    }
+
     /// The admission plugins every write runs through.
     pub fn admission(&self) -> &admission::Chain {
         &self.admission

@@ -357,6 +357,40 @@ impl Tenants {
         key.strip_prefix(TENANT_RECORDS)
     }
 
+    /// The storage key of tenant `id`'s record.
+    pub fn record_key(id: &str) -> String {
+        format!("{TENANT_RECORDS}{id}")
+    }
+
+    /// A new record for tenant `id`: its own client CA, service-account signing key and
+    /// front-proxy CA, no default objects yet.
+    pub fn new_record(id: &str) -> Result<TenantRecord, ApiError> {
+        Ok(TenantRecord {
+            id: id.to_string(),
+            client_ca: CertificateAuthority::generate(&crate::pki::tenant_ca_name(id))
+                .map_err(ApiError::internal)?,
+            service_account_key: SigningKey::generate()?,
+            bootstrap_version: 0,
+            endpoint_access: EndpointAccess::default(),
+            pod_security: Default::default(),
+            front_proxy_ca: Some(
+                CertificateAuthority::generate(&crate::pki::front_proxy_ca_name(id))
+                    .map_err(ApiError::internal)?,
+            ),
+            audit_policy: None,
+        })
+    }
+
+    /// A stored tenant record (the value of [`Tenants::record_key`]), opened.
+    pub fn open_record(&self, key: &str, value: &[u8]) -> Result<TenantRecord, ApiError> {
+        self.decode(key, value).map(|(record, _)| record)
+    }
+
+    /// `record` as it is stored under `key`: sealed under the key-encryption key.
+    pub fn seal_record(&self, key: &str, record: &TenantRecord) -> Result<Bytes, ApiError> {
+        self.encode(key, record)
+    }
+
     /// The ids of every tenant in storage.
     pub async fn ids(&self) -> Result<Vec<String>, ApiError> {
         let mut ids = Vec::new();
@@ -492,21 +526,8 @@ impl Tenants {
             )));
         }
         if self.get(id).await.is_none() {
-            let record = TenantRecord {
-                id: id.to_string(),
-                client_ca: CertificateAuthority::generate(&crate::pki::tenant_ca_name(id))
-                    .map_err(ApiError::internal)?,
-                service_account_key: SigningKey::generate()?,
-                bootstrap_version: 0,
-                endpoint_access: EndpointAccess::default(),
-                pod_security: Default::default(),
-                front_proxy_ca: Some(
-                    CertificateAuthority::generate(&crate::pki::front_proxy_ca_name(id))
-                        .map_err(ApiError::internal)?,
-                ),
-                audit_policy: None,
-            };
-            let key = format!("{TENANT_RECORDS}{id}");
+            let record = Self::new_record(id)?;
+            let key = Self::record_key(id);
             let bytes = self.encode(&key, &record)?;
             // Create-if-absent: a concurrent replica creating the same tenant wins or loses cleanly.
             let _ = self.store.storage().create(&key, bytes).await?;

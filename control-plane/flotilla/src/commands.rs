@@ -9,6 +9,8 @@ use anyhow::{Context, bail};
 use http::Method;
 use serde_json::{Value, json};
 
+use flotilla_management::backup;
+
 use crate::client::{ManagementClient, ServiceError};
 use crate::{
     AccountCommand, ClientArgs, ClusterCommand, ClusterCreateArgs, NodePoolCommand,
@@ -175,6 +177,54 @@ pub async fn cluster(args: &ClientArgs, command: ClusterCommand) -> anyhow::Resu
                 None => print!("{text}"),
             }
             Ok(())
+        }
+        ClusterCommand::Backup { name, file } => {
+            let bytes = client
+                .call(
+                    Method::GET,
+                    &format!("{}/backup", cluster_path(&name)),
+                    None,
+                )
+                .await?;
+            // What arrived is checked before it is kept: a file on disk is a whole backup.
+            let (header, _) = backup::format::read_header(&bytes)
+                .with_context(|| format!("the backup of cluster {name} as received"))?;
+            let mut partial = file.clone().into_os_string();
+            partial.push(".partial");
+            let partial = std::path::PathBuf::from(partial);
+            crate::private_files::write_private(&partial, &bytes)?;
+            std::fs::rename(&partial, &file)
+                .with_context(|| format!("writing {}", file.display()))?;
+            eprintln!(
+                "wrote {}: cluster {} ({}) at revision {}, {} objects, {} bytes",
+                file.display(),
+                header.cluster.name,
+                header.cluster.id,
+                header.revision,
+                header.objects,
+                bytes.len()
+            );
+            Ok(())
+        }
+        ClusterCommand::Restore { file, name, wait } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            // Refused here, with the service's words, before it is sent.
+            let (header, _) =
+                backup::format::read_header(&bytes).with_context(|| file.display().to_string())?;
+            let name = name.unwrap_or(header.cluster.name);
+            let answer = client
+                .call_bytes(
+                    Method::POST,
+                    &format!("{}/restore", cluster_path(&name)),
+                    backup::format::MEDIA_TYPE,
+                    bytes::Bytes::from(bytes),
+                )
+                .await?;
+            let answer: Value = serde_json::from_slice(&answer)
+                .context("the service answered with invalid JSON")?;
+            let cluster = active_if(wait, &client, &name, &answer).await?;
+            print_one(args.output, &cluster, &CLUSTER_COLUMNS)
         }
         ClusterCommand::Token { name } => {
             let answer = client

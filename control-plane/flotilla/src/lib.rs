@@ -583,6 +583,35 @@ pub enum ClusterCommand {
         #[arg(long)]
         exec: bool,
     },
+    /// Write a backup of a cluster to a file: its settings, node pools, credentials (CA and
+    /// signing keys) and every object, read at one store revision, sealed under the service's
+    /// key-encryption key.
+    #[command(after_help = "Example:\n  flotilla cluster backup prod --file prod.flotilla-backup")]
+    Backup {
+        /// Cluster name (it must be ACTIVE).
+        name: String,
+        /// The file to write (mode 0600).
+        #[arg(long)]
+        file: PathBuf,
+    },
+    /// Make a cluster from a backup file: under its own name, in its own account, it comes
+    /// back with its id and credentials (old kubeconfigs work again); with --name it is a
+    /// copy with a new id and credentials of its own. A truncated, corrupted or foreign file
+    /// is refused and nothing is written.
+    #[command(after_help = "Examples:
+  flotilla cluster restore --file prod.flotilla-backup --wait
+  flotilla cluster restore --file prod.flotilla-backup --name prod-copy --wait")]
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        file: PathBuf,
+        /// The new cluster's name (default: the backed-up cluster's).
+        #[arg(long)]
+        name: Option<String>,
+        /// Wait until it is ACTIVE.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Print a 15-minute admin token as a kubectl ExecCredential.
     #[command(
         after_help = "Example (what kubectl's exec plugin runs):\n  flotilla cluster token prod"

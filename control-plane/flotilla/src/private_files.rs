@@ -71,7 +71,7 @@ pub(crate) fn make_private(path: &Path) -> anyhow::Result<()> {
 
 /// Writes a file readable by its owner only (it holds a private key or a token); an existing
 /// file keeps no looser mode.
-pub(crate) fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+pub(crate) fn write_private(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
     use std::io::Write;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -84,7 +84,7 @@ pub(crate) fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
         .open(path)
         .with_context(|| format!("writing {}", path.display()))?;
     make_private(path)?;
-    file.write_all(contents.as_bytes())?;
+    file.write_all(contents.as_ref())?;
     file.sync_all()?;
     Ok(())
 }

@@ -94,11 +94,24 @@ impl ManagementClient {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> anyhow::Result<Bytes> {
-        let url = format!("{}{path}", self.endpoint);
         let body = match body {
             Some(value) => Bytes::from(serde_json::to_vec(value)?),
             None => Bytes::new(),
         };
+        self.call_bytes(method, path, "application/json", body)
+            .await
+    }
+
+    /// [`ManagementClient::call`] with a body of `content_type` (a backup file is not JSON);
+    /// a 2xx answer's body is returned as it came.
+    pub async fn call_bytes(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+    ) -> anyhow::Result<Bytes> {
+        let url = format!("{}{path}", self.endpoint);
         let request = Request::builder()
             .method(method.clone())
             .uri(&url)
@@ -106,7 +119,7 @@ impl ManagementClient {
                 http::header::AUTHORIZATION,
                 format!("Bearer {}", self.api_key),
             )
-            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::ACCEPT, "application/json")
             .body(Full::new(body))
             .with_context(|| format!("invalid endpoint URL {url:?}"))?;

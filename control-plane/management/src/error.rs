@@ -57,6 +57,24 @@ impl ManagementError {
         Self::new(StatusCode::NOT_FOUND, "ResourceNotFoundException", message)
     }
 
+    /// 400: the request would take the caller past one of its limits (EKS's code).
+    pub fn limit_exceeded(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "ResourceLimitExceededException",
+            message,
+        )
+    }
+
+    /// 413: the request body is larger than the operation takes.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLargeException",
+            message,
+        )
+    }
+
     /// 409: the resource exists already, or is busy.
     pub fn in_use(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "ResourceInUseException", message)
@@ -107,6 +125,12 @@ impl From<flotilla_storage::StorageError> for ManagementError {
             }
             _ => Self::internal(err),
         }
+    }
+}
+
+impl From<crate::backup::format::FormatError> for ManagementError {
+    fn from(err: crate::backup::format::FormatError) -> Self {
+        Self::invalid_parameter(err.to_string())
     }
 }
 

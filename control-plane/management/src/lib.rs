@@ -8,6 +8,7 @@
 //! `ACTIVE`; a delete answers `DELETING` and the reconciler removes every object and credential.
 
 mod accounts;
+pub mod backup;
 pub mod error;
 pub mod model;
 mod openapi;
@@ -111,12 +112,18 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// Whether `cluster` has been `CREATING` for longer than [`CREATE_DEADLINE`].
+/// Whether `cluster` has been `CREATING` for longer than its deadline: [`CREATE_DEADLINE`],
+/// or [`backup::RESTORE_DEADLINE`] while a restore writes it.
 fn creation_expired(cluster: &Cluster) -> bool {
+    let deadline = if cluster.restoring {
+        backup::RESTORE_DEADLINE
+    } else {
+        CREATE_DEADLINE
+    };
     chrono::DateTime::parse_from_rfc3339(&cluster.created_at)
         .map(|created| {
             chrono::Utc::now().signed_duration_since(created)
-                > chrono::Duration::from_std(CREATE_DEADLINE).unwrap_or(chrono::Duration::MAX)
+                > chrono::Duration::from_std(deadline).unwrap_or(chrono::Duration::MAX)
         })
         .unwrap_or(true)
 }
@@ -196,6 +203,8 @@ pub struct Management {
     endpoint: PublicEndpoint,
     wake: tokio::sync::Notify,
     index: tokio::sync::watch::Sender<Arc<ClusterIndex>>,
+    /// One restore at a time: each holds its backup file in memory.
+    restores: tokio::sync::Semaphore,
 }
 
 impl Management {
@@ -207,6 +216,7 @@ impl Management {
             endpoint,
             wake: tokio::sync::Notify::new(),
             index: tokio::sync::watch::Sender::new(Arc::new(ClusterIndex::new())),
+            restores: tokio::sync::Semaphore::new(1),
         })
     }
 
@@ -407,6 +417,11 @@ impl Management {
                     .delete(delete_cluster),
             )
             .route("/v1/clusters/{name}/kubeconfig", get(cluster_kubeconfig))
+            .route("/v1/clusters/{name}/backup", get(backup::get_backup))
+            .route(
+                "/v1/clusters/{name}/restore",
+                axum::routing::post(backup::post_restore),
+            )
             .route(
                 "/v1/clusters/{name}/token",
                 axum::routing::post(cluster_token),
@@ -701,6 +716,8 @@ impl Management {
             identity: None,
             health: Health::default(),
             cloud_released: false,
+            restored_from: None,
+            restoring: false,
         };
         match self
             .storage
@@ -1027,6 +1044,17 @@ impl Management {
     ) -> Result<()> {
         let key = cluster_key(&cluster.account_id, &cluster.name);
         match cluster.status {
+            // A restore is writing it: its objects come from the backup, not the bootstrap.
+            ClusterStatus::Creating if cluster.restoring => {
+                if creation_expired(&cluster) {
+                    cluster.status = ClusterStatus::Failed;
+                    cluster.status_reason = Some(
+                        "the restore did not finish (the replica writing it stopped); delete the cluster and restore it again"
+                            .into(),
+                    );
+                    self.swap(&key, &cluster, revision).await?;
+                }
+            }
             ClusterStatus::Creating => {
                 match self.api.tenants.ensure(&self.api, &cluster.id).await {
                     Ok(_) => {
@@ -1056,6 +1084,11 @@ impl Management {
                 self.reconcile_node_pools(&cluster, pools, false).await?
             }
             ClusterStatus::Deleting => {
+                // A restore that stopped before it wrote the tenant never ran a cloud
+                // controller: there is nothing in the cloud to wait for.
+                if cluster.restoring && !self.restore_reached_tenant(&cluster).await? {
+                    cluster.cloud = CloudConfig::default();
+                }
                 let pools_left = !pools.is_empty();
                 self.reconcile_node_pools(&cluster, pools, true).await?;
                 // With a cloud, the cloud controller (running on the tenant's API) first
@@ -1063,7 +1096,11 @@ impl Management {
                 if cluster.has_cloud() && (pools_left || !cluster.cloud_released) {
                     return Ok(());
                 }
-                self.api.tenants.destroy(&cluster.id).await?;
+                // A restore that never finished destroys nothing another restore holds.
+                if self.owns_tenant(&cluster).await? {
+                    self.api.tenants.destroy(&cluster.id).await?;
+                    self.release_restore_claim(&cluster).await?;
+                }
                 self.storage.delete(&key, Some(revision)).await?;
                 tracing::info!(cluster = %cluster.id, "cluster deleted");
             }

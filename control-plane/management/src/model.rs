@@ -266,6 +266,29 @@ pub struct Cluster {
     /// `NoLocalNodes`).
     #[serde(default)]
     pub health: Health,
+    /// The backup the cluster was made from (`POST /v1/clusters/{name}/restore`); absent for
+    /// a cluster that was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFrom>,
+    /// Set while a restore is still writing the cluster's objects: the reconciler leaves the
+    /// cluster alone until the restore clears it (or marks it `FAILED` when the restore never
+    /// finishes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restoring: bool,
+}
+
+/// `restoredFrom` of a cluster: which backup it was made from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredFrom {
+    /// The backed-up cluster's name.
+    pub cluster_name: String,
+    /// The backed-up cluster's id.
+    pub cluster_id: String,
+    /// The store revision every object of the backup was read at.
+    pub revision: i64,
+    /// When the backup was taken (RFC 3339).
+    pub backup_created_at: String,
 }
 
 /// `certificateAuthority` of a cluster response.

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
 
+use crate::backup;
 use crate::model::*;
 
 /// The document, built once.
@@ -49,6 +50,7 @@ fn build() -> Value {
             json!({"type": "object", "required": [field], "properties": {field: {"type": "array", "items": reference(name)}}}),
         )
     };
+    let binary = json!({"type": "string", "format": "binary"});
     let path = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
     schemas.insert(
         "Error".into(),
@@ -95,6 +97,14 @@ fn build() -> Value {
             "/v1/clusters/{name}/kubeconfig": {
                 "parameters": [path("name")],
                 "get": {"summary": "An admin kubeconfig (YAML) of an ACTIVE cluster", "responses": {"200": {"description": "kubeconfig", "content": {"application/yaml": {"schema": {"type": "object", "required": ["apiVersion", "kind", "clusters", "contexts", "users"], "description": "a kubeconfig (kind: Config)"}}}}, "default": error.clone()}},
+            },
+            "/v1/clusters/{name}/backup": {
+                "parameters": [path("name")],
+                "get": {"summary": "A backup of an ACTIVE cluster (what `flotilla cluster backup` writes): its record, node pools, PKI and every object, read at one store revision and sealed under the service's key-encryption key", "responses": {"200": {"description": "the backup file: a JSON header line, then one sealed entry per line", "content": {backup::format::MEDIA_TYPE: {"schema": binary.clone()}}}, "default": error.clone()}},
+            },
+            "/v1/clusters/{name}/restore": {
+                "parameters": [path("name")],
+                "post": {"summary": "Make cluster {name} from a backup file (answers CREATING): under the backup's own name, in its own account, it comes back with its id and credentials; otherwise it is a copy with a new id and credentials of its own. 409 when {name} exists; a truncated, corrupted or foreign file is a 400 and nothing is written", "requestBody": {"required": true, "content": {backup::format::MEDIA_TYPE: {"schema": binary.clone()}}}, "responses": one("cluster", "Cluster")},
             },
             "/v1/clusters/{name}/token": {
                 "parameters": [path("name")],
