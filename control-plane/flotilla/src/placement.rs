@@ -136,7 +136,9 @@ struct Placement {
     membership: Membership,
     clusters: Clusters,
     /// The loops this replica runs, by cluster.
-    running: HashMap<String, JoinHandle<()>>,
+    /// The clusters whose loops run here, each with this replica's generation when it took
+    /// their Lease: loops started by an earlier life are stopped, never carried over.
+    running: HashMap<String, (JoinHandle<()>, u64)>,
     server: Arc<ApiServer>,
     router: Router,
     config: PlacementConfig,
@@ -182,12 +184,17 @@ impl Placement {
 
         let leaving: Vec<String> = self
             .running
-            .keys()
-            .filter(|id| !self.clusters.ids.contains(*id) || !mine(id))
-            .cloned()
+            .iter()
+            // A replica that lost its lease (paused, cut off) rejoins with a new generation:
+            // meanwhile another may have taken its clusters, so what it ran in its earlier
+            // life stops, and runs again only once the Lease is taken afresh.
+            .filter(|(id, (_, generation))| {
+                !self.clusters.ids.contains(*id) || !mine(id) || *generation != me.generation
+            })
+            .map(|(id, _)| id.clone())
             .collect();
         for id in &leaving {
-            if let Some(task) = self.running.remove(id) {
+            if let Some((task, _)) = self.running.remove(id) {
                 task.abort();
                 // Aborting takes effect at the task's next await: wait for that, so nothing
                 // of these loops runs once the Lease is released below.
@@ -280,7 +287,10 @@ impl Placement {
         );
         self.running.insert(
             id.to_string(),
-            tokio::spawn(cluster_loops(client, controllers, cloud)),
+            (
+                tokio::spawn(cluster_loops(client, controllers, cloud)),
+                self.membership.me().generation,
+            ),
         );
     }
 }

@@ -23,8 +23,14 @@
 //! changes superseded before `R` and the deletes before `R`, so every state a read or watch at
 //! `R` or later can name is still there. Watches replay the changes and then
 //! follow an in-memory broadcast of committed batches (see `watch`).
+//!
+//! An I/O error (a full disk) poisons redb's `Database`: it refuses every later transaction until
+//! the file is closed and opened again. The writer thread does that itself (see `handle`) when a
+//! batch or a read finds the file failed, pausing between attempts while they fail, so the store
+//! heals once the disk has room again instead of failing every write until a restart.
 
 mod codec;
+mod handle;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -32,6 +38,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -46,6 +53,7 @@ use crate::types::{
     Storage, StorageError, WatchEvent, WatchStream,
 };
 use codec::{Change, Revisions, Stored};
+use handle::{DatabaseHandle, Reopen, Wake};
 
 const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
 const CHANGES: TableDefinition<i64, &[u8]> = TableDefinition::new("changes");
@@ -61,6 +69,15 @@ const META_COMPACTED: &str = "compacted";
 /// The revision of a store nothing was ever written to. Like etcd's, it is 1, not 0: clients read
 /// `resourceVersion` "0" as "any version", so an empty store must never report revision 0.
 const INITIAL_REVISION: Revision = 1;
+
+/// How long a reopen waits for the reads still using the failed file (reads are short).
+const REOPEN_DRAIN: Duration = Duration::from_secs(5);
+/// The pause after a reopen that did not bring the store back (the reopen failed, or the next
+/// commit did) before the next attempt; it doubles with each attempt up to [`REOPEN_PAUSE_MAX`],
+/// so that a disk that stays full does not make the writer repair the file over and over.
+const REOPEN_PAUSE_MIN: Duration = Duration::from_millis(100);
+/// The longest pause between two attempts to reopen the file.
+const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 /// Tuning for [`EmbeddedStorage`]. `Default` gives the values documented on each field.
 #[derive(Debug, Clone)]
@@ -99,9 +116,9 @@ impl Default for EmbeddedConfig {
 /// live watch; the file is closed once the last watch stream has been dropped or polled to its end.
 pub struct EmbeddedStorage {
     path: PathBuf,
-    db: Arc<Database>,
+    db: Arc<DatabaseHandle>,
     /// `None` only while dropping: closing the queue is what stops the writer.
-    requests: Option<mpsc::Sender<Request>>,
+    requests: Option<mpsc::Sender<Queued>>,
     events: broadcast::Sender<Arc<Committed>>,
     writer: Option<JoinHandle<()>>,
 }
@@ -128,9 +145,40 @@ impl EmbeddedStorage {
             .set_cache_size(config.cache_bytes)
             .create(&path)
             .map_err(unavailable(format!("open {}", path.display())))?;
+        // `open`, not `create`: a file that vanished must not come back as an empty store.
+        let (file, cache_bytes) = (path.clone(), config.cache_bytes);
+        let reopen: Reopen = Box::new(move || {
+            Database::builder()
+                .set_cache_size(cache_bytes)
+                .open(&file)
+                .map_err(unavailable(format!("reopen {}", file.display())))
+        });
+        Self::start(path, config, db, reopen)
+    }
+
+    /// Starts the store on `db`, opened from `path`; `reopen` opens it again after an I/O error.
+    fn start(
+        path: PathBuf,
+        config: EmbeddedConfig,
+        db: Database,
+        reopen: Reopen,
+    ) -> Result<Self, StorageError> {
         initialize(&db)?;
-        let db = Arc::new(db);
+        let head = {
+            let txn = db
+                .begin_read()
+                .map_err(unavailable("begin read transaction"))?;
+            read_heads(&txn)?.current
+        };
         let (requests, queue) = mpsc::channel(config.queue_depth.max(1));
+        // Weak: wake-ups must not keep the writer running once the store is dropped.
+        let wake_queue = requests.downgrade();
+        let wake: Wake = Box::new(move || {
+            wake_queue
+                .upgrade()
+                .is_some_and(|queue| queue.try_send(Queued::Heal).is_ok())
+        });
+        let db = Arc::new(DatabaseHandle::new(db, reopen, wake));
         let (events, _) = broadcast::channel(config.watch_buffer.max(1));
         let writer = Writer {
             db: Arc::clone(&db),
@@ -138,6 +186,8 @@ impl EmbeddedStorage {
             events: events.clone(),
             max_batch: config.max_batch.max(1),
             quick_repair: config.quick_repair,
+            broadcast_through: head,
+            health: Health::Healthy,
         };
         let writer = std::thread::Builder::new()
             .name("storage-writer".to_owned())
@@ -162,7 +212,7 @@ impl EmbeddedStorage {
         let requests = self.requests.as_ref().ok_or_else(writer_gone)?;
         let (reply, done) = oneshot::channel();
         requests
-            .send(Request { op, reply })
+            .send(Queued::Request(Request { op, reply }))
             .await
             .map_err(|_| writer_gone())?;
         done.await.map_err(|_| writer_gone())?
@@ -511,19 +561,80 @@ fn meta_value(
         })
 }
 
-async fn read_blocking<T, F>(db: Arc<Database>, read: F) -> Result<T, StorageError>
+/// Runs `read` in a read transaction on the store's current `Database`, on the blocking pool.
+/// A read that finds the file failed by an earlier I/O error asks the writer to reopen it (and
+/// fails: the caller retries, as after any unavailable store).
+async fn read_blocking<T, F>(db: Arc<DatabaseHandle>, read: F) -> Result<T, StorageError>
 where
     T: Send + 'static,
     F: FnOnce(&ReadTransaction) -> Result<T, StorageError> + Send + 'static,
 {
     tokio::task::spawn_blocking(move || {
-        let txn = db
+        let lease = db.lease()?;
+        let result = lease
+            .db
             .begin_read()
-            .map_err(unavailable("begin read transaction"))?;
-        read(&txn)
+            .map_err(unavailable("begin read transaction"))
+            .and_then(|txn| read(&txn));
+        if let Err(error) = &result
+            && is_previous_io(error)
+        {
+            db.report_poisoned(lease.generation);
+        }
+        result
     })
     .await
     .map_err(unavailable("read task"))?
+}
+
+/// Whether `error` is redb refusing work because an earlier I/O error poisoned its `Database`
+/// (`StorageError::PreviousIo`, possibly inside a transaction, table or commit error): only
+/// closing and reopening the file cures that.
+fn is_previous_io(error: &StorageError) -> bool {
+    let StorageError::Unavailable {
+        source: Some(source),
+        ..
+    } = error
+    else {
+        return false;
+    };
+    let source: &(dyn std::error::Error + 'static) = source.as_ref();
+    if matches!(
+        source.downcast_ref::<redb::Error>(),
+        Some(redb::Error::PreviousIo)
+    ) {
+        return true;
+    }
+    matches!(
+        redb_storage_error(source),
+        Some(redb::StorageError::PreviousIo)
+    )
+}
+
+/// The `redb::StorageError` that `source` is or wraps, for the redb error types this module
+/// turns into [`StorageError::Unavailable`].
+fn redb_storage_error<'e>(
+    source: &'e (dyn std::error::Error + 'static),
+) -> Option<&'e redb::StorageError> {
+    if let Some(error) = source.downcast_ref::<redb::StorageError>() {
+        return Some(error);
+    }
+    if let Some(redb::TransactionError::Storage(error)) =
+        source.downcast_ref::<redb::TransactionError>()
+    {
+        return Some(error);
+    }
+    if let Some(redb::TableError::Storage(error)) = source.downcast_ref::<redb::TableError>() {
+        return Some(error);
+    }
+    if let Some(redb::CommitError::Storage(error)) = source.downcast_ref::<redb::CommitError>() {
+        return Some(error);
+    }
+    if let Some(redb::DatabaseError::Storage(error)) = source.downcast_ref::<redb::DatabaseError>()
+    {
+        return Some(error);
+    }
+    None
 }
 
 /// Serves a [`RangeRequest`] from one read transaction (so from one consistent snapshot).
@@ -740,6 +851,13 @@ fn internal(message: &str) -> StorageError {
     }
 }
 
+/// What the writer thread's queue carries.
+enum Queued {
+    Request(Request),
+    /// A read found the file failed (or still closed after a failed reopen): reopen it if due.
+    Heal,
+}
+
 /// A write or compaction waiting for the writer thread.
 struct Request {
     op: Op,
@@ -775,7 +893,8 @@ enum Done {
 struct Committed {
     /// The batch's last revision (the store's revision right after the commit).
     last_revision: Revision,
-    /// One event per revision of the batch, in order.
+    /// One event per revision of the batch, in order; first, if a commit the writer took for
+    /// failed had landed after all, the events of its revisions, read back from the file.
     events: Vec<WatchEvent>,
 }
 
@@ -805,35 +924,106 @@ impl Applied {
 /// Each op's answer, in order, and the batch's events if it changed anything.
 type BatchOutcome = (Vec<Result<Done, StorageError>>, Option<Committed>);
 
+/// Why a whole batch failed.
+#[derive(Debug)]
+enum BatchError {
+    /// Before its commit: nothing of the batch is in the file.
+    NotWritten(StorageError),
+    /// In its commit: the batch may be in the file or not.
+    Unknown(StorageError),
+}
+
+impl BatchError {
+    fn error(&self) -> &StorageError {
+        match self {
+            BatchError::NotWritten(error) | BatchError::Unknown(error) => error,
+        }
+    }
+
+    /// What each caller in the batch is answered.
+    fn answer(&self) -> StorageError {
+        let message = match self {
+            BatchError::NotWritten(error) => {
+                format!("write batch failed, nothing written: {error}")
+            }
+            BatchError::Unknown(error) => format!("write batch failed, outcome unknown: {error}"),
+        };
+        StorageError::Unavailable {
+            message,
+            source: None,
+        }
+    }
+}
+
+/// The writer's standing with its file across I/O failures. `Writer::heal` moves it to
+/// `Recovering`, a batch that commits moves it back to `Healthy`.
+#[derive(Debug, Clone, Copy)]
+enum Health {
+    /// Nothing has failed, or a batch committed since.
+    Healthy,
+    /// An I/O error failed the file's `Database`. The file is reopened when a batch or a read
+    /// needs it, at most once per pause, until a batch commits again.
+    Recovering {
+        since: Instant,
+        /// Reopens tried since `since`.
+        attempts: u32,
+        next_attempt: Instant,
+    },
+}
+
+/// The pause before the attempt after the `attempts`-th one.
+fn reopen_pause(attempts: u32) -> Duration {
+    let doublings = attempts.saturating_sub(1).min(16);
+    REOPEN_PAUSE_MIN
+        .saturating_mul(1 << doublings)
+        .min(REOPEN_PAUSE_MAX)
+}
+
 /// The single thread that writes the file.
 struct Writer {
-    db: Arc<Database>,
-    queue: mpsc::Receiver<Request>,
+    db: Arc<DatabaseHandle>,
+    queue: mpsc::Receiver<Queued>,
     events: broadcast::Sender<Arc<Committed>>,
     max_batch: usize,
     quick_repair: bool,
+    /// Every revision through this one has been broadcast to watchers (or was in the file when
+    /// it was opened). Nothing else is kept between batches: each reads the revision from the file.
+    broadcast_through: Revision,
+    health: Health,
 }
 
 impl Writer {
     fn run(mut self) {
         let mut batch = Vec::with_capacity(self.max_batch);
         while let Some(first) = self.queue.blocking_recv() {
-            batch.push(first);
+            let mut heal = false;
+            let mut next = Some(first);
             // Everything that queued up during the previous fsync rides on this one.
-            while batch.len() < self.max_batch {
-                match self.queue.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
+            while let Some(queued) = next {
+                match queued {
+                    Queued::Request(request) => batch.push(request),
+                    Queued::Heal => heal = true,
                 }
+                next = if batch.len() < self.max_batch {
+                    self.queue.try_recv().ok()
+                } else {
+                    None
+                };
             }
-            self.commit(std::mem::take(&mut batch));
+            self.db.woken();
+            if !batch.is_empty() {
+                self.commit(std::mem::take(&mut batch));
+            } else if heal {
+                // Failures are logged by `heal`; the reads that asked will try again.
+                let _ = self.heal();
+            }
         }
         tracing::debug!("storage writer stopped");
     }
 
-    fn commit(&self, batch: Vec<Request>) {
+    fn commit(&mut self, batch: Vec<Request>) {
         let (ops, replies): (Vec<Op>, Vec<_>) = batch.into_iter().map(|r| (r.op, r.reply)).unzip();
-        match self.apply(&ops) {
+        match self.apply_healing(&ops) {
             Ok((results, committed)) => {
                 if let Some(committed) = committed {
                     // An error only means nobody is watching right now.
@@ -844,23 +1034,139 @@ impl Writer {
                     let _ = reply.send(result);
                 }
             }
-            Err(error) => {
-                tracing::error!(%error, ops = ops.len(), "storage batch failed");
-                for reply in replies {
-                    let _ = reply.send(Err(StorageError::Unavailable {
-                        message: format!("write batch failed, outcome unknown: {error}"),
-                        source: None,
-                    }));
+            Err(failure) => {
+                // While the file is being recovered batches fail alike; the state changes are
+                // what `heal` logs.
+                if matches!(self.health, Health::Recovering { .. }) {
+                    tracing::debug!(error = %failure.error(), ops = ops.len(), "storage batch failed");
+                } else {
+                    tracing::error!(error = %failure.error(), ops = ops.len(), "storage batch failed");
                 }
+                for reply in replies {
+                    let _ = reply.send(Err(failure.answer()));
+                }
+            }
+        }
+    }
+
+    /// [`Self::apply`], on a file reopened first if an I/O error failed it. A batch that finds
+    /// the file failed before anything of it was written is tried once more on the reopened file;
+    /// one whose commit failed is not (its callers are told the outcome is unknown).
+    fn apply_healing(&mut self, ops: &[Op]) -> Result<BatchOutcome, BatchError> {
+        self.heal().map_err(BatchError::NotWritten)?;
+        let outcome = match self.apply(ops) {
+            Err(BatchError::NotWritten(_)) if self.db.needs_reopen() => {
+                self.heal().map_err(BatchError::NotWritten)?;
+                self.apply(ops)
+            }
+            outcome => outcome,
+        };
+        if outcome.is_ok()
+            && let Health::Recovering {
+                since, attempts, ..
+            } = self.health
+        {
+            tracing::info!(
+                outage = ?since.elapsed(),
+                reopens = attempts,
+                "the embedded store recovered from an I/O error"
+            );
+            self.health = Health::Healthy;
+        }
+        outcome
+    }
+
+    /// Reopens the file if an I/O error failed it and the pause after the last attempt is over.
+    fn heal(&mut self) -> Result<(), StorageError> {
+        if !self.db.needs_reopen() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let (since, attempts) = match self.health {
+            Health::Healthy => {
+                tracing::error!("an I/O error failed the embedded store's file; reopening it");
+                (now, 0)
+            }
+            Health::Recovering { next_attempt, .. } if now < next_attempt => {
+                return Err(StorageError::Unavailable {
+                    message: format!(
+                        "the embedded store is recovering from an I/O error; it reopens its \
+                         file again in {} ms",
+                        (next_attempt - now).as_millis()
+                    ),
+                    source: None,
+                });
+            }
+            Health::Recovering {
+                since, attempts, ..
+            } => (since, attempts),
+        };
+        let attempts = attempts + 1;
+        self.health = Health::Recovering {
+            since,
+            attempts,
+            next_attempt: now + reopen_pause(attempts),
+        };
+        match self.db.reopen(REOPEN_DRAIN) {
+            Ok(()) => {
+                tracing::debug!(attempts, "reopened the embedded store's file");
+                Ok(())
+            }
+            Err(error) => {
+                if attempts == 1 {
+                    tracing::warn!(
+                        %error,
+                        "could not reopen the embedded store's file; trying again as writes and \
+                         reads come, at most every {REOPEN_PAUSE_MAX:?}"
+                    );
+                } else {
+                    tracing::debug!(%error, attempts, "could not reopen the embedded store's file");
+                }
+                Err(error)
             }
         }
     }
 
     /// Applies the ops in order in one transaction and commits it. An `Err` means the whole
     /// batch failed (redb could not read, write or commit); per-op failures are in the results.
-    fn apply(&self, ops: &[Op]) -> Result<BatchOutcome, StorageError> {
-        let mut txn = self
-            .db
+    fn apply(&mut self, ops: &[Op]) -> Result<BatchOutcome, BatchError> {
+        let lease = self.db.lease().map_err(BatchError::NotWritten)?;
+        let outcome = self
+            .prepare(&lease.db, ops)
+            .map_err(BatchError::NotWritten)
+            .and_then(|prepared| {
+                let Prepared {
+                    txn,
+                    results,
+                    events,
+                    revision,
+                } = prepared;
+                txn.commit()
+                    .map_err(unavailable("commit write transaction"))
+                    .map_err(BatchError::Unknown)?;
+                Ok((results, events, revision))
+            });
+        match outcome {
+            Ok((results, events, revision)) => {
+                self.broadcast_through = revision;
+                let committed = (!events.is_empty()).then_some(Committed {
+                    last_revision: revision,
+                    events,
+                });
+                Ok((results, committed))
+            }
+            Err(failure) => {
+                if is_previous_io(failure.error()) {
+                    self.db.mark_poisoned(lease.generation);
+                }
+                Err(failure)
+            }
+        }
+    }
+
+    /// Applies the ops in a write transaction, left for the caller to commit.
+    fn prepare(&self, db: &Database, ops: &[Op]) -> Result<Prepared, StorageError> {
+        let mut txn = db
             .begin_write()
             .map_err(unavailable("begin write transaction"))?;
         txn.set_durability(Durability::Immediate)
@@ -874,6 +1180,22 @@ impl Writer {
             let mut changes = write_table(&txn, CHANGES)?;
             let mut meta = write_table(&txn, META)?;
             let start = meta_value(&meta, META_REVISION)?;
+            if start > self.broadcast_through {
+                // A commit that reported a failure (outcome unknown) landed after all: watchers
+                // get its changes before this batch's, or they would never see them.
+                tracing::warn!(
+                    from = self.broadcast_through + 1,
+                    through = start,
+                    "a commit that failed is in the file after all; sending its changes to watchers"
+                );
+                events = read_back(&changes, self.broadcast_through + 1, start)?;
+            } else if start < self.broadcast_through {
+                tracing::error!(
+                    file = start,
+                    broadcast = self.broadcast_through,
+                    "the embedded store's file lost committed revisions"
+                );
+            }
             let mut current = start;
             for op in ops {
                 let applied = match op {
@@ -904,14 +1226,51 @@ impl Writer {
             }
             revision = current;
         }
-        txn.commit()
-            .map_err(unavailable("commit write transaction"))?;
-        let committed = (!events.is_empty()).then_some(Committed {
-            last_revision: revision,
+        Ok(Prepared {
+            txn,
+            results,
             events,
-        });
-        Ok((results, committed))
+            revision,
+        })
     }
+}
+
+/// A batch applied in its write transaction, not yet committed.
+struct Prepared {
+    txn: WriteTransaction,
+    /// Each op's answer, in order.
+    results: Vec<Result<Done, StorageError>>,
+    /// The events to broadcast once committed.
+    events: Vec<WatchEvent>,
+    /// The store's revision after the batch.
+    revision: Revision,
+}
+
+/// The watch events of the changes from `from` through `through`, read back from the file. A
+/// change that does not decode is logged and left out rather than failing every later batch.
+fn read_back(
+    changes: &ChangesTable<'_>,
+    from: Revision,
+    through: Revision,
+) -> Result<Vec<WatchEvent>, StorageError> {
+    let mut events = Vec::new();
+    for entry in changes
+        .range(from..=through)
+        .map_err(unavailable("read changes table"))?
+    {
+        let (revision, record) = entry.map_err(unavailable("read changes table"))?;
+        let revision = revision.value();
+        let event = codec::decode_change(&change_name(revision), record.value())
+            .and_then(|change| change_event(changes, revision, change));
+        match event {
+            Ok(event) => events.push(event),
+            Err(error @ StorageError::Corrupt { .. }) => {
+                tracing::error!(%error, "watchers miss a change that does not decode");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(events)
 }
 
 type KeysTable<'t> = Table<'t, &'static str, &'static [u8]>;
@@ -1129,243 +1488,4 @@ fn compact(
 }
 
 #[cfg(test)]
-mod tests {
-    use futures::StreamExt;
-
-    use super::codec::tests::{v1_kv, v1_log};
-    use super::*;
-
-    fn state(create_revision: Revision, mod_revision: Revision, value: &'static str) -> Stored {
-        Stored {
-            create_revision,
-            mod_revision,
-            value: Bytes::from_static(value.as_bytes()),
-        }
-    }
-
-    fn put_change(key: &str, create_revision: Revision, value: &'static str) -> Change {
-        Change {
-            kind: EventKind::Put,
-            key: key.to_owned(),
-            create_revision,
-            value: Bytes::from_static(value.as_bytes()),
-            prev: None,
-        }
-    }
-
-    /// The revisions the `changes` table holds.
-    fn kept_changes(store: &EmbeddedStorage) -> Vec<Revision> {
-        let txn = store.db.begin_read().expect("read transaction");
-        let changes = txn.open_table(CHANGES).expect("changes table");
-        changes
-            .iter()
-            .expect("iterate changes")
-            .map(|entry| entry.expect("change").0.value())
-            .collect()
-    }
-
-    async fn at(store: &EmbeddedStorage, revision: Revision) -> Vec<(String, String, Revision)> {
-        let response = store
-            .range(RangeRequest {
-                prefix: "/k/".to_owned(),
-                revision,
-                ..RangeRequest::default()
-            })
-            .await
-            .expect("range");
-        response
-            .kvs
-            .into_iter()
-            .map(|kv| {
-                let value = String::from_utf8(kv.value.to_vec()).expect("utf-8 value");
-                (kv.key, value, kv.mod_revision)
-            })
-            .collect()
-    }
-
-    /// (revision, key, previous value) of the first `n` events of a watch from `from`.
-    async fn replay(
-        store: &EmbeddedStorage,
-        from: Revision,
-        n: usize,
-    ) -> Vec<(Revision, String, Option<String>)> {
-        let mut stream = store.watch("/k/", from).await.expect("watch");
-        let mut events = Vec::new();
-        while events.len() < n {
-            let response = stream.next().await.expect("watch ended").expect("watch");
-            events.extend(response.events.into_iter().map(|event| {
-                let prev = event
-                    .prev
-                    .map(|p| String::from_utf8(p.value.to_vec()).expect("utf-8 value"));
-                (event.kv.mod_revision, event.kv.key, prev)
-            }));
-        }
-        events
-    }
-
-    fn row(key: &str, value: &str, revision: Revision) -> (String, String, Revision) {
-        (key.to_owned(), value.to_owned(), revision)
-    }
-
-    #[tokio::test]
-    async fn compaction_keeps_exactly_what_later_reads_and_watches_name() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = EmbeddedStorage::open(dir.path().join("store.redb")).expect("open");
-        let value = |v: &'static str| Bytes::from_static(v.as_bytes());
-        // 2: a=a1, 3: a=a2, 4: b=b1, 5: a=a3, 6: b deleted, 7: c=c1, 8: a=a4
-        let writes = [
-            store.create("/k/a", value("a1")).await,
-            store.update("/k/a", value("a2"), 2).await,
-            store.create("/k/b", value("b1")).await,
-            store.update("/k/a", value("a3"), 3).await,
-            store.delete("/k/b", Some(4)).await,
-            store.create("/k/c", value("c1")).await,
-            store.update("/k/a", value("a4"), 5).await,
-        ];
-        for (revision, write) in (2..).zip(writes) {
-            assert!(
-                matches!(write, Ok(Outcome::Done(ref kv)) if kv.mod_revision == revision),
-                "write at {revision}: {write:?}"
-            );
-        }
-        assert_eq!(kept_changes(&store), (2..=8).collect::<Vec<_>>());
-
-        store.compact(6).await.expect("compact");
-        // 2 and 3 were superseded before 6; 5 holds a's state at 6 and 7; 4 is b's state that
-        // the delete at 6 names; the delete itself is needed by a watch from 6.
-        assert_eq!(kept_changes(&store), vec![4, 5, 6, 7, 8]);
-        assert_eq!(at(&store, 6).await, vec![row("/k/a", "a3", 5)]);
-        assert_eq!(
-            at(&store, 7).await,
-            vec![row("/k/a", "a3", 5), row("/k/c", "c1", 7)]
-        );
-        assert_eq!(
-            replay(&store, 6, 3).await,
-            vec![
-                (6, "/k/b".to_owned(), Some("b1".to_owned())),
-                (7, "/k/c".to_owned(), None),
-                (8, "/k/a".to_owned(), Some("a3".to_owned())),
-            ]
-        );
-
-        store.compact(8).await.expect("compact");
-        // Now b's delete and its state are gone, and a's state at 5 only as long as the
-        // change at 8 can be watched.
-        assert_eq!(kept_changes(&store), vec![5, 7, 8]);
-        assert_eq!(
-            at(&store, 8).await,
-            vec![row("/k/a", "a4", 8), row("/k/c", "c1", 7)]
-        );
-        assert_eq!(
-            replay(&store, 8, 1).await,
-            vec![(8, "/k/a".to_owned(), Some("a3".to_owned()))]
-        );
-        assert!(matches!(store.get("/k/b").await, Ok(None)));
-    }
-
-    #[tokio::test]
-    async fn compaction_passes_over_an_undecodable_change() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = EmbeddedStorage::open(dir.path().join("store.redb")).expect("open");
-        let value = |v: &'static str| Bytes::from_static(v.as_bytes());
-        // 2: a=a1, 3: a=a2, 4: b=b1, 5: b=b2, 6: c=c1
-        store.create("/k/a", value("a1")).await.expect("create");
-        store.update("/k/a", value("a2"), 2).await.expect("update");
-        store.create("/k/b", value("b1")).await.expect("create");
-        store.update("/k/b", value("b2"), 4).await.expect("update");
-        store.create("/k/c", value("c1")).await.expect("create");
-        {
-            let txn = store.db.begin_write().expect("write transaction");
-            txn.open_table(CHANGES)
-                .expect("changes table")
-                .insert(3, &[0xee_u8][..])
-                .expect("overwrite change 3");
-            txn.commit().expect("commit");
-        }
-        store.compact(6).await.expect("compaction still runs");
-        // The bad change at 3 is kept, and so is the state it superseded; b's old state goes.
-        assert_eq!(kept_changes(&store), vec![2, 3, 5, 6]);
-        assert_eq!(store.compacted_revision().await.expect("compacted"), 6);
-    }
-
-    /// A file as format 1 left it after: 2: a=a1, 3: a=a2, 4: b=b1, 5: a=a3, 6: b deleted,
-    /// 7: c=c1, compacted at 4 (records before 4 dropped, values kept in `kv`).
-    fn write_version_1(path: &Path) {
-        let db = Database::create(path).expect("create file");
-        let txn = db.begin_write().expect("write transaction");
-        {
-            let mut meta = txn.open_table(META).expect("meta");
-            for (name, value) in [(META_FORMAT, 1), (META_REVISION, 7), (META_COMPACTED, 4)] {
-                meta.insert(name, value).expect("meta entry");
-            }
-            let mut log = txn.open_table(V1_LOG).expect("log");
-            let mut delete_b = put_change("/k/b", 0, "");
-            delete_b.kind = EventKind::Delete;
-            let records = [
-                (4, v1_log(&put_change("/k/b", 4, "b1"), None)),
-                (
-                    5,
-                    v1_log(&put_change("/k/a", 2, "a3"), Some(&state(2, 3, "a2"))),
-                ),
-                (6, v1_log(&delete_b, Some(&state(4, 4, "b1")))),
-                (7, v1_log(&put_change("/k/c", 7, "c1"), None)),
-            ];
-            for (revision, record) in records {
-                log.insert(revision, record.as_slice()).expect("log entry");
-            }
-            let mut kv = txn.open_table(V1_KV).expect("kv");
-            for (key, stored) in [("/k/a", state(2, 5, "a3")), ("/k/c", state(7, 7, "c1"))] {
-                kv.insert(key, v1_kv(&stored).as_slice()).expect("kv entry");
-            }
-        }
-        txn.commit().expect("commit");
-    }
-
-    #[tokio::test]
-    async fn a_version_1_file_is_converted_on_open() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("store.redb");
-        write_version_1(&path);
-        for _reopen in 0..2 {
-            let store = EmbeddedStorage::open(&path).expect("open");
-            assert_eq!(store.current_revision().await.expect("revision"), 7);
-            assert_eq!(store.compacted_revision().await.expect("compacted"), 4);
-            let a = store.get("/k/a").await.expect("get").expect("a exists");
-            assert_eq!(
-                (a.create_revision, a.mod_revision, &a.value[..]),
-                (2, 5, &b"a3"[..])
-            );
-            // a's state at 4 was only in the record at 5; it is a change of its own now.
-            assert_eq!(
-                at(&store, 4).await,
-                vec![row("/k/a", "a2", 3), row("/k/b", "b1", 4)]
-            );
-            assert_eq!(
-                replay(&store, 4, 4).await,
-                vec![
-                    (4, "/k/b".to_owned(), None),
-                    (5, "/k/a".to_owned(), Some("a2".to_owned())),
-                    (6, "/k/b".to_owned(), Some("b1".to_owned())),
-                    (7, "/k/c".to_owned(), None),
-                ]
-            );
-            let txn = store.db.begin_read().expect("read transaction");
-            assert!(
-                txn.open_table(V1_KV).is_err(),
-                "the old kv table is dropped"
-            );
-            assert!(
-                txn.open_table(V1_LOG).is_err(),
-                "the old log table is dropped"
-            );
-        }
-        let store = EmbeddedStorage::open(&path).expect("open");
-        store.compact(6).await.expect("compact");
-        assert_eq!(kept_changes(&store), vec![4, 5, 6, 7]);
-        let c = store
-            .update("/k/c", Bytes::from_static(b"c2"), 7)
-            .await
-            .expect("update");
-        assert!(matches!(c, Outcome::Done(ref kv) if kv.mod_revision == 8));
-    }
-}
+mod tests;

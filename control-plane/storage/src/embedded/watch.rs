@@ -16,9 +16,10 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use redb::{Database, ReadTransaction};
+use redb::ReadTransaction;
 use tokio::sync::broadcast;
 
+use super::handle::DatabaseHandle;
 use super::{
     CHANGES, Committed, change_event, change_name, codec, read_blocking, read_heads, read_table,
     unavailable,
@@ -34,7 +35,9 @@ const REPLAY_MAX_EVENTS: usize = 512;
 const REPLAY_MAX_SCAN: usize = 16_384;
 
 pub(super) struct Watch {
-    db: Arc<Database>,
+    /// Each read leases the store's current `Database`, so a watch outlives a reopen of the
+    /// file: reads that fail while it is reopened end the watch like any other read failure.
+    db: Arc<DatabaseHandle>,
     prefix: String,
     live: broadcast::Receiver<Arc<Committed>>,
     /// Every revision below this one has been delivered or did not match the prefix.
@@ -48,7 +51,7 @@ pub(super) struct Watch {
 
 impl Watch {
     pub(super) fn new(
-        db: Arc<Database>,
+        db: Arc<DatabaseHandle>,
         prefix: String,
         live: broadcast::Receiver<Arc<Committed>>,
         next: Revision,
