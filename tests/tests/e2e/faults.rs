@@ -280,8 +280,7 @@ fn seed() -> anyhow::Result<u64> {
 
 /// The variant on `flotilla up`'s embedded store, its data directory on a small disk of its
 /// own: SIGKILLed while the workload's writes are in flight (mid-batch: the store commits
-/// concurrent writes in one transaction). Filling its disk is not in the schedule yet: redb
-/// refuses every write after an I/O error until the file is opened again.
+/// concurrent writes in one transaction), and its disk filled then freed.
 #[test]
 fn flotilla_up_killed_mid_batch_or_out_of_disk_loses_no_acknowledged_write() -> anyhow::Result<()> {
     let suite_started = Instant::now();
@@ -306,7 +305,11 @@ fn flotilla_up_killed_mid_batch_or_out_of_disk_loses_no_acknowledged_write() -> 
     };
     let figures_at_start = figures(&service);
     let mut windows = Vec::new();
-    for nemesis in ["SIGKILL flotilla up", "SIGKILL flotilla up"] {
+    for nemesis in [
+        "SIGKILL flotilla up",
+        "fill flotilla up's disk",
+        "SIGKILL flotilla up",
+    ] {
         let start = shared.now();
         let target = if nemesis.starts_with("SIGKILL") {
             service.restart(true)?;
@@ -355,7 +358,15 @@ fn faults_lose_no_acknowledged_write_and_every_tenant_recovers() -> anyhow::Resu
     let mut rng = StdRng::seed_from_u64(seed);
 
     let dir = tempfile::tempdir()?;
-    let mut topology = Topology::start(dir.path(), 3, 2, LEASE)?;
+    // FLOTILLA_FAULTS_KEEP=1 keeps the replicas' logs and the members' data for a post-mortem.
+    let path = dir.path().to_path_buf();
+    let _dir = if std::env::var_os("FLOTILLA_FAULTS_KEEP").is_some() {
+        println!("fault suite: keeping {}", dir.keep().display());
+        None
+    } else {
+        Some(dir)
+    };
+    let mut topology = Topology::start(&path, 3, 2, LEASE)?;
     let operator = topology.replicas[0].operator();
     let key: serde_json::Value =
         serde_json::from_str(&operator.ok(&["account", "create", "faults", "-o", "json"])?)?;

@@ -392,7 +392,8 @@ impl Topology {
                         // request budget is not what is under test.
                         .args(["--tenant-qps", "0", "--tenant-max-in-flight", "0"])
                         .args(["--log-format", "json"])
-                        .env("RUST_LOG", "warn")
+                        // Where the control loops run and why, for a failure's post-mortem.
+                        .env("RUST_LOG", "warn,flotilla::placement=debug")
                         .stdout(Stdio::null())
                         .stderr(stderr)
                         .spawn()

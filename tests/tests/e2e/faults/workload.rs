@@ -81,6 +81,11 @@ async fn client_via(
     config.connect_timeout = Some(Duration::from_secs(1));
     config.read_timeout = read_timeout;
     config.write_timeout = Some(OPERATION_TIMEOUT);
+    // kube-rs retries a 429, 503 or 504 by default, writes included: a write whose first
+    // attempt was applied but answered 504 (etcd too slow to confirm it) comes back as the
+    // retry's 409, a refusal of something that happened. Each attempt is this workload's to
+    // record.
+    config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }
 
