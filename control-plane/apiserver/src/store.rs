@@ -818,7 +818,12 @@ impl Store {
             Ok(false) if options.read_at != ReadAt::Latest => {
                 let current = self.storage.current_revision().await?;
                 if current < wanted {
-                    return Err(ApiError::too_large_resource_version(wanted, current));
+                    if self.storage.progress_follows_events() {
+                        return Err(ApiError::too_large_resource_version(wanted, current));
+                    }
+                    // A cache without trusted progress answered at once: the store is given
+                    // upstream's wait for the revision before the refusal.
+                    self.wait_for_revision(wanted).await?;
                 }
                 self.caches.count_fallback();
                 return Ok(None);
