@@ -306,28 +306,7 @@ impl Management {
 
     /// Every key under `prefix` as it was at `revision`, page by page.
     async fn range_at(&self, prefix: &str, revision: i64) -> Result<Vec<KeyValue>, StorageError> {
-        let mut out = Vec::new();
-        let mut start_key = None;
-        loop {
-            let page = self
-                .storage
-                .range(RangeRequest {
-                    prefix: prefix.to_string(),
-                    start_key: start_key.take(),
-                    limit: BACKUP_PAGE,
-                    revision,
-                })
-                .await?;
-            let next = match (page.more, page.kvs.last()) {
-                (true, Some(last)) => Some(format!("{}\0", last.key)),
-                _ => None,
-            };
-            out.extend(page.kvs);
-            match next {
-                Some(key) => start_key = Some(key),
-                None => return Ok(out),
-            }
-        }
+        crate::range_pages(&*self.storage, prefix, revision, BACKUP_PAGE).await
     }
 
     /// A record's plain bytes (sealed under the key-encryption key, or from before sealing).

@@ -585,30 +585,10 @@ impl Management {
             .collect()
     }
 
-    /// Every stored record under `prefix`, read page by page.
+    /// Every stored record under `prefix`, read page by page (each page at the latest
+    /// revision).
     async fn range_kvs(&self, prefix: &str) -> Result<Vec<KeyValue>> {
-        let mut out = Vec::new();
-        let mut start_key = None;
-        loop {
-            let page = self
-                .storage
-                .range(RangeRequest {
-                    prefix: prefix.to_string(),
-                    start_key: start_key.clone(),
-                    limit: 500,
-                    revision: 0,
-                })
-                .await?;
-            let next = match (page.more, page.kvs.last()) {
-                (true, Some(last)) => Some(format!("{}\0", last.key)),
-                _ => None,
-            };
-            out.extend(page.kvs);
-            match next {
-                Some(key) => start_key = Some(key),
-                None => return Ok(out),
-            }
-        }
+        Ok(range_pages(&*self.storage, prefix, 0, 500).await?)
     }
 
     /// Claims `token` for a request with this fingerprint. `Ok(true)`: first use, go ahead;
@@ -1198,6 +1178,36 @@ impl Management {
 // HTTP handlers: authenticate, parse, call the service, answer JSON.
 
 type Service = State<Arc<Management>>;
+
+/// Every key under `prefix`, `page` keys per read, each read at `revision` (0: the latest).
+async fn range_pages(
+    storage: &dyn Storage,
+    prefix: &str,
+    revision: i64,
+    page: usize,
+) -> std::result::Result<Vec<KeyValue>, flotilla_storage::StorageError> {
+    let mut out = Vec::new();
+    let mut start_key = None;
+    loop {
+        let read = storage
+            .range(RangeRequest {
+                prefix: prefix.to_string(),
+                start_key: start_key.take(),
+                limit: page,
+                revision,
+            })
+            .await?;
+        let next = match (read.more, read.kvs.last()) {
+            (true, Some(last)) => Some(format!("{}\0", last.key)),
+            _ => None,
+        };
+        out.extend(read.kvs);
+        match next {
+            Some(key) => start_key = Some(key),
+            None => return Ok(out),
+        }
+    }
+}
 
 fn json(status: StatusCode, value: &impl Serialize) -> Response {
     (status, axum::Json(value)).into_response()
