@@ -118,13 +118,13 @@ fn inject(
             let member = &mut topology.members[victim];
             target = member.name.clone();
             if nemesis == Nemesis::PauseEtcdLeader {
-                member.signal("STOP")?;
+                member.daemon.signal("STOP")?;
                 std::thread::sleep(FAULT);
-                member.signal("CONT")?;
+                member.daemon.signal("CONT")?;
             } else {
-                member.kill();
+                member.daemon.kill();
                 std::thread::sleep(FAULT);
-                member.restart()?;
+                member.daemon.restart()?;
             }
         }
         Nemesis::FillEtcdFollowerDisk => {
@@ -138,10 +138,10 @@ fn inject(
             member.disk.free()?;
             // etcd stops on a failed WAL write, as it should; it is started again on the
             // freed disk, as a supervisor would.
-            target = if member.running() {
+            target = if member.daemon.running() {
                 format!("{} (kept running)", member.name)
             } else {
-                member.restart()?;
+                member.daemon.restart()?;
                 format!("{} (stopped, restarted)", member.name)
             };
         }
@@ -171,9 +171,9 @@ fn inject(
         Nemesis::PauseReplica => {
             let replica = &topology.replicas[rng.random_range(0..topology.replicas.len())];
             target = replica.id.clone();
-            replica.signal("STOP")?;
+            replica.daemon.signal("STOP")?;
             std::thread::sleep(FAULT);
-            replica.signal("CONT")?;
+            replica.daemon.signal("CONT")?;
         }
         Nemesis::KillLoopHolder => {
             // Between a release and the next take the Lease names nobody: wait for a holder.
@@ -195,7 +195,7 @@ fn inject(
             target = topology.replicas[victim].id.clone();
             let killed = Instant::now();
             let killed_at = shared.now();
-            topology.replicas[victim].kill();
+            topology.replicas[victim].daemon.kill();
             // The survivor takes the loops once the dead replica's lease runs out.
             let deadline = killed + LEASE * 4;
             while Instant::now() < deadline {
@@ -210,7 +210,7 @@ fn inject(
             }
             let remaining = FAULT.saturating_sub(killed.elapsed());
             std::thread::sleep(remaining);
-            topology.replicas[victim].restart()?;
+            topology.replicas[victim].daemon.restart()?;
         }
     }
     Ok((target, shared.now(), failover))
@@ -396,7 +396,11 @@ fn faults_lose_no_acknowledged_write_and_every_tenant_recovers() -> anyhow::Resu
     let (runtime, shared) = (&run.runtime, run.shared.clone());
 
     let pids = |topology: &Topology| -> Vec<u32> {
-        topology.replicas.iter().filter_map(|r| r.pid()).collect()
+        topology
+            .replicas
+            .iter()
+            .filter_map(|r| r.daemon.pid())
+            .collect()
     };
     std::thread::sleep(SETTLE);
     let figures_at_start: Vec<(u64, usize)> =

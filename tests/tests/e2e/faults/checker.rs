@@ -15,7 +15,8 @@
 //! increment was a compare-and-swap, so the final count must lie between the increments
 //! acknowledged and those plus the ones whose answer was lost.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 /// What a write's answer said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,11 +158,10 @@ impl History {
 
     fn check_reads(&self, writes: &HashMap<&str, Vec<&Write>>, anomalies: &mut Vec<Anomaly>) {
         let none = Vec::new();
-        // The latest earlier read per key, for the real-time order between reads.
-        let mut reads: Vec<&Read> = self.reads.iter().collect();
-        reads.sort_by(|a, b| a.invoked.total_cmp(&b.invoked));
-        let mut by_key: HashMap<&str, Vec<&Read>> = HashMap::new();
-        for read in reads {
+        let mut reads: Vec<(usize, &Read)> = self.reads.iter().enumerate().collect();
+        reads.sort_by(|a, b| a.1.invoked.total_cmp(&b.1.invoked));
+        let mut by_key: HashMap<&str, ReadOrder> = HashMap::new();
+        for (index, read) in reads {
             let key_writes = writes.get(read.key.as_str()).unwrap_or(&none);
             let kind = if read.fin {
                 Kind::Lost
@@ -187,44 +187,73 @@ impl History {
                     at: read.invoked,
                     kind,
                     detail: format!(
-                        "{} of {} at {:.0}–{:.0} ms saw {} though {} was acknowledged before",
+                        "{} of {} at {:.0}–{:.0} ms saw {} though {} was acknowledged \
+                         before{}",
                         read.what,
                         read.key,
                         read.invoked,
                         read.completed,
                         describe(key_writes, position),
-                        describe_latest_acknowledged(key_writes, read.invoked)
+                        describe_latest_acknowledged(key_writes, read.invoked),
+                        key_writes
+                            .iter()
+                            .rev()
+                            .find(|w| w.outcome == Outcome::Ok && w.completed < read.invoked)
+                            .map(|w| following(key_writes, w.seq))
+                            .unwrap_or_default()
                     ),
                 });
                 continue;
             }
-            let earlier = by_key.entry(&read.key).or_default();
-            let latest = latest_possible(key_writes, position, read.invoked, read.completed);
-            for before in earlier.iter() {
-                if before.completed < read.invoked {
-                    let before_position = position_of(key_writes, before.observed).map(|p| {
-                        earliest_possible(key_writes, p, before.invoked, before.completed)
-                    });
-                    if before_position.is_some_and(|b| ordinal(b) > ordinal(latest)) {
-                        anomalies.push(Anomaly {
-                            at: read.invoked,
-                            kind,
-                            detail: format!(
-                                "{} of {} saw {} after an earlier {} had seen {}",
-                                read.what,
-                                read.key,
-                                describe(key_writes, position),
-                                before.what,
-                                describe(key_writes, before_position.unwrap_or(position))
-                            ),
-                        });
-                        break;
-                    }
+            // The furthest write any read that finished before this one began had seen: this
+            // one may not return an earlier one.
+            let order = by_key.entry(&read.key).or_default();
+            while let Some(Reverse((finished, _, _))) = order.pending.peek()
+                && (*finished as f64) / 1000.0 < read.invoked
+            {
+                if let Some(Reverse((_, seen, index))) = order.pending.pop()
+                    && order.floor.is_none_or(|(floor, _)| seen > floor)
+                {
+                    order.floor = Some((seen, index));
                 }
             }
-            earlier.push(read);
+            let latest = latest_possible(key_writes, position, read.invoked, read.completed);
+            if let Some((floor, index)) = order.floor
+                && floor > ordinal(latest)
+            {
+                let before = &self.reads[index];
+                anomalies.push(Anomaly {
+                    at: read.invoked,
+                    kind,
+                    detail: format!(
+                        "{} of {} saw {} after an earlier {} had seen write {}",
+                        read.what,
+                        read.key,
+                        describe(key_writes, position),
+                        before.what,
+                        before
+                            .observed
+                            .map_or("none".to_string(), |s| s.to_string())
+                    ),
+                });
+            }
+            let earliest = earliest_possible(key_writes, position, read.invoked, read.completed);
+            order.pending.push(Reverse((
+                (read.completed * 1000.0) as i64,
+                ordinal(earliest),
+                index,
+            )));
         }
     }
+}
+
+/// Per key, the reads in real-time order: those not yet known to have finished before the
+/// current one began (by completion: microseconds, write ordinal, read index), and the
+/// furthest write seen by one that had.
+#[derive(Default)]
+struct ReadOrder {
+    pending: BinaryHeap<Reverse<(i64, i64, usize)>>,
+    floor: Option<(i64, usize)>,
 }
 
 /// Which write a read's value is: `Start` for the absence before any write, `At(i)` for
@@ -256,20 +285,25 @@ fn position_of(writes: &[&Write], observed: Option<u64>) -> Option<Position> {
 
 /// Whether the register may hold `position`'s value for a read over `[invoked, completed]`.
 fn possible(writes: &[&Write], position: Position, invoked: f64, completed: f64) -> bool {
-    let later_acknowledged_before = |index: Option<usize>| {
-        writes.iter().enumerate().any(|(j, w)| {
-            index.is_none_or(|i| j > i) && w.outcome == Outcome::Ok && w.completed < invoked
-        })
-    };
+    let last = last_acknowledged(writes, invoked);
     match position {
-        Position::Start => !later_acknowledged_before(None),
-        Position::At(i) => writes[i].invoked < completed && !later_acknowledged_before(Some(i)),
+        Position::Start => last.is_none(),
+        Position::At(i) => writes[i].invoked < completed && last.is_none_or(|l| l <= i),
         Position::Absent => {
-            possible(writes, Position::Start, invoked, completed)
-                || (0..writes.len())
+            last.is_none()
+                || (last.unwrap_or(0)..writes.len())
                     .any(|i| !writes[i].present && possible_delete(writes, i, invoked, completed))
         }
     }
+}
+
+/// The last write acknowledged before `before`. One writer writes a key one operation at a
+/// time, so completions grow with the index: a binary search finds where they pass `before`.
+fn last_acknowledged(writes: &[&Write], before: f64) -> Option<usize> {
+    let completed_before = writes.partition_point(|w| w.completed < before);
+    (0..completed_before)
+        .rev()
+        .find(|&i| writes[i].outcome == Outcome::Ok)
 }
 
 /// An absence as the latest delete (or the start) that may explain a read over
@@ -310,10 +344,7 @@ fn earliest_possible(
 fn possible_delete(writes: &[&Write], i: usize, invoked: f64, completed: f64) -> bool {
     writes[i].outcome != Outcome::Failed
         && writes[i].invoked < completed
-        && !writes
-            .iter()
-            .skip(i + 1)
-            .any(|w| w.outcome == Outcome::Ok && w.completed < invoked)
+        && last_acknowledged(writes, invoked).is_none_or(|l| l <= i)
 }
 
 fn describe(writes: &[&Write], position: Position) -> String {
@@ -350,7 +381,12 @@ fn following(writes: &[&Write], seq: u64) -> String {
         .iter()
         .skip(at.saturating_sub(3))
         .take(7)
-        .map(|w| format!("{} {} {:?}", w.seq, w.what, w.outcome))
+        .map(|w| {
+            format!(
+                "{} {} {:?} {:.0}–{:.0} ms",
+                w.seq, w.what, w.outcome, w.invoked, w.completed
+            )
+        })
         .collect();
     format!(" (writes around it: {})", listed.join("; "))
 }

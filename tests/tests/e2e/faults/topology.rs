@@ -136,7 +136,7 @@ fn fnv32(text: &str) -> u32 {
 }
 
 /// A process on a machine that may be killed, paused, resumed and started again.
-struct Daemon {
+pub struct Daemon {
     child: Option<Child>,
     start: Box<dyn Fn() -> anyhow::Result<Child> + Send>,
 }
@@ -150,13 +150,13 @@ impl Daemon {
         })
     }
 
-    fn signal(&self, signal: &str) -> anyhow::Result<()> {
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
         let child = self.child.as_ref().context("the process is not running")?;
         run("kill", &["-s", signal, &child.id().to_string()])?;
         Ok(())
     }
 
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             // A stopped process dies of SIGKILL as well.
             let _ = child.kill();
@@ -164,17 +164,17 @@ impl Daemon {
         }
     }
 
-    fn restart(&mut self) -> anyhow::Result<()> {
+    pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
         self.child = Some((self.start)()?);
         Ok(())
     }
 
-    fn pid(&self) -> Option<u32> {
+    pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
-    fn running(&mut self) -> bool {
+    pub fn running(&mut self) -> bool {
         self.child
             .as_mut()
             .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
@@ -190,7 +190,7 @@ impl Drop for Daemon {
 /// One etcd member on its own machine.
 pub struct EtcdMember {
     pub name: String,
-    daemon: Daemon,
+    pub daemon: Daemon,
     pub machine: Machine,
     /// Its data directory's file system (unmounted after the process is gone).
     pub disk: Tmpfs,
@@ -251,7 +251,7 @@ impl Drop for Tmpfs {
 /// One `flotilla serve` replica on its own machine.
 pub struct Replica {
     pub id: String,
-    daemon: Daemon,
+    pub daemon: Daemon,
     pub machine: Machine,
     pub log: PathBuf,
 }
@@ -498,22 +498,6 @@ impl Topology {
     }
 }
 
-impl EtcdMember {
-    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        self.daemon.signal(signal)
-    }
-    pub fn kill(&mut self) {
-        self.daemon.kill();
-    }
-    pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.daemon.restart()
-    }
-    /// Whether the process is still running (it may die of a fault).
-    pub fn running(&mut self) -> bool {
-        self.daemon.running()
-    }
-}
-
 impl Replica {
     pub fn url(&self) -> String {
         format!("https://{}:{SERVE_PORT}", self.machine.ip)
@@ -525,17 +509,5 @@ impl Replica {
         FlotillaCli {
             config: self.operator_config(),
         }
-    }
-    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        self.daemon.signal(signal)
-    }
-    pub fn kill(&mut self) {
-        self.daemon.kill();
-    }
-    pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.daemon.restart()
-    }
-    pub fn pid(&self) -> Option<u32> {
-        self.daemon.pid()
     }
 }

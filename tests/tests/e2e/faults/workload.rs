@@ -134,8 +134,11 @@ impl Shared {
     }
 }
 
-/// What an error says about whether the operation happened.
-fn outcome_of(error: &kube::Error) -> Outcome {
+/// What an answer says about whether the operation happened.
+fn outcome_of<T>(result: &Result<T, kube::Error>) -> Outcome {
+    let Err(error) = result else {
+        return Outcome::Ok;
+    };
     match error {
         // Refusals the server made before writing anything.
         kube::Error::Api(status) if matches!(status.code, 400..=499) => Outcome::Failed,
@@ -268,10 +271,7 @@ pub async fn run_client(
             Known::Unsure => continue,
         };
         let completed = shared.now();
-        let outcome = match &result {
-            Ok(_) => Outcome::Ok,
-            Err(error) => outcome_of(error),
-        };
+        let outcome = outcome_of(&result);
         shared.record(|r| {
             r.writes.push(Write {
                 key: name.clone(),
@@ -449,10 +449,7 @@ async fn increment(shared: &Shared, api: &Api<ConfigMap>, tenant: &str) {
         None => timed(api.create(&PostParams::default(), &next)).await,
     };
     let completed = shared.now();
-    let outcome = match &result {
-        Ok(_) => Outcome::Ok,
-        Err(error) => outcome_of(error),
-    };
+    let outcome = outcome_of(&result);
     shared.record(|r| {
         r.operations
             .push((invoked, completed - invoked, outcome != Outcome::Unknown));
