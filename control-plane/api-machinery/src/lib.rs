@@ -4,7 +4,8 @@
 //! node bootstrap document (`nodeconfig`) the cloud controller writes and nodes read, resource
 //! quantities and ResourceQuota's evaluators (`quantity`, `quota`), the LimitRanger and
 //! PodSecurity admission rules (`limit_range`, `pod_security`), errors printed with their
-//! causes on one line (`errors`), and JSON bytes as Go's encoder writes them (`gojson`).
+//! causes on one line (`errors`), JSON bytes as Go's encoder writes them (`gojson`), and the
+//! PEM and PKCS#10 payloads of CertificateSigningRequests (`csr`).
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
 //! so the apiserver (and anything else) can call it from any context and test it with tables.
@@ -13,6 +14,7 @@
 
 pub mod cidr;
 pub mod continue_token;
+pub mod csr;
 pub mod errors;
 pub mod field;
 pub mod goduration;

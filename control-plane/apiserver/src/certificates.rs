@@ -4,8 +4,8 @@
 //! `certificateapproval` admission check (approving needs `approve` on the signer).
 
 use base64::Engine;
-use flotilla_api_machinery::names;
 use flotilla_api_machinery::rbac::UserInfo;
+use flotilla_api_machinery::{csr, names};
 use serde_json::{Value, json};
 
 use crate::error::{FieldError, Path};
@@ -287,7 +287,7 @@ impl Options {
                 .iter()
                 .any(|c| str_at(c, &["type"]).unwrap_or("").is_empty()),
             arbitrary_certificate: certificate(new) == certificate(old)
-                || validate_certificate(&certificate(old)).is_err(),
+                || csr::validate_certificate(&certificate(old)).is_err(),
             unknown_usages: usages.iter().any(|u| !VALID_USAGES.contains(&u.as_str())),
             duplicate_usages: usages.iter().any(|u| !seen.insert(u.clone())),
             ..Options::default()
@@ -317,67 +317,6 @@ fn certificate(obj: &Value) -> Vec<u8> {
     bytes_at(obj, &["status", "certificate"])
 }
 
-/// The first PEM block of `data`: its label and decoded contents.
-fn first_pem_block(data: &[u8]) -> Option<(String, Vec<u8>)> {
-    let text = String::from_utf8_lossy(data);
-    let begin = text.find("-----BEGIN ")?;
-    let rest = &text[begin + "-----BEGIN ".len()..];
-    let label_end = rest.find("-----")?;
-    let label = rest[..label_end].to_string();
-    let body = &rest[label_end + 5..];
-    let end_marker = format!("-----END {label}-----");
-    let end = body.find(&end_marker)?;
-    let encoded: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .ok()?;
-    Some((label, der))
-}
-
-/// Every PEM block of `data`, in order: (label, contents, whether it had headers).
-fn pem_blocks(data: &[u8]) -> Vec<(String, Vec<u8>, bool)> {
-    let text = String::from_utf8_lossy(data).to_string();
-    let mut blocks = Vec::new();
-    let mut rest = text.as_str();
-    while let Some(begin) = rest.find("-----BEGIN ") {
-        let after = &rest[begin + "-----BEGIN ".len()..];
-        let Some(label_end) = after.find("-----") else {
-            break;
-        };
-        let label = after[..label_end].to_string();
-        let body = &after[label_end + 5..];
-        let end_marker = format!("-----END {label}-----");
-        let Some(end) = body.find(&end_marker) else {
-            break;
-        };
-        let inner = &body[..end];
-        let headers = inner.lines().any(|l| l.contains(':'));
-        let encoded: String = inner.chars().filter(|c| !c.is_whitespace()).collect();
-        match base64::engine::general_purpose::STANDARD.decode(encoded) {
-            Ok(der) => blocks.push((label, der, headers)),
-            Err(_) => break,
-        }
-        rest = &body[end + end_marker.len()..];
-    }
-    blocks
-}
-
-/// `ParseCSR` and `CheckSignature`: the request must be a PEM `CERTIFICATE REQUEST` whose
-/// signature verifies.
-pub fn parse_csr(pem: &[u8]) -> Result<Vec<u8>, String> {
-    use x509_parser::prelude::FromDer;
-    let der = match first_pem_block(pem) {
-        Some((label, der)) if label == "CERTIFICATE REQUEST" => der,
-        _ => return Err("PEM block type must be CERTIFICATE REQUEST".to_string()),
-    };
-    let (_, request) = x509_parser::certification_request::X509CertificationRequest::from_der(&der)
-        .map_err(|e| format!("x509: {e}"))?;
-    request
-        .verify_signature()
-        .map_err(|_| "x509: ECDSA verification failure".to_string())?;
-    Ok(der)
-}
-
 /// The `signers` names that grant a signer (upstream's `IsAuthorizedForSignerName`): its
 /// own, and `<domain>/*`.
 pub fn signer_names(signer: &str) -> Vec<String> {
@@ -389,41 +328,9 @@ pub fn signer_names(signer: &str) -> Vec<String> {
 }
 
 /// The subject organizations (the groups a client certificate would carry) that the
-/// request of CertificateSigningRequest `csr` asks for.
-pub fn requested_organizations(csr: &Value) -> Result<Vec<String>, String> {
-    use x509_parser::prelude::FromDer;
-    let der = parse_csr(&bytes_at(csr, &["spec", "request"]))?;
-    let (_, request) = x509_parser::certification_request::X509CertificationRequest::from_der(&der)
-        .map_err(|e| format!("x509: {e}"))?;
-    Ok(request
-        .certification_request_info
-        .subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect())
-}
-
-/// `validateCertificate`: one or more `CERTIFICATE` blocks without headers, each a certificate.
-fn validate_certificate(data: &[u8]) -> Result<(), String> {
-    if data.is_empty() {
-        return Ok(());
-    }
-    let blocks = pem_blocks(data);
-    if blocks.is_empty() {
-        return Err("must contain at least one CERTIFICATE PEM block".into());
-    }
-    for (label, der, headers) in blocks {
-        if label != "CERTIFICATE" {
-            return Err(format!(
-                "only CERTIFICATE PEM blocks are allowed, found {label:?}"
-            ));
-        }
-        if headers {
-            return Err("no PEM block headers are permitted".into());
-        }
-        x509_parser::parse_x509_certificate(&der).map_err(|e| format!("x509: {e}"))?;
-    }
-    Ok(())
+/// request of CertificateSigningRequest `obj` asks for.
+pub fn requested_organizations(obj: &Value) -> Result<Vec<String>, String> {
+    csr::requested_organizations(&bytes_at(obj, &["spec", "request"])).map_err(|e| e.to_string())
 }
 
 /// `ValidateSignerName`: `example.com/signer-name`.
@@ -493,9 +400,13 @@ fn validate_create(obj: &Value) -> Vec<FieldError> {
 fn validate_request(obj: &Value, options: &Options) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let spec = Path::new("spec");
-    if let Err(problem) = parse_csr(&bytes_at(obj, &["spec", "request"])) {
+    if let Err(problem) = csr::parse_csr(&bytes_at(obj, &["spec", "request"])) {
         let given = str_at(obj, &["spec", "request"]).unwrap_or("");
-        errors.push(FieldError::invalid(&spec.child("request"), given, problem));
+        errors.push(FieldError::invalid(
+            &spec.child("request"),
+            given,
+            problem.to_string(),
+        ));
     }
     let usages = usages(obj);
     if usages.is_empty() {
@@ -544,12 +455,12 @@ fn validate_request(obj: &Value, options: &Options) -> Vec<FieldError> {
     }
     errors.extend(validate_conditions(obj, options));
     if !options.arbitrary_certificate
-        && let Err(problem) = validate_certificate(&certificate(obj))
+        && let Err(problem) = csr::validate_certificate(&certificate(obj))
     {
         errors.push(FieldError::invalid(
             &Path::new("status").child("certificate"),
             "<certificate data>",
-            problem,
+            problem.to_string(),
         ));
     }
     errors

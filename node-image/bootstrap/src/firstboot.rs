@@ -340,15 +340,26 @@ fn environment_file(variable: &str, args: &[String]) -> Result<String, FirstBoot
 }
 
 /// The proxy's kubeconfig: the cluster from the NodeConfig, the node's certificate pair.
-fn proxy_kubeconfig(config: &NodeConfig, layout: &Layout) -> String {
+/// Written by a YAML serializer, not a template: the cluster's name, endpoint and CA come from
+/// user data, and text pasted into YAML (a `: `, a `#`, a newline) would read back as another
+/// value or not at all (found by the `kubeconfig` fuzz target).
+fn proxy_kubeconfig(config: &NodeConfig, layout: &Layout) -> Result<String, FirstBootError> {
     let pair = layout.cert_dir().join("kubelet-client-current.pem");
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: node\n  user:\n    client-certificate: {pair}\n    client-key: {pair}\ncontexts:\n- name: node\n  context: {{cluster: {cluster}, user: node}}\ncurrent-context: node\n",
-        cluster = config.spec.cluster.name,
-        server = config.spec.cluster.api_server_endpoint,
-        ca = config.spec.cluster.certificate_authority,
-        pair = pair.display(),
-    )
+    let pair = pair.display().to_string();
+    let cluster = &config.spec.cluster;
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster.name, "cluster": {
+            "server": cluster.api_server_endpoint,
+            "certificate-authority-data": cluster.certificate_authority,
+        }}],
+        "users": [{"name": "node", "user": {"client-certificate": pair, "client-key": pair}}],
+        "contexts": [{"name": "node", "context": {"cluster": cluster.name, "user": "node"}}],
+        "current-context": "node",
+    });
+    serde_yaml::to_string(&kubeconfig)
+        .map_err(|err| FirstBootError::NotANodeConfig(err.to_string()))
 }
 
 /// Every file the kubelet and proxy units start from.
@@ -377,7 +388,7 @@ pub fn render(
         },
         RenderedFile {
             path: layout.proxy_kubeconfig(),
-            text: proxy_kubeconfig(config, layout),
+            text: proxy_kubeconfig(config, layout)?,
             mode: 0o600,
         },
         RenderedFile {
@@ -606,6 +617,39 @@ spec:
         let (node_config, mode) = text("nodeconfig.yaml");
         assert_eq!(mode, 0o600, "the bootstrap token is a secret");
         assert_eq!(parse_user_data(&node_config).ok(), Some(config));
+    }
+
+    /// Found by the `kubeconfig` fuzz target: the proxy's kubeconfig was a text template, so a
+    /// cluster name or endpoint with a NUL, a `: `, a ` #` or a newline (user data) made YAML
+    /// that did not parse, or parsed to other values.
+    #[tokio::test]
+    async fn the_proxy_kubeconfig_reads_back_whatever_the_cluster_is_called() {
+        let (mut config, identity) = read(metadata(Some(USER_DATA))).await.expect("read");
+        config.spec.cluster.name = "prod\0https: x #y".into();
+        config.spec.cluster.api_server_endpoint = "https://api.example:6443 #c\n- z".into();
+        let layout = Layout::default();
+        let files = render(&config, &identity, &layout).expect("render");
+        let text = &files
+            .iter()
+            .find(|f| f.path == layout.proxy_kubeconfig())
+            .expect("the proxy's kubeconfig")
+            .text;
+        let parsed = kube::config::Kubeconfig::from_yaml(text).expect("parses");
+        let cluster = &parsed.clusters[0];
+        assert_eq!(cluster.name, config.spec.cluster.name, "{text}");
+        let server = cluster.cluster.as_ref().and_then(|c| c.server.as_deref());
+        assert_eq!(
+            server,
+            Some(config.spec.cluster.api_server_endpoint.as_str())
+        );
+        let context = parsed.contexts[0].context.as_ref().expect("a context");
+        assert_eq!(context.cluster, config.spec.cluster.name);
+        assert_eq!(parsed.current_context.as_deref(), Some("node"));
+        let user = parsed.auth_infos[0].auth_info.as_ref().expect("a user");
+        assert_eq!(
+            user.client_key.as_deref(),
+            Some("/var/lib/flotilla/pki/kubelet-client-current.pem")
+        );
     }
 
     #[test]

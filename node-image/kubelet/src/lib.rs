@@ -24,7 +24,9 @@ pub mod spdy;
 mod static_pods;
 mod stats;
 mod status;
-mod streaming;
+/// The WebSocket side of `/exec`, `/attach` and `/portForward`: public for the fuzz targets
+/// (`fuzz/`), which drive its channel framing with arbitrary frames.
+pub mod streaming;
 mod translate;
 mod volumes;
 

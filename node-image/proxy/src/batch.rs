@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use crate::model::Cidr;
-use crate::render::{Container, is_proxy_table};
+use crate::render::{Container, MAX_COMMENT_LENGTH, is_proxy_table};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -410,13 +410,15 @@ fn single_word(text: &str) -> Option<&str> {
     (!text.is_empty() && !text.contains(char::is_whitespace)).then_some(text)
 }
 
-/// Splits a trailing `comment "…"` off (the renderer's comments hold no quote).
+/// Splits a trailing `comment "…"` off (the renderer's comments hold no quote and are no
+/// longer than nft takes them).
 fn split_comment(text: &str) -> Option<(&str, Option<&str>)> {
     match text.split_once(" comment \"") {
         None => Some((text, None)),
         Some((body, comment)) => {
             let comment = comment.strip_suffix('"')?;
-            (!comment.contains('"') && comment.len() < 128).then_some((body, Some(comment)))
+            (!comment.contains('"') && comment.len() <= MAX_COMMENT_LENGTH)
+                .then_some((body, Some(comment)))
         }
     }
 }

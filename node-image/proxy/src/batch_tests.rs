@@ -223,6 +223,29 @@ fn lines_outside_the_service_forms_are_left_to_nft() {
 }
 
 #[test]
+fn comments_up_to_nfts_limit_are_encoded() {
+    let line = |comment: &str| {
+        format!(
+            "add element ip kube-proxy no-endpoint-services {{ 172.30.9.9 . tcp . 80 comment \"{comment}\" : goto reject-chain }}"
+        )
+    };
+    let longest = "c".repeat(MAX_COMMENT_LENGTH);
+    let msgs = encode_one(&line(&longest));
+    let elem = attrs(&attrs(&msgs[1].3[2].1)[0].1);
+    let udata = &elem[2].1;
+    assert_eq!(
+        usize::from(udata[1]),
+        MAX_COMMENT_LENGTH + 1,
+        "the comment and its NUL"
+    );
+    assert_eq!(&udata[2..2 + MAX_COMMENT_LENGTH], longest.as_bytes());
+    assert!(matches!(
+        encode(&line(&"c".repeat(MAX_COMMENT_LENGTH + 1)), 1),
+        Err(EncodeError::Unsupported { .. })
+    ));
+}
+
+#[test]
 fn map_elements_carry_key_verdict_and_comment() {
     let msgs = encode_one(
         "add element ip kube-proxy no-endpoint-services { 172.30.9.9 . tcp . 80 comment \"ns/x:http\" : goto reject-chain }",

@@ -45,6 +45,9 @@ const MARK_MASQ_CHAIN: &str = "mark-for-masquerade";
 const MASQUERADING_CHAIN: &str = "masquerading";
 /// The prefix of a Service's firewall chain (in table `kube-proxy`, however split).
 const FIREWALL_PREFIX: &str = "firewall-";
+/// The longest comment nft accepts, in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`): a longer one
+/// makes nft refuse the whole transaction.
+pub const MAX_COMMENT_LENGTH: usize = 128;
 
 /// The renderer's settings (kube-proxy's flags that shape the rules).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,6 +214,19 @@ pub fn hash_and_truncate(name: &str) -> String {
     out
 }
 
+/// A map element's comment: the service port name (`ns/name:port`), cut to
+/// [`MAX_COMMENT_LENGTH`] bytes as upstream does since kubernetes#139515 (a 63-character
+/// namespace and name with a port name make 143).
+fn element_comment(name: &ServicePortName) -> String {
+    let mut comment = name.to_string();
+    let mut end = comment.len().min(MAX_COMMENT_LENGTH);
+    while !comment.is_char_boundary(end) {
+        end -= 1;
+    }
+    comment.truncate(end);
+    comment
+}
+
 /// The name of Service table `index`.
 pub fn service_table_name(index: u16) -> String {
     format!("{TABLE}-services-{index:02}")
@@ -278,7 +294,7 @@ pub fn render_service(
     let mark_masq = MARK_MASQ_CHAIN;
     for svc in ports {
         let protocol = svc.name.protocol.lower();
-        let name_string = svc.name.to_string();
+        let name_string = element_comment(&svc.name);
         let base = service_chain_base(&svc.name);
         let cluster_chain = format!("service-{base}");
         let local_chain = format!("local-{base}");

@@ -288,6 +288,40 @@ fn no_endpoints_rejected() {
     );
 }
 
+/// Found by the `netlink` fuzz target: a 62-character namespace, a 63-character Service
+/// name and a port name (all valid) made a 131-byte element comment, which nft refuses
+/// (more than 128), failing every sync (upstream kubernetes#139515).
+#[test]
+fn long_service_port_names_are_cut_to_nfts_comment_limit() {
+    let mut svc = service("x", "172.30.0.42");
+    svc.name = ServicePortName {
+        service: NamespacedName::new(
+            "loft-acme-platform-services-team-dev-v-shared-workloads-ns-001",
+            "my-api-svc-x-my-api-namespace-x-acme-shared-vcluster--a1b2c3d4e",
+        ),
+        port: "http".into(),
+        protocol: Protocol::Tcp,
+    };
+    assert_eq!(svc.name.to_string().len(), 131);
+    let (mut renderer, mut state) = synced(&[]);
+    state.set_service(svc.name.service.clone(), vec![svc.clone()]);
+    let changed = state.take_changed();
+    let script = renderer
+        .partial_sync(&state, &changed, Instant::now())
+        .script;
+    let comments: Vec<&str> = script
+        .lines()
+        .filter_map(|line| line.split_once(" comment \"")?.1.split_once('"'))
+        .map(|(comment, _)| comment)
+        .collect();
+    assert!(!comments.is_empty(), "{script}");
+    for comment in comments {
+        assert_eq!(comment.len(), MAX_COMMENT_LENGTH, "{script}");
+        assert!(svc.name.to_string().starts_with(comment));
+    }
+    crate::batch::encode(&script, 1).expect("the partial sync goes through netlink");
+}
+
 #[test]
 fn terminating_fallback() {
     golden(
