@@ -235,6 +235,28 @@ impl EtcdStorage {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
     }
 
+    /// A range read, sent again while refused at connection ([`unsent_retried`]).
+    async fn get_retried(
+        &self,
+        key: Vec<u8>,
+        options: Option<GetOptions>,
+    ) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+        unsent_retried(|| {
+            let (mut kv, key, options) = (self.kv(), key.clone(), options.clone());
+            async move { kv.get(key, options).await }
+        })
+        .await
+    }
+
+    /// A transaction, sent again while refused at connection ([`unsent_retried`]).
+    async fn txn_retried(&self, txn: Txn) -> Result<etcd_client::TxnResponse, etcd_client::Error> {
+        unsent_retried(|| {
+            let (mut kv, txn) = (self.kv(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
     fn full_key(&self, key: &str) -> Vec<u8> {
         self.codec.full_key(key)
     }
@@ -267,7 +289,10 @@ impl EtcdStorage {
     /// Whether etcd can still serve a read at etcd revision `revision`.
     async fn readable(&self, revision: i64) -> Result<bool, StorageError> {
         let options = GetOptions::new().with_revision(revision).with_count_only();
-        match self.kv().get(self.full_key(PROBE_KEY), Some(options)).await {
+        match self
+            .get_retried(self.full_key(PROBE_KEY), Some(options))
+            .await
+        {
             Ok(_) => Ok(true),
             Err(error) if refusal(&error) == Some(Refusal::Compacted) => Ok(false),
             Err(error) => Err(etcd_error("probe a past revision")(error)),
@@ -390,8 +415,7 @@ impl EtcdStorage {
 impl Storage for EtcdStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
         let response = self
-            .kv()
-            .get(self.full_key(key), None)
+            .get_retried(self.full_key(key), None)
             .await
             .map_err(etcd_error("get"))?;
         response
@@ -429,7 +453,7 @@ impl Storage for EtcdStorage {
             let limit = request.limit.saturating_add(extra);
             options = options.with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
         }
-        let response = match self.kv().get(start, Some(options)).await {
+        let response = match self.get_retried(start, Some(options)).await {
             Ok(response) => response,
             Err(error) => return Err(self.revision_error(error, request.revision, "range").await),
         };
@@ -493,7 +517,7 @@ impl Storage for EtcdStorage {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(full, None)]);
-        let response = self.kv().txn(txn).await.map_err(etcd_error("update"))?;
+        let response = self.txn_retried(txn).await.map_err(etcd_error("update"))?;
         if !response.succeeded() {
             return Ok(Outcome::Conflict(
                 self.codec.failed_branch_state(&response)?,
@@ -535,7 +559,7 @@ impl Storage for EtcdStorage {
                 Some(etcd_client::DeleteOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(full, None)]);
-        let response = self.kv().txn(txn).await.map_err(etcd_error("delete"))?;
+        let response = self.txn_retried(txn).await.map_err(etcd_error("delete"))?;
         if !response.succeeded() {
             return Ok(Outcome::Conflict(
                 self.codec.failed_branch_state(&response)?,
@@ -582,7 +606,12 @@ impl Storage for EtcdStorage {
     async fn compact(&self, revision: Revision) -> Result<(), StorageError> {
         // History from the start of `revision`'s etcd revision is kept: a little more than asked.
         let (etcd, _) = etcd_revision(revision);
-        match self.kv().compact(etcd, None).await {
+        let compacted = unsent_retried(|| {
+            let mut kv = self.kv();
+            async move { kv.compact(etcd, None).await }
+        })
+        .await;
+        match compacted {
             Ok(_) => {}
             // Already compacted to or past `revision`: the goal holds; another replica got there.
             Err(error) if refusal(&error) == Some(Refusal::Compacted) => {}
@@ -594,8 +623,7 @@ impl Storage for EtcdStorage {
 
     async fn current_revision(&self) -> Result<Revision, StorageError> {
         let response = self
-            .kv()
-            .get(
+            .get_retried(
                 self.full_key(PROBE_KEY),
                 Some(GetOptions::new().with_count_only()),
             )
@@ -867,6 +895,41 @@ fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> Result<Revis
     header
         .map(etcd_client::ResponseHeader::revision)
         .ok_or_else(|| unexpected("etcd response without a header"))
+}
+
+/// Sends `call` again, up to [`UNSENT_RETRIES`] times, while it fails before reaching etcd
+/// (a member's endpoint refusing the connection: the member is down). The balanced channel
+/// keeps a dead member's endpoint and may pick it for any request; a request that was never
+/// sent is safe to send again, whatever it does, and the next pick is likely a live member.
+/// (etcd's Go client retries the same way.) A request that was sent is never repeated here.
+pub(crate) async fn unsent_retried<T, F, Fut>(mut call: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut retries = 0;
+    loop {
+        match call().await {
+            Err(error) if retries < UNSENT_RETRIES && never_sent(&error) => retries += 1,
+            answer => return answer,
+        }
+    }
+}
+
+/// How often a request refused at connection is sent again ([`unsent_retried`]): with one
+/// member of three down, five more random picks all landing on it is under 1 in 700.
+const UNSENT_RETRIES: usize = 6;
+
+/// Whether `error` says the request never left this process: the connection to the chosen
+/// member could not be made.
+fn never_sent(error: &etcd_client::Error) -> bool {
+    match error {
+        etcd_client::Error::GRpcStatus(status) => {
+            // tonic's Code::Unavailable (14), named by its number: tonic is etcd-client's.
+            i32::from(status.code()) == 14 && status.message().contains("tcp connect error")
+        }
+        _ => false,
+    }
 }
 
 fn etcd_error(context: impl std::fmt::Display) -> impl FnOnce(etcd_client::Error) -> StorageError {

@@ -16,7 +16,9 @@ use bytes::Bytes;
 use etcd_client::{Compare, CompareOp, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use super::{Codec, Refusal, etcd_error, header_revision, refusal, slotted_value, unexpected};
+use super::{
+    Codec, Refusal, etcd_error, header_revision, refusal, slotted_value, unexpected, unsent_retried,
+};
 use crate::types::{KeyValue, Outcome, StorageError};
 
 /// At most this many creates share one transaction, inside etcd's default `--max-txn-ops` (128,
@@ -212,7 +214,7 @@ fn take_batch(queued: &mut VecDeque<Pending>) -> Vec<Pending> {
 }
 
 /// Sends one batch and answers each of its creates.
-async fn commit(mut kv: KvClient, codec: &Codec, mut batch: Vec<Pending>) {
+async fn commit(kv: KvClient, codec: &Codec, mut batch: Vec<Pending>) {
     if batch.len() <= 1 {
         if let Some(pending) = batch.pop() {
             let answer =
@@ -231,7 +233,13 @@ async fn commit(mut kv: KvClient, codec: &Codec, mut batch: Vec<Pending>) {
             ))
         })
         .collect();
-    let answers = match kv.txn(Txn::new().and_then(creates)).await {
+    let batch_txn = Txn::new().and_then(creates);
+    let sent = unsent_retried(|| {
+        let (mut kv, txn) = (kv.clone(), batch_txn.clone());
+        async move { kv.txn(txn).await }
+    })
+    .await;
+    let answers = match sent {
         Ok(response) => nested_responses(&response, batch.len()),
         Err(error) if refusal(&error) == Some(Refusal::TooBig) => {
             // Refused whole, so nothing of it applied: send it again in halves, in order.
@@ -268,16 +276,19 @@ async fn commit(mut kv: KvClient, codec: &Codec, mut batch: Vec<Pending>) {
 
 /// One create as its own plain transaction (slot 0).
 async fn create_one(
-    mut kv: KvClient,
+    kv: KvClient,
     codec: &Codec,
     full_key: &[u8],
     key: &str,
     value: Bytes,
 ) -> Result<Outcome<KeyValue>, StorageError> {
-    let response = kv
-        .txn(create_txn(full_key, slotted_value(0, &value)))
-        .await
-        .map_err(etcd_error("create"))?;
+    let txn = create_txn(full_key, slotted_value(0, &value));
+    let response = unsent_retried(|| {
+        let (mut kv, txn) = (kv.clone(), txn.clone());
+        async move { kv.txn(txn).await }
+    })
+    .await
+    .map_err(etcd_error("create"))?;
     let revision = header_revision(response.header())?;
     codec.create_outcome(&response, revision, key, value, 0)
 }
