@@ -917,7 +917,7 @@ where
 }
 
 /// How often a request refused at connection is sent again ([`unsent_retried`]): with one
-/// member of three down, five more random picks all landing on it is under 1 in 700.
+/// member of three down, six more random picks all landing on it is under 1 in 700.
 const UNSENT_RETRIES: usize = 6;
 
 /// Whether `error` says the request never left this process: the connection to the chosen
