@@ -328,13 +328,24 @@ fn progress_follows_events(version: &str) -> bool {
 /// otherwise cost every consistent read its cache for the life of the process).
 async fn members_report_progress_in_order(endpoints: &[String]) -> bool {
     let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+    // Asked at once, not in turn: a dead member costs start-up its timeout once, not each.
+    let answers = futures::future::join_all(endpoints.iter().map(|endpoint| {
+        let options = options.clone();
+        async move {
+            let status = async {
+                let mut client = Client::connect([endpoint.as_str()], Some(options)).await?;
+                client.status().await
+            };
+            (
+                endpoint,
+                tokio::time::timeout(Duration::from_secs(3), status).await,
+            )
+        }
+    }))
+    .await;
     let mut versions = Vec::new();
-    for endpoint in endpoints {
-        let status = async {
-            let mut client = Client::connect([endpoint.as_str()], Some(options.clone())).await?;
-            client.status().await
-        };
-        match tokio::time::timeout(Duration::from_secs(3), status).await {
+    for (endpoint, answer) in answers {
+        match answer {
             Ok(Ok(status)) => versions.push(status.version().to_string()),
             Ok(Err(error)) => tracing::debug!(%endpoint, %error, "etcd member's version"),
             Err(_) => tracing::debug!(%endpoint, "etcd member's version: no answer"),
