@@ -274,6 +274,10 @@ mod tests {
             ("1M", "1M"),
             ("-100m", "-100m"),
             ("1n", "1n"),
+            // Whole but not a multiple of 1024: upstream keeps the binary format and prints
+            // the plain number, which then reads back as decimal (found by the fuzz target).
+            ("62.5Ki", "64000"),
+            ("64000", "64k"),
         ] {
             assert_eq!(q(input).to_string(), canonical, "{input}");
         }

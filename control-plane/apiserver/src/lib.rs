@@ -315,8 +315,10 @@ impl ApiServer {
                 }
             },
         };
-        let Some(tenant) = self.tenants.get(cluster).await else {
-            return ApiError::no_such_path().into_response();
+        let tenant = match self.tenants.get(cluster).await {
+            Ok(Some(tenant)) => tenant,
+            Ok(None) => return ApiError::no_such_path().into_response(),
+            Err(err) => return err.into_response(),
         };
         // The cluster's endpoint access, before any credential is looked at; requests from
         // inside the process (the hosted control loops) come over no network.

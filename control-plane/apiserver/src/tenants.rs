@@ -258,41 +258,57 @@ impl Tenants {
         }
     }
 
-    /// The tenant `id`, if it exists.
-    pub async fn get(&self, id: &str) -> Option<Arc<TenantState>> {
+    /// The tenant `id`: `Ok(None)` only when its record is absent. A record the store cannot
+    /// read now (etcd away, partitioned) is an error (503), as is one that cannot be
+    /// decoded (500), so a client never sees a whole cluster 404 during a fault.
+    pub async fn get(&self, id: &str) -> Result<Option<Arc<TenantState>>, ApiError> {
         // The read guard must be gone before the write below (tokio's lock would wait on it).
         let cached = self.loaded.read().await.get(id).cloned();
-        if let Some((state, loaded_at)) = cached
+        if let Some((state, loaded_at)) = &cached
             && loaded_at.elapsed() < TENANT_RECHECK
         {
-            return Some(state);
+            return Ok(Some(state.clone()));
         }
         let key = format!("{TENANT_RECORDS}{id}");
-        let record = match self.store.storage().get(&key).await {
-            Ok(Some(kv)) => match self.decode(&key, &kv.value) {
-                Ok((record, _))
-                    if record.service_account_key.is_empty() || record.front_proxy_ca.is_none() =>
-                {
-                    self.add_missing_keys(record, kv.mod_revision).await
-                }
-                Ok((record, plain)) => {
-                    if plain {
-                        self.seal_in_place(&key, &record, kv.mod_revision).await;
-                    }
-                    Some(record)
-                }
-                Err(err) => {
-                    tracing::error!(tenant = id, %err, "tenant record unreadable");
-                    None
-                }
-            },
-            Ok(None) => None,
+        let kv = match self.store.storage().get(&key).await {
+            Ok(Some(kv)) => kv,
+            Ok(None) => {
+                self.loaded.write().await.remove(id);
+                return Ok(None);
+            }
             // Storage trouble: keep serving what was loaded rather than failing every request.
-            Err(_) => return self.loaded.read().await.get(id).map(|(s, _)| s.clone()),
+            Err(err) => {
+                let loaded = self.loaded.read().await.get(id).map(|(s, _)| s.clone());
+                return match loaded {
+                    Some(state) => Ok(Some(state)),
+                    None => Err(err.into()),
+                };
+            }
         };
-        let Some(record) = record else {
-            self.loaded.write().await.remove(id);
-            return None;
+        let record = match self.decode(&key, &kv.value) {
+            Ok((record, _))
+                if record.service_account_key.is_empty() || record.front_proxy_ca.is_none() =>
+            {
+                match self.add_missing_keys(record, kv.mod_revision).await? {
+                    Some(record) => record,
+                    None => {
+                        self.loaded.write().await.remove(id);
+                        return Ok(None);
+                    }
+                }
+            }
+            Ok((record, plain)) => {
+                if plain {
+                    self.seal_in_place(&key, &record, kv.mod_revision).await;
+                }
+                record
+            }
+            Err(err) => {
+                tracing::error!(tenant = id, %err, "tenant record unreadable");
+                return Err(ApiError::internal(format!(
+                    "the record of cluster {id} cannot be read: {err}"
+                )));
+            }
         };
         let mut loaded = self.loaded.write().await;
         // The same record as before keeps its state (and so its connections' cached verdicts).
@@ -305,10 +321,10 @@ impl Tenants {
             {
                 state.clone()
             }
-            _ => Arc::new(TenantState::load(record, &self.public_url).ok()?),
+            _ => Arc::new(TenantState::load(record, &self.public_url)?),
         };
         loaded.insert(id.to_string(), (state.clone(), Instant::now()));
-        Some(state)
+        Ok(Some(state))
     }
 
     /// Drops a tenant from the cache whenever its record changes, in any replica, so the next
@@ -424,30 +440,26 @@ impl Tenants {
         &self,
         mut record: TenantRecord,
         revision: i64,
-    ) -> Option<TenantRecord> {
+    ) -> Result<Option<TenantRecord>, ApiError> {
         if record.service_account_key.is_empty() {
-            record.service_account_key = SigningKey::generate().ok()?;
+            record.service_account_key = SigningKey::generate().map_err(ApiError::internal)?;
         }
         if record.front_proxy_ca.is_none() {
             record.front_proxy_ca = Some(
                 CertificateAuthority::generate(&crate::pki::front_proxy_ca_name(&record.id))
-                    .ok()?,
+                    .map_err(ApiError::internal)?,
             );
         }
         let key = format!("{TENANT_RECORDS}{}", record.id);
-        let bytes = self.encode(&key, &record).ok()?;
-        match self
-            .store
-            .storage()
-            .update(&key, bytes, revision)
-            .await
-            .ok()?
-        {
-            flotilla_storage::Outcome::Done(_) => Some(record),
+        let bytes = self.encode(&key, &record)?;
+        match self.store.storage().update(&key, bytes, revision).await? {
+            flotilla_storage::Outcome::Done(_) => Ok(Some(record)),
+            // Another replica added them first: theirs are the keys.
             flotilla_storage::Outcome::Conflict(Some(kv)) => {
-                self.decode(&key, &kv.value).ok().map(|(record, _)| record)
+                self.decode(&key, &kv.value).map(|(record, _)| Some(record))
             }
-            flotilla_storage::Outcome::Conflict(None) => None,
+            // Deleted meanwhile.
+            flotilla_storage::Outcome::Conflict(None) => Ok(None),
         }
     }
 
@@ -525,7 +537,7 @@ impl Tenants {
                 "invalid cluster id {id:?}: must be a DNS-1123 label"
             )));
         }
-        if self.get(id).await.is_none() {
+        if self.get(id).await?.is_none() {
             let record = Self::new_record(id)?;
             let key = Self::record_key(id);
             let bytes = self.encode(&key, &record)?;
@@ -534,7 +546,7 @@ impl Tenants {
         }
         let state = self
             .get(id)
-            .await
+            .await?
             .ok_or_else(|| ApiError::internal(format!("tenant {id} vanished")))?;
         if state.bootstrapped() {
             return Ok(state);
@@ -863,3 +875,6 @@ pub(crate) async fn create_if_absent(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -35,6 +35,7 @@ impl Harness {
             .tenants
             .get("demo")
             .await
+            .map_err(|err| anyhow::anyhow!("tenant demo: {}", err.message))?
             .context("tenant demo")?;
         let issued = tenant.record.client_ca.issue_client(user, groups)?;
         let mut kubeconfig = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig)?;

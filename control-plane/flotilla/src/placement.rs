@@ -266,12 +266,20 @@ impl Placement {
     async fn start(&mut self, id: &str) {
         // The cluster's own client CA signs its nodes' certificates, as the
         // kube-controller-manager's --cluster-signing-cert-file does upstream.
-        let cluster_signing = self.server.tenants.get(id).await.map(|tenant| {
-            flotilla_controller_manager::certificates::ClusterSigning {
-                cert_pem: tenant.record.client_ca.cert_pem.clone(),
-                key_pem: tenant.record.client_ca.key_pem.clone(),
-                max_duration: flotilla_controller_manager::certificates::DEFAULT_MAX_DURATION,
+        // Unreadable now (the store away): not started, so the next pass tries again rather
+        // than running loops that could never sign a node's certificate.
+        let tenant = match self.server.tenants.get(id).await {
+            Ok(Some(tenant)) => tenant,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::warn!(cluster = %id, err = %err.message, "control loops not started: the cluster's record is unreadable");
+                return;
             }
+        };
+        let cluster_signing = Some(flotilla_controller_manager::certificates::ClusterSigning {
+            cert_pem: tenant.record.client_ca.cert_pem.clone(),
+            key_pem: tenant.record.client_ca.key_pem.clone(),
+            max_duration: flotilla_controller_manager::certificates::DEFAULT_MAX_DURATION,
         });
         tracing::info!(cluster = %id, replica = %self.config.identity, "running the cluster's control loops");
         let client = crate::inprocess::client(self.router.clone(), id, controller_user());

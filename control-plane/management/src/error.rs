@@ -135,8 +135,14 @@ impl From<crate::backup::format::FormatError> for ManagementError {
 }
 
 impl From<flotilla_apiserver::error::ApiError> for ManagementError {
+    /// The store away stays a 503 a client retries; anything else from the cluster's API
+    /// is the service's fault.
     fn from(err: flotilla_apiserver::error::ApiError) -> Self {
-        Self::internal(err.message)
+        if err.code == 503 {
+            Self::unavailable(err.message)
+        } else {
+            Self::internal(err.message)
+        }
     }
 }
 

@@ -794,7 +794,7 @@ impl Management {
             .api
             .tenants
             .get(&cluster.id)
-            .await
+            .await?
             .ok_or_else(|| ManagementError::internal("the cluster's tenant is missing"))?;
         let certificate = tenant.issue_client(user, groups)?;
         Ok(flotilla_apiserver::pki::kubeconfig(
@@ -813,7 +813,7 @@ impl Management {
             .api
             .tenants
             .get(&cluster.id)
-            .await
+            .await?
             .ok_or_else(|| ManagementError::internal("the cluster's tenant is missing"))?;
         let (token, expires) = tenant.issue_admin_token(ADMIN_TOKEN_SECONDS)?;
         let expires = chrono::DateTime::from_timestamp(expires, 0)
@@ -1096,7 +1096,7 @@ impl Management {
             private: cluster.endpoint_access.private,
             public_access_cidrs: cluster.endpoint_access.public_access_cidrs.clone(),
         };
-        let current = self.api.tenants.get(&cluster.id).await;
+        let current = self.api.tenants.get(&cluster.id).await?;
         if current.is_some_and(|state| state.record.endpoint_access == wanted) {
             return Ok(());
         }
@@ -1109,7 +1109,7 @@ impl Management {
 
     /// Gives the cluster's API the cluster's `podSecurity`, when it has another.
     async fn apply_pod_security(&self, cluster: &Cluster) -> Result<()> {
-        let current = self.api.tenants.get(&cluster.id).await;
+        let current = self.api.tenants.get(&cluster.id).await?;
         if current.is_some_and(|state| state.record.pod_security == cluster.pod_security) {
             return Ok(());
         }
@@ -1122,7 +1122,7 @@ impl Management {
 
     /// Gives the cluster's API the cluster's `auditPolicy`, when it has another.
     async fn apply_audit_policy(&self, cluster: &Cluster) -> Result<()> {
-        let current = self.api.tenants.get(&cluster.id).await;
+        let current = self.api.tenants.get(&cluster.id).await?;
         if current.is_some_and(|state| state.record.audit_policy == cluster.audit_policy) {
             return Ok(());
         }

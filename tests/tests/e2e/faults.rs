@@ -716,6 +716,16 @@ impl Run {
             anomalies.len(),
             anomalies[0].detail
         );
+        // A cluster that exists must never be "not found", fault or none: a client (kubectl,
+        // a controller) would take it as deleted.
+        ensure!(
+            record.stray_not_found.is_empty(),
+            "{} GETs were answered 404 about something other than their object (seed {seed}); \
+             the first, at {:.0} ms: {}",
+            record.stray_not_found.len(),
+            record.stray_not_found[0].0,
+            record.stray_not_found[0].1
+        );
         ensure!(
             history
                 .writes

@@ -100,6 +100,9 @@ pub struct Recorder {
     pub operations: Vec<(f64, f64, bool)>,
     /// Every probe: (ms, tenant, replica, answered).
     pub probes: Vec<(f64, String, usize, bool)>,
+    /// GETs answered 404 about something other than their object (the whole cluster "not
+    /// found" while the store was away): (ms, the Status's message). The service's mistake.
+    pub stray_not_found: Vec<(f64, String)>,
 }
 
 /// The clock and the record the tasks share.
@@ -344,7 +347,15 @@ async fn read(
     what: &str,
 ) -> anyhow::Result<Option<ConfigMap>> {
     let invoked = shared.now();
-    let result = object_or_absent(timed(api.get(name)).await, name);
+    let answer = timed(api.get(name)).await;
+    if let Err(kube::Error::Api(status)) = &answer
+        && status.code == 404
+        && status.details.as_ref().is_none_or(|d| d.name != name)
+    {
+        let message = status.message.clone();
+        shared.record(|r| r.stray_not_found.push((invoked, message)));
+    }
+    let result = object_or_absent(answer, name);
     let completed = shared.now();
     shared.record(|r| {
         r.operations
