@@ -5,7 +5,8 @@
 //! quantities and ResourceQuota's evaluators (`quantity`, `quota`), the LimitRanger and
 //! PodSecurity admission rules (`limit_range`, `pod_security`), errors printed with their
 //! causes on one line (`errors`), JSON bytes as Go's encoder writes them (`gojson`), and the
-//! PEM and PKCS#10 payloads of CertificateSigningRequests (`csr`).
+//! PEM and PKCS#10 payloads of CertificateSigningRequests (`csr`), and the messages of the
+//! KMS v2 plugin API (`kms`), and request bodies read within limits (`request_body`).
 //!
 //! Everything here is a pure function over `serde_json::Value` and plain maps; nothing does IO,
 //! so the apiserver (and anything else) can call it from any context and test it with tables.
@@ -19,6 +20,7 @@ pub mod errors;
 pub mod field;
 pub mod goduration;
 pub mod gojson;
+pub mod kms;
 pub mod kubeconfig;
 pub mod limit_range;
 pub mod managed_fields;
@@ -30,5 +32,6 @@ pub mod quantity;
 pub mod query;
 pub mod quota;
 pub mod rbac;
+pub mod request_body;
 pub mod schema;
 pub mod selector;

@@ -395,6 +395,7 @@ impl Served {
             .tenants
             .get("demo")
             .await
+            .map_err(|err| anyhow::anyhow!("tenant demo: {}", err.message))?
             .context("tenant demo vanished")?;
         let key = tenant.tenant.object_key(resource, namespace, name);
         let kv = self

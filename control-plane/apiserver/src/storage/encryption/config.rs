@@ -49,8 +49,38 @@ pub struct ProviderConfiguration {
     pub secretbox: Option<KeysConfiguration>,
     /// No encryption.
     pub identity: Option<serde_json::Value>,
-    /// A KMS plugin (not supported here yet).
-    pub kms: Option<serde_json::Value>,
+    /// A KMS plugin (`apiVersion: v2` only, as upstream without the `KMSv1` gate).
+    pub kms: Option<KmsConfiguration>,
+}
+
+/// A `kms` provider: the plugin that encrypts each tenant's data-encryption seed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KmsConfiguration {
+    /// `v2` (upstream defaults an absent one to the deprecated `v1`).
+    #[serde(default)]
+    pub api_version: String,
+    /// The provider's name, written into every value it encrypts.
+    #[serde(default)]
+    pub name: String,
+    /// `unix:///path/to/plugin.sock`.
+    #[serde(default)]
+    pub endpoint: String,
+    /// KMS v1 only.
+    pub cachesize: Option<i64>,
+    /// A Go duration; 3 s when absent.
+    pub timeout: Option<String>,
+}
+
+/// A validated `kms` provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kms {
+    /// The provider's name (`k8s:enc:kms:v2:<name>:`).
+    pub name: String,
+    /// The plugin's unix socket.
+    pub socket: std::path::PathBuf,
+    /// How long one call to the plugin may take.
+    pub timeout: std::time::Duration,
 }
 
 /// The keys of a provider: the first encrypts, every one decrypts.
@@ -83,6 +113,8 @@ pub enum Provider {
     Secretbox(Vec<(String, Vec<u8>)>),
     /// Plain text.
     Identity,
+    /// A KMS v2 plugin.
+    Kms(Kms),
 }
 
 /// A validated rule.
@@ -200,12 +232,84 @@ fn provider(path: &str, config: &ProviderConfiguration) -> Result<Provider, Stri
             return Ok(make(decode_keys(&format!("{path}.{name}"), keys, lengths)?));
         }
     }
-    if config.kms.is_some() {
-        return Err(format!(
-            "{path}.kms: Unsupported value: KMS providers are not supported yet; use aescbc, aesgcm or secretbox"
-        ));
+    if let Some(kms) = &config.kms {
+        return Ok(Provider::Kms(validate_kms(&format!("{path}.kms"), kms)?));
     }
     Ok(Provider::Identity)
+}
+
+/// Upstream's `validateKMSConfiguration`, with its messages.
+fn validate_kms(path: &str, kms: &KmsConfiguration) -> Result<Kms, String> {
+    match kms.api_version.as_str() {
+        "v2" => {}
+        // Upstream's default, and what it refuses unless the `KMSv1` gate is on.
+        "" | "v1" => {
+            return Err(format!(
+                "{path}.apiVersion: Invalid value: \"v1\": KMSv1 is deprecated and will only receive security updates going forward. Use KMSv2 instead.  Set --feature-gates=KMSv1=true to use the deprecated KMSv1 feature."
+            ));
+        }
+        other => {
+            return Err(format!(
+                "{path}.apiVersion: Invalid value: {other:?}: unsupported apiVersion apiVersion for KMS provider, only v1 and v2 are supported"
+            ));
+        }
+    }
+    if kms.name.is_empty() {
+        return Err(format!("{path}.name: Required value: name is required"));
+    }
+    if kms.name.contains(':') {
+        return Err(format!(
+            "{path}.name: Invalid value: {:?}: should not contain ':' in KMSv2",
+            kms.name
+        ));
+    }
+    if let Some(size) = kms.cachesize {
+        return Err(format!(
+            "{path}.cachesize: Invalid value: {size}: cachesize is not supported in v2"
+        ));
+    }
+    let timeout = match &kms.timeout {
+        None => std::time::Duration::from_secs(3),
+        Some(text) => match flotilla_api_machinery::goduration::parse(text) {
+            Some(duration) if duration > std::time::Duration::ZERO => duration,
+            _ => {
+                return Err(format!(
+                    "{path}.timeout: Invalid value: {text:?}: timeout should be a positive value"
+                ));
+            }
+        },
+    };
+    if kms.endpoint.is_empty() {
+        return Err(format!(
+            "{path}.endpoint: Required value: endpoint is required"
+        ));
+    }
+    let socket = match kms.endpoint.split_once("://") {
+        Some(("unix", socket)) if socket.starts_with('/') => std::path::PathBuf::from(socket),
+        Some(("unix", _)) => {
+            return Err(format!(
+                "{path}.endpoint: Invalid value: {:?}: the socket's path must be absolute",
+                kms.endpoint
+            ));
+        }
+        Some((scheme, _)) => {
+            return Err(format!(
+                "{path}.endpoint: Invalid value: {:?}: unsupported scheme {scheme:?} for KMS provider",
+                kms.endpoint
+            ));
+        }
+        None => {
+            return Err(format!(
+                "{path}.endpoint: Invalid value: {:?}: unsupported scheme \"\" for KMS provider",
+                kms.endpoint
+            ));
+        }
+    };
+    Ok(Kms {
+        name: kms.name.clone(),
+        socket,
+        timeout,
+    })
 }
 
 /// `secrets` → `("", "secrets")`, `deployments.apps` → `("apps", "deployments")`, `*.apps`,
@@ -251,7 +355,7 @@ fn validate(config: &EncryptionConfiguration) -> Result<Vec<Rule>, String> {
             "resources: Required value: at least one resourceConfig is required".to_string(),
         );
     }
-    let mut rules = Vec::new();
+    let mut rules: Vec<Rule> = Vec::new();
     for (index, rule) in config.resources.iter().enumerate() {
         let path = format!("resources[{index}]");
         if rule.resources.is_empty() {
@@ -276,6 +380,29 @@ fn validate(config: &EncryptionConfiguration) -> Result<Vec<Rule>, String> {
             .enumerate()
             .map(|(i, p)| provider(&format!("{path}.providers[{i}]"), p))
             .collect::<Result<Vec<_>, _>>()?;
+        // A KMS provider's name is in every value it writes: unique across the whole file,
+        // as upstream checks it.
+        for (i, provider) in providers.iter().enumerate() {
+            let Provider::Kms(kms) = provider else {
+                continue;
+            };
+            let earlier = rules
+                .iter()
+                .flat_map(|rule| &rule.providers)
+                .chain(&providers[..i]);
+            if earlier
+                .filter_map(|p| match p {
+                    Provider::Kms(other) => Some(other),
+                    _ => None,
+                })
+                .any(|other| other.name == kms.name)
+            {
+                return Err(format!(
+                    "{path}.providers[{i}].kms.name: Duplicate value: \"duplicate KMS provider name {:?}, names must be unique\"",
+                    kms.name
+                ));
+            }
+        }
         rules.push(Rule {
             resources,
             providers,
@@ -352,8 +479,32 @@ mod tests {
                 "resources[0].resources[0]: Invalid value: \"Secrets\"",
             ),
             (
+                "- resources: [secrets]\n  providers: [{kms: {name: k, endpoint: 'unix:///k.sock'}}]\n".to_string(),
+                "resources[0].providers[0].kms.apiVersion: Invalid value: \"v1\": KMSv1 is deprecated",
+            ),
+            (
                 "- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: k}}]\n".to_string(),
-                "resources[0].providers[0].kms: Unsupported value",
+                "resources[0].providers[0].kms.endpoint: Required value",
+            ),
+            (
+                "- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: k, endpoint: 'tcp://1.2.3.4:5'}}]\n".to_string(),
+                "kms.endpoint: Invalid value: \"tcp://1.2.3.4:5\": unsupported scheme \"tcp\" for KMS provider",
+            ),
+            (
+                "- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: 'a:b', endpoint: 'unix:///k.sock'}}]\n".to_string(),
+                "kms.name: Invalid value: \"a:b\": should not contain ':' in KMSv2",
+            ),
+            (
+                "- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: k, endpoint: 'unix:///k.sock', cachesize: 10}}]\n".to_string(),
+                "kms.cachesize: Invalid value: 10: cachesize is not supported in v2",
+            ),
+            (
+                "- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: k, endpoint: 'unix:///k.sock', timeout: 0s}}]\n".to_string(),
+                "kms.timeout: Invalid value: \"0s\": timeout should be a positive value",
+            ),
+            (
+                "- resources: [secrets]\n  providers:\n  - kms: {apiVersion: v2, name: k, endpoint: 'unix:///a.sock'}\n  - kms: {apiVersion: v2, name: k, endpoint: 'unix:///b.sock'}\n".to_string(),
+                "resources[0].providers[1].kms.name: Duplicate value",
             ),
             (
                 format!("- resources: [secrets]\n  providers: [{{secretbox: {{keys: [{{name: a, secret: {KEY32}}}, {{name: a, secret: {KEY32}}}]}}}}]\n"),
@@ -365,6 +516,21 @@ mod tests {
             // A key's secret never appears in an error.
             assert!(!err.contains(KEY32) && !err.contains(short), "{err}");
         }
+        let kms = parse(&config(
+            "- resources: [secrets]\n  providers: [{kms: {apiVersion: v2, name: aws, endpoint: 'unix:///run/kms.sock', timeout: 5s}}, {identity: {}}]\n- resources: [configmaps]\n  providers: [{kms: {apiVersion: v2, name: aws2, endpoint: 'unix:///run/kms.sock'}}]\n",
+        ))
+        .expect("valid");
+        assert_eq!(
+            kms[0].providers[0],
+            Provider::Kms(Kms {
+                name: "aws".to_string(),
+                socket: "/run/kms.sock".into(),
+                timeout: std::time::Duration::from_secs(5),
+            })
+        );
+        assert!(
+            matches!(&kms[1].providers[0], Provider::Kms(k) if k.timeout == std::time::Duration::from_secs(3))
+        );
         let err = parse("kind: Pod\n").expect_err("not the kind");
         assert!(err.starts_with("apiVersion/kind"), "{err}");
     }

@@ -10,6 +10,7 @@
 //! key where they hold secrets) pass through untouched.
 
 pub mod config;
+pub mod kms;
 pub mod transformers;
 
 use std::collections::HashMap;
@@ -24,8 +25,9 @@ use flotilla_storage::{
 };
 use futures::StreamExt;
 
-use config::Rule;
-use transformers::Transformers;
+use config::{Provider, Rule};
+use kms::KmsProvider;
+use transformers::{KmsProviders, Transformers};
 
 /// The tenant, group (`""` for core) and resource of a resource's storage key.
 fn resource_of(key: &str) -> Option<(&str, &str, &str)> {
@@ -63,19 +65,39 @@ impl std::fmt::Debug for EncryptedStorage {
 impl EncryptedStorage {
     /// `inner` with `rules` applied.
     pub fn new(inner: Arc<dyn Storage>, rules: Vec<Rule>) -> Self {
+        let kms: KmsProviders = rules
+            .iter()
+            .flat_map(|rule| &rule.providers)
+            .filter_map(|provider| match provider {
+                Provider::Kms(config) => {
+                    Some((config.name.clone(), Arc::new(KmsProvider::new(config))))
+                }
+                _ => None,
+            })
+            .collect();
         EncryptedStorage {
             inner,
             codec: Arc::new(Codec {
                 rules,
+                kms,
                 tenants: Mutex::new(HashMap::new()),
             }),
         }
     }
 
+    /// The events of `stream` decrypted, one batch at a time (in order).
     fn decrypting(&self, stream: WatchStream) -> WatchStream {
         let codec = self.codec.clone();
         stream
-            .map(move |item| item.and_then(|response| codec.read_watch(response)))
+            .then(move |item| {
+                let codec = codec.clone();
+                async move {
+                    match item {
+                        Ok(response) => codec.read_watch(response).await,
+                        Err(err) => Err(err),
+                    }
+                }
+            })
             .boxed()
     }
 }
@@ -87,6 +109,8 @@ type TenantTransformers = Arc<Vec<Transformers>>;
 /// tenant's keys are its own).
 struct Codec {
     rules: Vec<Rule>,
+    /// The `kms` providers, shared by every tenant's transformers.
+    kms: KmsProviders,
     tenants: Mutex<HashMap<String, TenantTransformers>>,
 }
 
@@ -110,7 +134,7 @@ impl Codec {
         let built = self
             .rules
             .iter()
-            .map(|rule| Transformers::new(&rule.providers, tenant))
+            .map(|rule| Transformers::new(&rule.providers, tenant, &self.kms))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|message| StorageError::Unavailable {
                 message: format!("encryption keys of tenant {tenant}: {message}"),
@@ -121,12 +145,13 @@ impl Codec {
         Ok(Some((built, index)))
     }
 
-    fn write(&self, key: &str, value: &Bytes) -> Result<Bytes, StorageError> {
+    async fn write(&self, key: &str, value: &Bytes) -> Result<Bytes, StorageError> {
         match self.transformers(key)? {
             None => Ok(value.clone()),
             Some((all, index)) => {
                 all[index]
                     .write(value, key)
+                    .await
                     .map_err(|message| StorageError::Unavailable {
                         message: format!("encrypting {key}: {message}"),
                         source: None,
@@ -135,11 +160,12 @@ impl Codec {
         }
     }
 
-    fn read(&self, mut kv: KeyValue) -> Result<KeyValue, StorageError> {
+    async fn read(&self, mut kv: KeyValue) -> Result<KeyValue, StorageError> {
         if let Some((all, index)) = self.transformers(&kv.key)? {
             (kv.value, kv.stale) =
                 all[index]
                     .read(&kv.value, &kv.key)
+                    .await
                     .map_err(|message| StorageError::Corrupt {
                         key: kv.key.clone(),
                         message: format!("cannot decrypt: {message}"),
@@ -148,9 +174,24 @@ impl Codec {
         Ok(kv)
     }
 
+    async fn read_all(&self, kvs: Vec<KeyValue>) -> Result<Vec<KeyValue>, StorageError> {
+        let mut read = Vec::with_capacity(kvs.len());
+        for kv in kvs {
+            read.push(self.read(kv).await?);
+        }
+        Ok(read)
+    }
+
+    async fn read_optional(&self, kv: Option<KeyValue>) -> Result<Option<KeyValue>, StorageError> {
+        match kv {
+            Some(kv) => Ok(Some(self.read(kv).await?)),
+            None => Ok(None),
+        }
+    }
+
     /// A write's outcome: when done, the state is the caller's own `value` (nothing to
     /// decrypt); a conflict's current state is decrypted.
-    fn written(
+    async fn written(
         &self,
         outcome: Outcome<KeyValue>,
         value: Bytes,
@@ -160,27 +201,25 @@ impl Codec {
                 kv.value = value;
                 Outcome::Done(kv)
             }
-            Outcome::Conflict(current) => {
-                Outcome::Conflict(current.map(|kv| self.read(kv)).transpose()?)
-            }
+            Outcome::Conflict(current) => Outcome::Conflict(self.read_optional(current).await?),
         })
     }
 
-    fn read_watch(&self, mut response: WatchResponse) -> Result<WatchResponse, StorageError> {
+    async fn read_watch(&self, mut response: WatchResponse) -> Result<WatchResponse, StorageError> {
         for event in &mut response.events {
-            event.kv = self.read(std::mem::replace(
-                &mut event.kv,
-                KeyValue {
-                    key: String::new(),
-                    value: Bytes::new(),
-                    create_revision: 0,
-                    mod_revision: 0,
-                    stale: false,
-                },
-            ))?;
-            if let Some(prev) = event.prev.take() {
-                event.prev = Some(self.read(prev)?);
-            }
+            event.kv = self
+                .read(std::mem::replace(
+                    &mut event.kv,
+                    KeyValue {
+                        key: String::new(),
+                        value: Bytes::new(),
+                        create_revision: 0,
+                        mod_revision: 0,
+                        stale: false,
+                    },
+                ))
+                .await?;
+            event.prev = self.read_optional(event.prev.take()).await?;
         }
         Ok(response)
     }
@@ -189,27 +228,23 @@ impl Codec {
 #[async_trait]
 impl Storage for EncryptedStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>, StorageError> {
-        self.inner
-            .get(key)
-            .await?
-            .map(|kv| self.codec.read(kv))
-            .transpose()
+        let kv = self.inner.get(key).await?;
+        self.codec.read_optional(kv).await
     }
 
     async fn range(&self, request: RangeRequest) -> Result<RangeResponse, StorageError> {
         let mut response = self.inner.range(request).await?;
-        response.kvs = response
-            .kvs
-            .into_iter()
-            .map(|kv| self.codec.read(kv))
-            .collect::<Result<_, _>>()?;
+        response.kvs = self
+            .codec
+            .read_all(std::mem::take(&mut response.kvs))
+            .await?;
         Ok(response)
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<Outcome<KeyValue>, StorageError> {
-        let stored = self.codec.write(key, &value)?;
+        let stored = self.codec.write(key, &value).await?;
         let outcome = self.inner.create(key, stored).await?;
-        self.codec.written(outcome, value)
+        self.codec.written(outcome, value).await
     }
 
     async fn update(
@@ -218,9 +253,9 @@ impl Storage for EncryptedStorage {
         value: Bytes,
         expected_revision: Revision,
     ) -> Result<Outcome<KeyValue>, StorageError> {
-        let stored = self.codec.write(key, &value)?;
+        let stored = self.codec.write(key, &value).await?;
         let outcome = self.inner.update(key, stored, expected_revision).await?;
-        self.codec.written(outcome, value)
+        self.codec.written(outcome, value).await
     }
 
     async fn delete(
@@ -230,9 +265,9 @@ impl Storage for EncryptedStorage {
     ) -> Result<Outcome<KeyValue>, StorageError> {
         // The deleted state, decrypted.
         Ok(match self.inner.delete(key, expected_revision).await? {
-            Outcome::Done(kv) => Outcome::Done(self.codec.read(kv)?),
+            Outcome::Done(kv) => Outcome::Done(self.codec.read(kv).await?),
             Outcome::Conflict(current) => {
-                Outcome::Conflict(current.map(|kv| self.codec.read(kv)).transpose()?)
+                Outcome::Conflict(self.codec.read_optional(current).await?)
             }
         })
     }

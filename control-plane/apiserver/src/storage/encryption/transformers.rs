@@ -23,7 +23,11 @@ use crypto_secretbox::XSalsa20Poly1305;
 use ring::hkdf;
 use ring::rand::{SecureRandom, SystemRandom};
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::config::Provider;
+use super::kms::KmsProvider;
 
 /// What every encrypted value starts with.
 pub const ENCRYPTED_PREFIX: &[u8] = b"k8s:enc:";
@@ -36,7 +40,7 @@ const SECRETBOX_NONCE_LEN: usize = 24;
 
 type Aes192Gcm = AesGcm<aes::Aes192, U12>;
 
-enum Gcm {
+pub(super) enum Gcm {
     Aes128(Box<Aes128Gcm>),
     Aes192(Box<Aes192Gcm>),
     Aes256(Box<Aes256Gcm>),
@@ -47,7 +51,12 @@ enum Cipher {
     AesGcm(Gcm),
     AesCbc(Vec<u8>),
     Secretbox(Box<XSalsa20Poly1305>),
+    /// A KMS v2 plugin's envelope, shared by every tenant (each with seeds of its own).
+    Kms(Arc<KmsProvider>),
 }
+
+/// The configuration's `kms` providers by name, each dialled once for all tenants.
+pub type KmsProviders = HashMap<String, Arc<KmsProvider>>;
 
 /// One key of one provider.
 pub struct Transformer {
@@ -119,7 +128,7 @@ fn cbc_decrypt(key: &[u8], iv: &[u8], sealed: &[u8]) -> Result<Vec<u8>, String> 
 }
 
 impl Gcm {
-    fn new(key: &[u8]) -> Result<Gcm, String> {
+    pub(super) fn new(key: &[u8]) -> Result<Gcm, String> {
         let bad = |_| "bad AES key length".to_string();
         Ok(match key.len() {
             16 => Gcm::Aes128(Box::new(Aes128Gcm::new_from_slice(key).map_err(bad)?)),
@@ -139,7 +148,7 @@ impl Gcm {
         .map_err(|_| "AES-GCM encryption failed".to_string())
     }
 
-    fn open(&self, nonce: &[u8], sealed: &[u8], aad: &[u8]) -> Result<Vec<u8>, String> {
+    pub(super) fn open(&self, nonce: &[u8], sealed: &[u8], aad: &[u8]) -> Result<Vec<u8>, String> {
         let payload = Payload { msg: sealed, aad };
         let nonce = aes_gcm::Nonce::from_slice(nonce);
         match self {
@@ -155,7 +164,11 @@ impl Gcm {
 
 impl Transformer {
     /// The transformers of one provider for one tenant, its keys in order.
-    pub fn for_provider(provider: &Provider, tenant: &str) -> Result<Vec<Transformer>, String> {
+    pub fn for_provider(
+        provider: &Provider,
+        tenant: &str,
+        kms: &KmsProviders,
+    ) -> Result<Vec<Transformer>, String> {
         let keyed = |kind: &str,
                      keys: &[(String, Vec<u8>)],
                      make: &dyn Fn(Vec<u8>) -> Result<Cipher, String>| {
@@ -182,14 +195,24 @@ impl Transformer {
                     .map(|c| Cipher::Secretbox(Box::new(c)))
                     .map_err(|_| "bad secretbox key length".to_string())
             }),
+            Provider::Kms(config) => {
+                let provider = kms
+                    .get(&config.name)
+                    .ok_or_else(|| format!("no KMS provider named {:?}", config.name))?;
+                Ok(vec![Transformer {
+                    prefix: provider.prefix().to_vec(),
+                    cipher: Cipher::Kms(provider.clone()),
+                }])
+            }
         }
     }
 
-    /// The stored form of `plain`, written under storage key `context`.
-    pub fn seal(&self, plain: &[u8], context: &[u8]) -> Result<Bytes, String> {
+    /// The stored form of `plain`, written by `tenant` under storage key `context`.
+    async fn seal(&self, tenant: &str, plain: &[u8], context: &[u8]) -> Result<Bytes, String> {
         let mut out = self.prefix.clone();
         match &self.cipher {
             Cipher::Identity => return Ok(Bytes::copy_from_slice(plain)),
+            Cipher::Kms(provider) => return provider.seal(tenant, plain, context).await,
             Cipher::AesCbc(key) => {
                 let iv = random::<CBC_IV_LEN>()?;
                 out.extend_from_slice(&iv);
@@ -213,8 +236,17 @@ impl Transformer {
         Ok(Bytes::from(out))
     }
 
-    /// The plain value of a stored one this transformer wrote (prefix included).
-    fn open(&self, stored: &[u8], context: &[u8]) -> Result<Vec<u8>, String> {
+    /// The plain value of a stored one this transformer wrote (prefix included), and whether
+    /// its key is not the provider's current one.
+    async fn open(&self, stored: &[u8], context: &[u8]) -> Result<(Vec<u8>, bool), String> {
+        if let Cipher::Kms(provider) = &self.cipher {
+            return provider.open(stored, context).await;
+        }
+        self.open_locally(stored, context)
+            .map(|plain| (plain, false))
+    }
+
+    fn open_locally(&self, stored: &[u8], context: &[u8]) -> Result<Vec<u8>, String> {
         let body = &stored[self.prefix.len()..];
         let split = |len: usize| {
             (body.len() >= len)
@@ -223,6 +255,7 @@ impl Transformer {
         };
         match &self.cipher {
             Cipher::Identity => Ok(body.to_vec()),
+            Cipher::Kms(_) => Err("a KMS envelope is opened by its provider".to_string()),
             Cipher::AesCbc(key) => {
                 let (iv, sealed) = split(CBC_IV_LEN)?;
                 if sealed.is_empty() || sealed.len() % CBC_IV_LEN != 0 {
@@ -248,34 +281,45 @@ impl Transformer {
 
 /// One rule's transformers for one tenant: the first writes; a read is opened by the one
 /// whose prefix it carries (identity reads what carries none).
-pub struct Transformers(Vec<Transformer>);
+pub struct Transformers {
+    tenant: String,
+    all: Vec<Transformer>,
+}
 
 impl Transformers {
     /// Every key of every provider of a rule, in order.
-    pub fn new(providers: &[Provider], tenant: &str) -> Result<Transformers, String> {
+    pub fn new(
+        providers: &[Provider],
+        tenant: &str,
+        kms: &KmsProviders,
+    ) -> Result<Transformers, String> {
         let mut all = Vec::new();
         for provider in providers {
-            all.extend(Transformer::for_provider(provider, tenant)?);
+            all.extend(Transformer::for_provider(provider, tenant, kms)?);
         }
-        Ok(Transformers(all))
+        Ok(Transformers {
+            tenant: tenant.to_string(),
+            all,
+        })
     }
 
     /// The stored form of a value written under storage key `context`.
-    pub fn write(&self, plain: &Bytes, context: &str) -> Result<Bytes, String> {
-        match self.0.first() {
+    pub async fn write(&self, plain: &Bytes, context: &str) -> Result<Bytes, String> {
+        match self.all.first() {
             Some(first) if !matches!(first.cipher, Cipher::Identity) => {
-                first.seal(plain, context.as_bytes())
+                first.seal(&self.tenant, plain, context.as_bytes()).await
             }
             _ => Ok(plain.clone()),
         }
     }
 
     /// The value of a stored one read at storage key `context`, and whether it is stale:
-    /// read by another transformer than the one that writes, so to be written again.
-    pub fn read(&self, stored: &Bytes, context: &str) -> Result<(Bytes, bool), String> {
+    /// read by another transformer than the one that writes (or under a key its provider
+    /// no longer writes with), so to be written again.
+    pub async fn read(&self, stored: &Bytes, context: &str) -> Result<(Bytes, bool), String> {
         if stored.starts_with(ENCRYPTED_PREFIX) {
             let Some((index, transformer)) = self
-                .0
+                .all
                 .iter()
                 .enumerate()
                 .find(|(_, t)| !t.prefix.is_empty() && stored.starts_with(&t.prefix))
@@ -293,13 +337,14 @@ impl Transformers {
             };
             return transformer
                 .open(stored, context.as_bytes())
-                .map(|plain| (Bytes::from(plain), index != 0));
+                .await
+                .map(|(plain, stale)| (Bytes::from(plain), stale || index != 0));
         }
         if stored.is_empty() {
             return Ok((stored.clone(), false));
         }
         if let Some(index) = self
-            .0
+            .all
             .iter()
             .position(|t| matches!(t.cipher, Cipher::Identity))
         {
@@ -322,8 +367,8 @@ mod tests {
         vec![(name.to_string(), (0..len as u8).collect())]
     }
 
-    #[test]
-    fn every_provider_round_trips_with_upstreams_prefix() {
+    #[tokio::test]
+    async fn every_provider_round_trips_with_upstreams_prefix() {
         let value = Bytes::from_static(b"{\"data\":{\"password\":\"aHVudGVyMg==\"}}");
         for (provider, prefix) in [
             (Provider::AesCbc(keys("k1", 32)), "k8s:enc:aescbc:v1:k1:"),
@@ -335,39 +380,56 @@ mod tests {
                 "k8s:enc:secretbox:v1:k3:",
             ),
         ] {
-            let transformers = Transformers::new(&[provider], "a").expect("valid");
-            let stored = transformers.write(&value, KEY).expect("sealed");
+            let transformers =
+                Transformers::new(&[provider], "a", &KmsProviders::new()).expect("valid");
+            let stored = transformers.write(&value, KEY).await.expect("sealed");
             assert!(stored.starts_with(prefix.as_bytes()), "{stored:?}");
             assert!(!stored.windows(8).any(|w| w == b"password"), "{prefix}");
             assert_eq!(
-                transformers.read(&stored, KEY).expect("opened"),
+                transformers.read(&stored, KEY).await.expect("opened"),
                 (value.clone(), false)
             );
             // A random nonce or IV: the same value never looks the same twice.
-            assert_ne!(transformers.write(&value, KEY).expect("sealed"), stored);
+            assert_ne!(
+                transformers.write(&value, KEY).await.expect("sealed"),
+                stored
+            );
         }
     }
 
-    #[test]
-    fn cbc_pads_as_upstream() {
-        let t = Transformers::new(&[Provider::AesCbc(keys("k", 32))], "a").expect("valid");
+    #[tokio::test]
+    async fn cbc_pads_as_upstream() {
+        let t = Transformers::new(
+            &[Provider::AesCbc(keys("k", 32))],
+            "a",
+            &KmsProviders::new(),
+        )
+        .expect("valid");
         // 16 bytes of value: IV + two blocks (a whole block of padding).
-        let stored = t.write(&Bytes::from_static(&[7; 16]), KEY).expect("sealed");
+        let stored = t
+            .write(&Bytes::from_static(&[7; 16]), KEY)
+            .await
+            .expect("sealed");
         assert_eq!(stored.len(), "k8s:enc:aescbc:v1:k:".len() + 16 + 32);
-        let stored = t.write(&Bytes::from_static(&[7; 15]), KEY).expect("sealed");
+        let stored = t
+            .write(&Bytes::from_static(&[7; 15]), KEY)
+            .await
+            .expect("sealed");
         assert_eq!(stored.len(), "k8s:enc:aescbc:v1:k:".len() + 16 + 16);
     }
 
-    #[test]
-    fn tenants_have_keys_of_their_own() {
+    #[tokio::test]
+    async fn tenants_have_keys_of_their_own() {
         let provider = Provider::AesGcm(keys("k", 32));
-        let a = Transformers::new(std::slice::from_ref(&provider), "a").expect("valid");
-        let b = Transformers::new(&[provider], "b").expect("valid");
+        let a = Transformers::new(std::slice::from_ref(&provider), "a", &KmsProviders::new())
+            .expect("valid");
+        let b = Transformers::new(&[provider], "b", &KmsProviders::new()).expect("valid");
         let stored = a
             .write(&Bytes::from_static(b"secret"), KEY)
+            .await
             .expect("sealed");
         assert!(
-            b.read(&stored, KEY).is_err(),
+            b.read(&stored, KEY).await.is_err(),
             "tenant b opened tenant a's value"
         );
         assert_ne!(derive(&[1; 32], "a"), derive(&[1; 32], "b"));
@@ -375,24 +437,34 @@ mod tests {
         assert_eq!(derive(&[1; 16], "a").len(), 16);
     }
 
-    #[test]
-    fn gcm_binds_the_storage_key() {
-        let t = Transformers::new(&[Provider::AesGcm(keys("k", 32))], "a").expect("valid");
+    #[tokio::test]
+    async fn gcm_binds_the_storage_key() {
+        let t = Transformers::new(
+            &[Provider::AesGcm(keys("k", 32))],
+            "a",
+            &KmsProviders::new(),
+        )
+        .expect("valid");
         let stored = t
             .write(&Bytes::from_static(b"secret"), KEY)
+            .await
             .expect("sealed");
         let err = t
             .read(&stored, "/registry/a/core/secrets/default/other")
+            .await
             .expect_err("moved");
         assert!(err.contains("does not authenticate"), "{err}");
     }
 
-    #[test]
-    fn reads_pick_by_prefix_and_identity_reads_plain() {
+    #[tokio::test]
+    async fn reads_pick_by_prefix_and_identity_reads_plain() {
         let old = Provider::AesCbc(keys("old", 32));
-        let writer_before = Transformers::new(std::slice::from_ref(&old), "a").expect("valid");
+        let writer_before =
+            Transformers::new(std::slice::from_ref(&old), "a", &KmsProviders::new())
+                .expect("valid");
         let before = writer_before
             .write(&Bytes::from_static(b"v1"), KEY)
+            .await
             .expect("sealed");
         // Rotation: a new first provider; the old key still reads, and plain text too.
         let rotated = Transformers::new(
@@ -402,44 +474,57 @@ mod tests {
                 Provider::Identity,
             ],
             "a",
+            &KmsProviders::new(),
         )
         .expect("valid");
         // Both are stale: read by another transformer than the writing one.
         let v1 = (Bytes::from("v1"), true);
-        assert_eq!(rotated.read(&before, KEY).expect("old key"), v1);
+        assert_eq!(rotated.read(&before, KEY).await.expect("old key"), v1);
         let plain = Bytes::from_static(b"{}");
         assert_eq!(
-            rotated.read(&plain, KEY).expect("plain"),
+            rotated.read(&plain, KEY).await.expect("plain"),
             (plain.clone(), true)
         );
         let after = rotated
             .write(&Bytes::from_static(b"v2"), KEY)
+            .await
             .expect("sealed");
         assert!(after.starts_with(b"k8s:enc:secretbox:v1:new:"));
         let v2 = (Bytes::from("v2"), false);
-        assert_eq!(rotated.read(&after, KEY).expect("new key"), v2);
+        assert_eq!(rotated.read(&after, KEY).await.expect("new key"), v2);
         // Without identity, plain text is refused; an unknown key is named.
-        let strict = Transformers::new(&[Provider::AesGcm(keys("g", 32))], "a").expect("valid");
-        assert!(strict.read(&Bytes::from_static(b"{}"), KEY).is_err());
-        let err = strict.read(&before, KEY).expect_err("unknown key");
+        let strict = Transformers::new(
+            &[Provider::AesGcm(keys("g", 32))],
+            "a",
+            &KmsProviders::new(),
+        )
+        .expect("valid");
+        assert!(strict.read(&Bytes::from_static(b"{}"), KEY).await.is_err());
+        let err = strict.read(&before, KEY).await.expect_err("unknown key");
         assert!(err.contains("k8s:enc:aescbc:v1:old:"), "{err}");
         // Identity first writes plain and still reads what was encrypted.
         let off = Transformers::new(
             &[Provider::Identity, Provider::AesCbc(keys("old", 32))],
             "a",
+            &KmsProviders::new(),
         )
         .expect("valid");
         assert_eq!(
-            off.write(&Bytes::from_static(b"v3"), KEY).expect("plain"),
+            off.write(&Bytes::from_static(b"v3"), KEY)
+                .await
+                .expect("plain"),
             "v3"
         );
-        assert_eq!(off.read(&before, KEY).expect("old key"), v1);
+        assert_eq!(off.read(&before, KEY).await.expect("old key"), v1);
         let v3 = Bytes::from_static(b"v3");
-        assert_eq!(off.read(&v3, KEY).expect("plain"), (v3.clone(), false));
+        assert_eq!(
+            off.read(&v3, KEY).await.expect("plain"),
+            (v3.clone(), false)
+        );
     }
 
-    #[test]
-    fn damaged_values_are_errors_not_panics() {
+    #[tokio::test]
+    async fn damaged_values_are_errors_not_panics() {
         let t = Transformers::new(
             &[
                 Provider::AesCbc(keys("c", 32)),
@@ -447,6 +532,7 @@ mod tests {
                 Provider::Secretbox(keys("s", 32)),
             ],
             "a",
+            &KmsProviders::new(),
         )
         .expect("valid");
         for prefix in [
@@ -458,7 +544,7 @@ mod tests {
                 let mut stored = prefix.as_bytes().to_vec();
                 stored.extend_from_slice(tail);
                 assert!(
-                    t.read(&Bytes::from(stored), KEY).is_err(),
+                    t.read(&Bytes::from(stored), KEY).await.is_err(),
                     "{prefix} {tail:?}"
                 );
             }
