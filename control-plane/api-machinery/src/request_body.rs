@@ -96,3 +96,31 @@ pub fn parse_yaml(body: &[u8], abandoned: &AtomicBool) -> Result<Value, String> 
     serde_yaml::from_str::<Value>(text)
         .map_err(|e| format!("error converting YAML to JSON: yaml: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `request_body` fuzz target: numbers are read correctly rounded, as Go's
+    /// `strconv.ParseFloat` reads them, so what is written back reads back the same.
+    #[test]
+    fn numbers_read_correctly_rounded_and_write_back_the_same() {
+        let never = AtomicBool::new(false);
+        let nines = "9".repeat(64);
+        for body in [
+            nines.as_str(),
+            "9.999999999999999e63",
+            "0.1",
+            "1e-7",
+            "123456789.123456789",
+        ] {
+            let from_yaml = parse_yaml(body.as_bytes(), &never).expect("yaml");
+            let from_json = parse_json(body.as_bytes()).expect("json");
+            let expected: f64 = body.parse().expect("a float");
+            assert_eq!(from_json.as_f64(), Some(expected), "{body} as JSON");
+            assert_eq!(from_yaml.as_f64(), Some(expected), "{body} as YAML");
+            let written = serde_json::to_vec(&from_json).expect("written");
+            assert_eq!(parse_json(&written).ok(), Some(from_json), "{body}");
+        }
+    }
+}

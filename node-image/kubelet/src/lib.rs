@@ -14,7 +14,7 @@ mod machine;
 mod node;
 mod pleg;
 mod pods;
-mod portforward;
+pub mod portforward;
 mod probe;
 mod prober;
 mod resize;

@@ -44,7 +44,6 @@ use crate::spdy::{
 
 /// The subprotocol a port-forward connection negotiates (`X-Stream-Protocol-Version`, and after
 /// `SPDY/3.1+` in the WebSocket tunnel's `Sec-WebSocket-Protocol`).
-#[allow(dead_code)] // for the kubelet's streaming server (branch `streaming`)
 pub const PROTOCOL_V1: &str = "portforward.k8s.io";
 /// Stream header naming the stream's role (`api.StreamType`).
 pub const STREAM_TYPE_HEADER: &str = "streamType";
@@ -86,7 +85,6 @@ pub struct Config {
 
 impl Config {
     /// Upstream's defaults for a pod.
-    #[allow(dead_code)] // for the kubelet's streaming server (branch `streaming`)
     pub fn new(pod: impl Into<String>, uid: impl Into<String>) -> Self {
         Self {
             pod: pod.into(),
@@ -124,7 +122,6 @@ pub enum PortForwardError {
 /// `dial(port)` opens a byte stream to the pod's port; its error text ends up in the client's
 /// message. Returns `Ok` when the client closed the connection or sent GOAWAY and its requests
 /// finished, or after the idle timeout.
-#[allow(dead_code)] // for the kubelet's streaming server (branch `streaming`)
 pub async fn serve<IO, D, F, S>(io: IO, config: Config, dial: D) -> Result<(), PortForwardError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send,

@@ -1,8 +1,10 @@
 //! Schema-driven API fuzzing with schemathesis (PyPI), bounded: the management API from its
 //! `/v1/openapi.json` (an account's operations with every phase, stateful included, then the
 //! operator's), checked for no 5xx and for answers, status codes and content types that match
-//! the document; and a cluster's `apps/v1` and core `v1` from the OpenAPI v3 documents the API
-//! server serves, checked for no 5xx. Then the service still answers. Installs schemathesis
+//! the document; and a cluster's `apps/v1`, core `v1` and then every other group and version
+//! it serves (their OpenAPI v3 documents merged into one) from the documents the API server
+//! serves, checked for no 5xx, each run printing how many of its operations it reached. Then
+//! the service still answers. Installs schemathesis
 //! into a virtualenv under `/var/cache` once (needs python3 with venv, which tests/run installs).
 
 use std::path::{Path, PathBuf};
@@ -17,8 +19,16 @@ use serde_json::Value;
 /// The version the checks were written against.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 /// Examples per operation and seconds per run: enough to reach every operation, bounded.
-const EXAMPLES: &str = "5";
-const SECONDS: &str = "45";
+const LIMITS: Limits = Limits {
+    examples: 5,
+    seconds: 45,
+};
+
+/// How far one run goes.
+struct Limits {
+    examples: u32,
+    seconds: u32,
+}
 
 /// schemathesis from `FLOTILLA_SCHEMATHESIS_VENV`, or a virtualenv made once under /var/cache.
 fn schemathesis() -> anyhow::Result<PathBuf> {
@@ -47,6 +57,7 @@ fn run(
     name: &str,
     args: &[&str],
     only_server_errors: bool,
+    limits: Limits,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let dir = report_dir.join(name);
@@ -54,7 +65,8 @@ fn run(
         .current_dir(report_dir)
         .arg("run")
         .args(args)
-        .args(["-n", EXAMPLES, "--max-time", SECONDS, "--workers", "1"])
+        .args(["-n", &limits.examples.to_string()])
+        .args(["--max-time", &limits.seconds.to_string(), "--workers", "1"])
         .args(["--request-timeout", "10", "--seed", "1"])
         .args(["--report", "json", "--report-dir"])
         .arg(&dir)
@@ -75,8 +87,11 @@ fn run(
         .filter(|f| !only_server_errors || f["code"] == "ST101" || f["code"] == "ST102")
         .collect();
     let cases = &report["test_cases"];
+    let operations = &report["operations"];
     println!(
-        "schemathesis {name}: {} cases generated, {} failures counted, {:.1} s",
+        "schemathesis {name}: {} of {} operations tested, {} cases generated, {} failures counted, {:.1} s",
+        operations["tested"].as_u64().unwrap_or_default(),
+        operations["selected"].as_u64().unwrap_or_default(),
         cases["generated"]
             .as_u64()
             .or(cases["total"].as_u64())
@@ -184,6 +199,7 @@ fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Res
             "^/v1/clusters",
         ],
         false,
+        LIMITS,
     )?;
     run(
         &binary,
@@ -203,6 +219,7 @@ fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Res
             "examples,coverage,fuzzing",
         ],
         false,
+        LIMITS,
     )?;
 
     // A cluster's API from its own OpenAPI v3 documents: no 5xx. Watches (`/watch/` paths and
@@ -234,7 +251,15 @@ fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Res
         "client-key.pem",
     )?;
     let kubectl = f.kubectl();
-    for (name, group) in [("apps/v1", "apis/apps/v1"), ("core v1", "api/v1")] {
+    // Core v1 has 163 operations: fewer examples each, so that all are reached.
+    let core_limits = Limits {
+        examples: 2,
+        seconds: 90,
+    };
+    for (name, group, limits) in [
+        ("apps/v1", "apis/apps/v1", LIMITS),
+        ("core v1", "api/v1", core_limits),
+    ] {
         let document = reports
             .path()
             .join(format!("{}.json", name.replace(['/', ' '], "-")));
@@ -264,8 +289,87 @@ fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Res
                 "fuzzing",
             ],
             true,
+            limits,
         )?;
     }
+
+    // Every other group and version the cluster serves, in one run over their documents
+    // merged (schemas of one name are one definition across them): one example each within
+    // 4 minutes here; `FLOTILLA_SCHEMATHESIS_EXAMPLES` and `FLOTILLA_SCHEMATHESIS_SECONDS`
+    // ask for more (the README's long form: 5 and 1800).
+    let index: Value = serde_json::from_str(&kubectl.ok(&["get", "--raw", "/openapi/v3"])?)?;
+    let mut merged = serde_json::json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "every group"},
+        "paths": {},
+        "components": {"schemas": {}, "securitySchemes": {}},
+    });
+    let mut groups = 0;
+    for group in index["paths"]
+        .as_object()
+        .context("the /openapi/v3 index")?
+        .keys()
+    {
+        if !(group.starts_with("api/") || group.starts_with("apis/"))
+            || group == "api/v1"
+            || group == "apis/apps/v1"
+        {
+            continue;
+        }
+        let document: Value = serde_json::from_str(&kubectl.ok(&[
+            "get",
+            "--raw",
+            &format!("/openapi/v3/{group}"),
+        ])?)?;
+        for section in ["paths", "components/schemas", "components/securitySchemes"] {
+            let pointer = format!("/{section}");
+            if let (Some(from), Some(Value::Object(into))) = (
+                document.pointer(&pointer).and_then(Value::as_object),
+                merged.pointer_mut(&pointer),
+            ) {
+                for (name, value) in from {
+                    into.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        groups += 1;
+    }
+    ensure!(groups > 10, "only {groups} other groups in /openapi/v3");
+    let every = reports.path().join("every-group.json");
+    std::fs::write(&every, serde_json::to_vec(&merged)?)?;
+    let setting = |name: &str, default: u32| {
+        std::env::var(name)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(default)
+    };
+    run(
+        &binary,
+        reports.path(),
+        &format!("{groups} other groups"),
+        &[
+            &path(&every)?,
+            "--url",
+            &server,
+            "--tls-verify",
+            &path(&cluster_ca)?,
+            "--request-cert",
+            &path(&cert)?,
+            "--request-cert-key",
+            &path(&key)?,
+            "-c",
+            "not_a_server_error",
+            "--exclude-path-regex",
+            "/watch/|/proxy",
+            "--phases",
+            "fuzzing",
+        ],
+        true,
+        Limits {
+            examples: setting("FLOTILLA_SCHEMATHESIS_EXAMPLES", 1),
+            seconds: setting("FLOTILLA_SCHEMATHESIS_SECONDS", 240),
+        },
+    )?;
 
     // Still healthy afterwards.
     ensure!(
