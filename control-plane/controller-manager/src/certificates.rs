@@ -76,18 +76,15 @@ pub struct RequestedSubject {
     pub uris: usize,
 }
 
-/// `ParseCSR`: the subject and subjectAltNames of a PEM `CERTIFICATE REQUEST`.
+/// `ParseCSR`: the subject and subjectAltNames of a PEM `CERTIFICATE REQUEST`, read by the
+/// same rules the API server admitted it by (`api_machinery::csr`: its first PEM block, its
+/// signature checked).
 pub fn parse_request(pem: &[u8]) -> Result<RequestedSubject, String> {
     use x509_parser::extensions::{GeneralName, ParsedExtension};
     use x509_parser::prelude::FromDer;
-    let (_, block) = x509_parser::pem::parse_x509_pem(pem)
-        .map_err(|_| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
-    if block.label != "CERTIFICATE REQUEST" {
-        return Err("PEM block type must be CERTIFICATE REQUEST".into());
-    }
-    let (_, request) =
-        x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
-            .map_err(|e| format!("x509: {e}"))?;
+    let der = flotilla_api_machinery::csr::parse_csr(pem).map_err(|err| err.to_string())?;
+    let (_, request) = x509_parser::certification_request::X509CertificationRequest::from_der(&der)
+        .map_err(|e| format!("x509: {e}"))?;
     let subject = &request.certification_request_info.subject;
     let mut parsed = RequestedSubject {
         common_name: subject
