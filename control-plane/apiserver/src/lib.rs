@@ -97,6 +97,9 @@ pub struct ServerOptions {
     pub private_networks: Vec<flotilla_api_machinery::cidr::Cidr>,
     /// Where requests are recorded, and the operator's audit policy.
     pub audit: Arc<audit::Auditor>,
+    /// The encryption configuration's KMS providers: the `kms-providers` health check asks
+    /// their plugins.
+    pub kms_providers: Vec<Arc<storage::encryption::kms::KmsProvider>>,
 }
 
 /// The whole API surface of the process: every tenant's Kubernetes API.
@@ -124,6 +127,8 @@ pub struct ApiServer {
     metrics: Metrics,
     key_encryption: Arc<KeyEncryptionKey>,
     audit: Arc<audit::Auditor>,
+    /// Asked by the `kms-providers` health check.
+    pub(crate) kms_providers: Vec<Arc<storage::encryption::kms::KmsProvider>>,
 }
 
 impl ApiServer {
@@ -145,6 +150,7 @@ impl ApiServer {
                 kubelet_networks: Default::default(),
                 private_networks: Vec::new(),
                 audit: Arc::new(audit::Auditor::disabled()),
+                kms_providers: Vec::new(),
             },
         ))
     }
@@ -160,6 +166,7 @@ impl ApiServer {
             kubelet_networks,
             private_networks,
             audit,
+            kms_providers,
         } = options;
         let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
@@ -182,6 +189,7 @@ impl ApiServer {
             heavy_work: Default::default(),
             metrics: Metrics::default(),
             audit,
+            kms_providers,
         })
     }
 

@@ -17,6 +17,7 @@ use flotilla_apiserver::kubelet::KubeletNetworks;
 use flotilla_apiserver::limits::TenantLimits;
 use flotilla_apiserver::pki::CertificateAuthority;
 use flotilla_apiserver::serve::ServerConfig;
+use flotilla_apiserver::storage::encryption::kms::KmsProvider;
 use flotilla_apiserver::storage::encryption::{self, EncryptedStorage};
 use flotilla_apiserver::storage::envelope::KeyEncryptionKey;
 use flotilla_apiserver::{ApiServer, ServerOptions};
@@ -47,12 +48,19 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 /// How long `flotilla up` waits for the demo cluster's control plane.
 const DEMO_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The store as the service opened it.
+struct OpenedStorage {
+    storage: Arc<dyn Storage>,
+    /// The encryption configuration's KMS providers (for the `kms-providers` health check).
+    kms_providers: Vec<Arc<KmsProvider>>,
+}
+
 /// The store, behind encryption at rest when an `EncryptionConfiguration` is given.
 async fn open_storage(
     etcd: &[String],
     data_dir: Option<&Path>,
     encryption: Option<&Path>,
-) -> anyhow::Result<Arc<dyn Storage>> {
+) -> anyhow::Result<OpenedStorage> {
     // The file is read first: a bad one stops the service before it touches the store.
     let rules = encryption
         .map(encryption::load)
@@ -62,9 +70,16 @@ async fn open_storage(
     Ok(match rules {
         Some(rules) => {
             tracing::info!(rules = rules.len(), "encryption at rest is on");
-            Arc::new(EncryptedStorage::new(storage, rules))
+            let encrypted = EncryptedStorage::new(storage, rules);
+            OpenedStorage {
+                kms_providers: encrypted.kms_providers(),
+                storage: Arc::new(encrypted),
+            }
         }
-        None => storage,
+        None => OpenedStorage {
+            storage,
+            kms_providers: Vec::new(),
+        },
     })
 }
 
@@ -206,7 +221,7 @@ struct Started {
 
 #[allow(clippy::too_many_arguments)]
 async fn start(
-    storage: Arc<dyn Storage>,
+    opened: OpenedStorage,
     key_encryption: KeyEncryptionKey,
     listen: SocketAddr,
     also_listen_on: Option<std::net::IpAddr>,
@@ -217,6 +232,10 @@ async fn start(
     networks: Networks,
     audit: Arc<Auditor>,
 ) -> anyhow::Result<Started> {
+    let OpenedStorage {
+        storage,
+        kms_providers,
+    } = opened;
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
@@ -251,6 +270,7 @@ async fn start(
             },
             private_networks: networks.private,
             audit,
+            kms_providers,
         },
     );
     // Tenant records changed through any replica (deletions, endpoint access) apply here at once.

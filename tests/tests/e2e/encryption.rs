@@ -5,7 +5,8 @@
 //! and `kubectl get secrets -o json | kubectl replace -f -`; a bad configuration refused
 //! with one line naming the field. The `kms` v2 provider against LocalStack's KMS through
 //! `flotilla-kms-plugin`: upstream's envelope in etcd, a seed of each tenant's own, reads
-//! after a restart through the plugin, the plugin away, and the KMS key rotated.
+//! after a restart through the plugin, the plugin away (and `/readyz`'s `kms-providers`
+//! check failing), and the KMS key rotated.
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -431,6 +432,10 @@ fn kms_v2_wraps_each_tenants_seed_with_localstacks_kms() -> anyhow::Result<()> {
         "tenants a and b share a data-encryption seed"
     );
 
+    // Upstream's `kms-providers` check is among each cluster's health checks.
+    let ready = a.kubectl.ok(&["get", "--raw", "/readyz?verbose"])?;
+    ensure!(ready.contains("[+]kms-providers ok"), "/readyz: {ready}");
+
     // A new process knows no seed: it asks the plugin to decrypt them.
     service.restart()?;
     for cluster in [&a, &b] {
@@ -459,6 +464,11 @@ fn kms_v2_wraps_each_tenants_seed_with_localstacks_kms() -> anyhow::Result<()> {
     );
     a.kubectl
         .ok(&["create", "configmap", "unencrypted", "--from-literal=a=b"])?;
+    let unready = a.kubectl.fails(&["get", "--raw", "/readyz?verbose"])?;
+    ensure!(
+        unready.contains("[-]kms-providers failed"),
+        "/readyz without the plugin: {unready}"
+    );
 
     // Rotation: the plugin now encrypts with a new KMS key; old values still read (KMS knows
     // their key), and rewriting every Secret puts them under the new one.

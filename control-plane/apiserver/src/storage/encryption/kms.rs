@@ -13,7 +13,7 @@
 //! (and by the first read, to judge staleness): a new key id there (the key-encryption key
 //! rotated) makes the next write of each tenant encrypt a new seed, and values under the old
 //! one read as stale, so that rewriting them (`kubectl replace`) stores them anew, as upstream.
-//! Not yet: upstream's `kms-providers` health check.
+//! The `kms-providers` health check asks the same `Status`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -396,6 +396,19 @@ impl KmsProvider {
         }
         api::validate_key_id(&answer.key_id)?;
         Ok(answer.key_id)
+    }
+
+    /// Upstream's `kms-providers` health check for this provider: the plugin's last `Status`
+    /// (asked anew once it is a minute old, or a second after a failure) answered healthy,
+    /// in API version v2, with a key id.
+    pub async fn check(&self) -> Result<(), String> {
+        let current = self.current_key_id().await;
+        let status = self.status.lock().await;
+        match (&status.failure, current) {
+            (Some(failure), _) => Err(failure.clone()),
+            (None, Err(err)) => Err(err),
+            (None, Ok(_)) => Ok(()),
+        }
     }
 
     /// A new seed for `tenant`, encrypted by the plugin.

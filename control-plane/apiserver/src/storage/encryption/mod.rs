@@ -85,6 +85,11 @@ impl EncryptedStorage {
         }
     }
 
+    /// The configuration's KMS providers, for the `kms-providers` health check.
+    pub fn kms_providers(&self) -> Vec<Arc<KmsProvider>> {
+        self.codec.kms.values().cloned().collect()
+    }
+
     /// The events of `stream` decrypted, one batch at a time (in order).
     fn decrypting(&self, stream: WatchStream) -> WatchStream {
         let codec = self.codec.clone();
