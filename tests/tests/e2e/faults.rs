@@ -8,8 +8,10 @@
 //!
 //! `tests/run` runs the short schedule (each nemesis once, about two minutes). The long one —
 //! faults every 30 s for `FLOTILLA_FAULTS_SECONDS` (600 for the soak), with the replicas' RSS,
-//! open files and p99 latency at its start and end — runs with that variable set. Each run
-//! prints its seed; `FLOTILLA_FAULTS_SEED=N` replays the same choices.
+//! open files and p99 latency at its start and end, the workload paced to 70 % of the rate it
+//! reaches unpaced — runs with that variable set; `FLOTILLA_FAULTS_NEMESES=a,b` picks the
+//! nemeses (by [`Nemesis::key`]). Each run prints its seed; `FLOTILLA_FAULTS_SEED=N` replays
+//! the same choices.
 
 #[path = "faults/checker.rs"]
 mod checker;
@@ -68,6 +70,20 @@ const NEMESES: [Nemesis; 8] = [
 ];
 
 impl Nemesis {
+    /// What `FLOTILLA_FAULTS_NEMESES` calls it.
+    fn key(self) -> &'static str {
+        match self {
+            Nemesis::KillEtcdLeader => "kill-etcd-leader",
+            Nemesis::PauseEtcdLeader => "pause-etcd-leader",
+            Nemesis::KillEtcdFollower => "kill-etcd-follower",
+            Nemesis::PartitionEtcdLeader => "partition-etcd-leader",
+            Nemesis::PartitionReplicaFromEtcd => "partition-replica",
+            Nemesis::KillLoopHolder => "kill-loop-holder",
+            Nemesis::PauseReplica => "pause-replica",
+            Nemesis::FillEtcdFollowerDisk => "fill-etcd-disk",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Nemesis::KillEtcdLeader => "SIGKILL the etcd leader",
@@ -356,6 +372,23 @@ fn faults_lose_no_acknowledged_write_and_every_tenant_recovers() -> anyhow::Resu
         .context("FLOTILLA_FAULTS_SECONDS is a number of seconds")?;
     let seed = seed()?;
     let mut rng = StdRng::seed_from_u64(seed);
+    // FLOTILLA_FAULTS_NEMESES=a,b picks some (e.g. none that restarts a replica, so that the
+    // soak's RSS figures are one process's).
+    let nemeses: Vec<Nemesis> = match std::env::var("FLOTILLA_FAULTS_NEMESES") {
+        Ok(keys) => keys
+            .split(',')
+            .map(|key| {
+                NEMESES
+                    .into_iter()
+                    .find(|n| n.key() == key.trim())
+                    .with_context(|| {
+                        let known: Vec<&str> = NEMESES.iter().map(|n| n.key()).collect();
+                        format!("FLOTILLA_FAULTS_NEMESES: no nemesis {key:?} (known: {known:?})")
+                    })
+            })
+            .collect::<anyhow::Result<_>>()?,
+        Err(_) => NEMESES.to_vec(),
+    };
 
     let dir = tempfile::tempdir()?;
     // FLOTILLA_FAULTS_KEEP=1 keeps the replicas' logs and the members' data for a post-mortem.
@@ -402,7 +435,24 @@ fn faults_lose_no_acknowledged_write_and_every_tenant_recovers() -> anyhow::Resu
             .filter_map(|r| r.daemon.pid())
             .collect()
     };
+    let rounds_before = shared.rounds.load(Ordering::Relaxed);
     std::thread::sleep(SETTLE);
+    if soak_seconds.is_some() {
+        // The soak runs at 70 % of the rate the workload reaches unpaced and fault-free (the
+        // settling time just gone): each client's rounds spaced to its share of that.
+        let capacity =
+            (shared.rounds.load(Ordering::Relaxed) - rounds_before) as f64 / SETTLE.as_secs_f64();
+        let clients = (TENANTS.len() * CLIENTS_PER_TENANT) as f64;
+        let paced = 0.7 * capacity;
+        if paced > 0.0 {
+            let micros = (clients / paced * 1e6) as u64;
+            shared.pace_micros.store(micros, Ordering::Relaxed);
+        }
+        println!(
+            "fault suite: the workload unpaced: {capacity:.1} rounds/s; the soak paced to 70 %: {paced:.1} rounds/s"
+        );
+        std::thread::sleep(SETTLE);
+    }
     let figures_at_start: Vec<(u64, usize)> =
         pids(&topology).into_iter().map(process_figures).collect();
 
@@ -412,10 +462,10 @@ fn faults_lose_no_acknowledged_write_and_every_tenant_recovers() -> anyhow::Resu
     let mut round = 0;
     loop {
         let nemesis = match soak_seconds {
-            None if round < NEMESES.len() => NEMESES[round],
+            None if round < nemeses.len() => nemeses[round],
             None => break,
             Some(seconds) if schedule_started.elapsed() < Duration::from_secs(seconds) => {
-                NEMESES[rng.random_range(0..NEMESES.len())]
+                nemeses[rng.random_range(0..nemeses.len())]
             }
             Some(_) => break,
         };

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,10 @@ pub struct Shared {
     pub start: Instant,
     pub record: Arc<Mutex<Recorder>>,
     pub stop: Arc<AtomicBool>,
+    /// The clients' rounds so far, all together (the workload's rate).
+    pub rounds: Arc<AtomicU64>,
+    /// The least time a client's round takes, in µs (0: as fast as answers come).
+    pub pace_micros: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -119,6 +123,8 @@ impl Shared {
             start: Instant::now(),
             record: Arc::new(Mutex::new(Recorder::default())),
             stop: Arc::new(AtomicBool::new(false)),
+            rounds: Arc::new(AtomicU64::new(0)),
+            pace_micros: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -203,6 +209,8 @@ pub async fn run_client(
     let mut avoid: Option<usize> = None;
     while !shared.stopped() {
         round += 1;
+        let round_started = Instant::now();
+        shared.rounds.fetch_add(1, Ordering::Relaxed);
         let key = rng.random_range(0..keys);
         let name = key_name(&tenant.name, client, key);
         let via = match avoid.take() {
@@ -323,7 +331,10 @@ pub async fn run_client(
         if round.is_multiple_of(4) {
             increment(&shared, &api, &tenant.name).await;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Paced (the soak), a round takes at least its share of the rate asked for.
+        let pace = Duration::from_micros(shared.pace_micros.load(Ordering::Relaxed));
+        let rest = pace.saturating_sub(round_started.elapsed());
+        tokio::time::sleep(rest.max(Duration::from_millis(5))).await;
     }
 }
 
