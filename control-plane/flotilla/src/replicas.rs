@@ -82,6 +82,10 @@ pub struct Membership {
     /// When this replica first read the records: a replica it has not seen by one lease
     /// duration after that does not exist (every live one renews within that time).
     observing_since: Option<Instant>,
+    /// When this replica last read the records. Another's record is judged unchanged only up
+    /// to then: a replica that could not read the store (cut off, its reads stalled) has not
+    /// watched the others' records stay still, and must not take their clusters for it.
+    observed: Option<Instant>,
 }
 
 /// How many lease durations a record may go unchanged before a replica deletes it (a replica
@@ -106,6 +110,7 @@ impl Membership {
             others: HashMap::new(),
             sole,
             observing_since: None,
+            observed: None,
         }
     }
 
@@ -156,7 +161,7 @@ impl Membership {
         };
         self.revision = Some(revision);
         self.renewed = Some(sent);
-        self.observe(storage, sent).await
+        self.observe(storage).await
     }
 
     /// Writes this replica's record with the generation after the stored one.
@@ -192,13 +197,16 @@ impl Membership {
     }
 
     /// Reads every replica record and notes which changed since the last look.
-    async fn observe(&mut self, storage: &dyn Storage, now: Instant) -> Result<(), StorageError> {
+    async fn observe(&mut self, storage: &dyn Storage) -> Result<(), StorageError> {
         let page = storage
             .range(RangeRequest {
                 prefix: REPLICA_RECORDS.to_string(),
                 ..Default::default()
             })
             .await?;
+        // When the records were read, at the latest: a change seen now happened no later (the
+        // time the renewal was sent could be long before, when the store was slow to answer).
+        let now = Instant::now();
         let mut seen = HashMap::new();
         for kv in page.kvs {
             let Ok(record) = serde_json::from_slice::<ReplicaRecord>(&kv.value) else {
@@ -228,7 +236,15 @@ impl Membership {
         }
         self.others = seen;
         self.observing_since.get_or_insert(now);
+        self.observed = Some(now);
         Ok(())
+    }
+
+    /// How long `seen`'s record has been watched not changing: up to this replica's last
+    /// read of the records, not up to `now`.
+    fn unchanged_for(&self, seen: &Observed, now: Instant) -> Duration {
+        let horizon = self.observed.map_or(now, |observed| observed.min(now));
+        horizon.saturating_duration_since(seen.since)
     }
 
     /// Whether a claim written by `holder` may be taken over: nobody holds it, or it is an
@@ -249,7 +265,7 @@ impl Membership {
         match self.others.get(&held_by.identity) {
             Some(seen) => {
                 seen.generation != held_by.generation
-                    || now.saturating_duration_since(seen.since) > self.lease_duration
+                    || self.unchanged_for(seen, now) > self.lease_duration
             }
             None => {
                 self.sole
@@ -266,7 +282,7 @@ impl Membership {
         let mut live: Vec<Member> = self
             .others
             .iter()
-            .filter(|(_, seen)| now.saturating_duration_since(seen.since) <= self.lease_duration)
+            .filter(|(_, seen)| self.unchanged_for(seen, now) <= self.lease_duration)
             .map(|(identity, seen)| Member {
                 identity: identity.clone(),
                 generation: seen.generation,
@@ -386,10 +402,13 @@ mod tests {
             a.renew_and_observe(&storage).await.expect("a renews");
         }
         assert_eq!(names(a.live(Instant::now())), ["a"]);
-        // b, which has not renewed for as long, no longer counts itself as holding a lease.
-        // Cut off, it sees no live replica at all, itself included: it runs nothing.
+        // b, which has not renewed for as long, no longer counts itself as holding a lease:
+        // it runs nothing. Nor, not having read the records meanwhile, does it count a as
+        // gone: it never saw a's record stay still (found by the fault suite, where a replica
+        // whose reads stalled through a partition took the other's clusters on its return).
         assert!(!b.holds_lease(Instant::now()));
-        assert!(b.live(Instant::now()).is_empty());
+        assert_eq!(names(b.live(Instant::now())), ["a"]);
+        assert!(!b.is_free(&a.me().holder(), Instant::now()));
         // When it renews again, it comes back as a new life.
         b.renew_and_observe(&storage).await.expect("b rejoins");
         assert_eq!(b.me().generation, 2);

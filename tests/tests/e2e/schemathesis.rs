@@ -251,6 +251,23 @@ fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Res
         "client-key.pem",
     )?;
     let kubectl = f.kubectl();
+    // What every run against the cluster's API passes after its document.
+    let cluster_args: Vec<String> = vec![
+        "--url".into(),
+        server.clone(),
+        "--tls-verify".into(),
+        path(&cluster_ca)?,
+        "--request-cert".into(),
+        path(&cert)?,
+        "--request-cert-key".into(),
+        path(&key)?,
+        "-c".into(),
+        "not_a_server_error".into(),
+        "--exclude-path-regex".into(),
+        "/watch/|/proxy".into(),
+        "--phases".into(),
+        "fuzzing".into(),
+    ];
     // Core v1 has 163 operations: fewer examples each, so that all are reached.
     let core_limits = Limits {
         examples: 2,
@@ -267,27 +284,13 @@ fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Res
             &document,
             kubectl.ok(&["get", "--raw", &format!("/openapi/v3/{group}")])?,
         )?;
+        let mut args = vec![path(&document)?];
+        args.extend(cluster_args.iter().cloned());
         run(
             &binary,
             reports.path(),
             name,
-            &[
-                &path(&document)?,
-                "--url",
-                &server,
-                "--tls-verify",
-                &path(&cluster_ca)?,
-                "--request-cert",
-                &path(&cert)?,
-                "--request-cert-key",
-                &path(&key)?,
-                "-c",
-                "not_a_server_error",
-                "--exclude-path-regex",
-                "/watch/|/proxy",
-                "--phases",
-                "fuzzing",
-            ],
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
             true,
             limits,
         )?;
@@ -347,23 +350,11 @@ fn schemathesis_finds_no_server_errors_and_no_schema_mismatches() -> anyhow::Res
         &binary,
         reports.path(),
         &format!("{groups} other groups"),
-        &[
-            &path(&every)?,
-            "--url",
-            &server,
-            "--tls-verify",
-            &path(&cluster_ca)?,
-            "--request-cert",
-            &path(&cert)?,
-            "--request-cert-key",
-            &path(&key)?,
-            "-c",
-            "not_a_server_error",
-            "--exclude-path-regex",
-            "/watch/|/proxy",
-            "--phases",
-            "fuzzing",
-        ],
+        &[path(&every)?]
+            .iter()
+            .chain(&cluster_args)
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         true,
         Limits {
             examples: setting("FLOTILLA_SCHEMATHESIS_EXAMPLES", 1),
