@@ -207,6 +207,9 @@ impl Opened {
 struct WriteSeed {
     opened: Arc<Opened>,
     header: EncryptedObject,
+    /// The key id `Status` gave when the seed was made: a new one there makes a new seed (the
+    /// header's is what `Encrypt` answered, which a plugin may spell otherwise).
+    status_key_id: String,
 }
 
 /// The gRPC client of the plugin, over its unix socket.
@@ -295,8 +298,10 @@ pub struct KmsProvider {
     opened: Mutex<HashMap<Vec<u8>, Arc<Opened>>>,
     /// What the plugin's `Status` last said, and when it was asked.
     status: tokio::sync::Mutex<StatusState>,
-    /// The last key id known, for reads to judge staleness without asking.
+    /// The last key id `Status` gave, for reads to judge staleness without asking.
     key_id: Mutex<Option<String>>,
+    /// The key id the plugin's last `Encrypt` answered (current too, however it spells it).
+    written_key_id: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for KmsProvider {
@@ -326,6 +331,7 @@ impl KmsProvider {
             opened: Mutex::new(HashMap::new()),
             status: tokio::sync::Mutex::new(StatusState::default()),
             key_id: Mutex::new(None),
+            written_key_id: Mutex::new(None),
         }
     }
 
@@ -411,8 +417,8 @@ impl KmsProvider {
         }
     }
 
-    /// A new seed for `tenant`, encrypted by the plugin.
-    async fn generate(&self) -> Result<Arc<WriteSeed>, String> {
+    /// A new seed, encrypted by the plugin while its `Status` gives `status_key_id`.
+    async fn generate(&self, status_key_id: &str) -> Result<Arc<WriteSeed>, String> {
         let seed = random::<SEED_LEN>()?;
         let answer: api::EncryptResponse = self
             .plugin
@@ -440,12 +446,14 @@ impl KmsProvider {
             .lock()
             .map_err(|_| poisoned())?
             .insert(header.seed_key(), opened.clone());
+        *self.written_key_id.lock().map_err(|_| poisoned())? = Some(header.key_id.clone());
         Ok(Arc::new(WriteSeed {
             opened,
             header: EncryptedObject {
                 encrypted_data: Vec::new(),
                 ..header
             },
+            status_key_id: status_key_id.to_string(),
         }))
     }
 
@@ -460,8 +468,11 @@ impl KmsProvider {
                 .entry(tenant.to_string())
                 .or_default()
                 .clone();
-            let seed = cell.get_or_try_init(|| self.generate()).await?.clone();
-            if seed.header.key_id == key_id {
+            let seed = cell
+                .get_or_try_init(|| self.generate(&key_id))
+                .await?
+                .clone();
+            if seed.status_key_id == key_id {
                 return Ok(seed);
             }
             // The key-encryption key rotated: a new seed, encrypted under the new one (the
@@ -531,10 +542,12 @@ impl KmsProvider {
             }
         };
         let plain = opened.open(&object.encrypted_data, context)?;
+        let written = self.written_key_id.lock().map_err(|_| poisoned())?.clone();
         let stale = self
             .key_id_for_reads()
             .await?
             .is_some_and(|current| current != object.key_id)
+            && written.is_none_or(|written| written != object.key_id)
             || source != SourceType::HkdfSha256XnonceAesGcmSeed;
         Ok((plain, stale))
     }
