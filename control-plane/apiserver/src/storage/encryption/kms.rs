@@ -378,7 +378,11 @@ impl KmsProvider {
     /// The key id values are judged stale against: the last one the plugin gave, asked for
     /// only when it was never asked (a read never waits on a plugin that is failing).
     async fn key_id_for_reads(&self) -> Result<Option<String>, String> {
-        let never_asked = self.status.lock().await.attempted.is_none();
+        // Another caller asking right now holds the lock: not waited for.
+        let never_asked = self
+            .status
+            .try_lock()
+            .is_ok_and(|status| status.attempted.is_none());
         if never_asked {
             let _ = self.current_key_id().await;
         }
