@@ -7,7 +7,9 @@
 //! - `secretbox`: a random 24-byte nonce, then NaCl's secretbox (XSalsa20-Poly1305, the tag
 //!   first);
 //!
-//! and `identity` writes the value as it is. Reads pick the transformer by prefix.
+//! and `identity` writes the value as it is; a `kms` provider's values
+//! (`k8s:enc:kms:v2:<name>:`) are sealed and opened by its envelope (`super::kms`). Reads pick
+//! the transformer by prefix.
 //!
 //! One difference from upstream, on purpose: each tenant encrypts with keys of its own,
 //! derived from the file's key by HKDF-SHA256 over the tenant's id, so one tenant's data keys
