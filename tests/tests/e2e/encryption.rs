@@ -15,7 +15,7 @@ use anyhow::{Context, ensure};
 use base64::Engine;
 use flotilla_e2e::{Etcd, Serve, flotilla_bin};
 
-use crate::tenancy::create_cluster;
+use crate::tenancy::{Cluster, create_cluster};
 
 const PASSWORD: &str = "hunter2-at-rest";
 
@@ -57,6 +57,16 @@ fn stored(endpoint: &str, key: &str) -> anyhow::Result<Vec<u8>> {
 /// Secret `name`'s `password`, base64-encoded, as the API reads it back.
 fn password(kubectl: &flotilla_e2e::Kubectl, name: &str) -> anyhow::Result<String> {
     kubectl.ok(&["get", "secret", name, "-o", "jsonpath={.data.password}"])
+}
+
+/// `serve` on `etcd` with the encryption configuration at `config`, and two clusters of one
+/// account on it.
+fn two_tenants(etcd: &str, config: &str) -> anyhow::Result<(Serve, Cluster, Cluster)> {
+    let service = Serve::start_with(etcd, &["--encryption-provider-config", config])?;
+    let account = service.account("x")?;
+    let a = create_cluster(&service, &account, "a")?;
+    let b = create_cluster(&service, &account, "b")?;
+    Ok((service, a, b))
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
@@ -108,13 +118,7 @@ fn secrets_are_encrypted_at_rest_with_keys_of_each_tenant() -> anyhow::Result<()
         refused.status.code()
     );
 
-    let mut service = Serve::start_with(
-        &etcd.endpoint,
-        &["--encryption-provider-config", &config_arg],
-    )?;
-    let account = service.account("x")?;
-    let a = create_cluster(&service, &account, "a")?;
-    let b = create_cluster(&service, &account, "b")?;
+    let (mut service, a, b) = two_tenants(&etcd.endpoint, &config_arg)?;
     for cluster in [&a, &b] {
         cluster.kubectl.ok(&[
             "create",
@@ -378,14 +382,8 @@ fn kms_v2_wraps_each_tenants_seed_with_localstacks_kms() -> anyhow::Result<()> {
         )),
     )?;
     let config_arg = config.to_str().context("path")?.to_string();
-    let mut service = Serve::start_with(
-        &etcd.endpoint,
-        &["--encryption-provider-config", &config_arg],
-    )?;
-    let account = service.account("x")?;
-    let a = create_cluster(&service, &account, "a")?;
-    let b = create_cluster(&service, &account, "b")?;
-    let secret = |cluster: &crate::tenancy::Cluster, name: &str| {
+    let (mut service, a, b) = two_tenants(&etcd.endpoint, &config_arg)?;
+    let secret = |cluster: &Cluster, name: &str| {
         cluster.kubectl.ok(&[
             "create",
             "secret",

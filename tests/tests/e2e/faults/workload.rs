@@ -361,7 +361,7 @@ async fn read(
     let answer = timed(api.get(name)).await;
     if let Err(kube::Error::Api(status)) = &answer
         && status.code == 404
-        && status.details.as_ref().is_none_or(|d| d.name != name)
+        && !about(status, name)
     {
         let message = status.message.clone();
         shared.record(|r| r.stray_not_found.push((invoked, message)));
@@ -390,6 +390,12 @@ async fn read(
     Ok(map)
 }
 
+/// Whether an error `Status` is about object `name` (its details name it), not the path or
+/// the cluster.
+fn about(status: &kube::core::Status, name: &str) -> bool {
+    status.details.as_ref().is_some_and(|d| d.name == name)
+}
+
 /// A GET's answer: the object, or `None` for a 404 about this very object. Any other 404
 /// (the cluster not found, a path not served) says nothing about the object: an error.
 fn object_or_absent(
@@ -398,11 +404,7 @@ fn object_or_absent(
 ) -> anyhow::Result<Option<ConfigMap>> {
     match result {
         Ok(map) => Ok(Some(map)),
-        Err(kube::Error::Api(status))
-            if status.code == 404 && status.details.as_ref().is_some_and(|d| d.name == name) =>
-        {
-            Ok(None)
-        }
+        Err(kube::Error::Api(status)) if status.code == 404 && about(&status, name) => Ok(None),
         Err(kube::Error::Api(status)) if status.code == 404 => {
             // Not an answer about the object: shown, as it may be the service's mistake.
             println!("fault suite: GET {name} answered a 404 not about it: {status:?}");

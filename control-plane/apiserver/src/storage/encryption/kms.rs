@@ -287,6 +287,20 @@ struct StatusState {
     failure: Option<String>,
 }
 
+impl StatusState {
+    /// Whether `Status` is to be asked now: never asked, a minute after an answer, a second
+    /// after a failure.
+    fn due(&self) -> bool {
+        match (&self.answered, self.attempted) {
+            (_, None) => true,
+            (Some((_, answered)), Some(attempted)) if *answered >= attempted => {
+                attempted.elapsed() >= STATUS_INTERVAL
+            }
+            (_, Some(attempted)) => attempted.elapsed() >= STATUS_RETRY,
+        }
+    }
+}
+
 /// One `kms` provider of the configuration, shared by every tenant.
 pub struct KmsProvider {
     prefix: Vec<u8>,
@@ -296,10 +310,10 @@ pub struct KmsProvider {
     writers: Mutex<HashMap<String, Arc<OnceCell<Arc<WriteSeed>>>>>,
     /// Seeds opened, by [`EncryptedObject::seed_key`].
     opened: Mutex<HashMap<Vec<u8>, Arc<Opened>>>,
-    /// What the plugin's `Status` last said, and when it was asked.
-    status: tokio::sync::Mutex<StatusState>,
-    /// The last key id `Status` gave, for reads to judge staleness without asking.
-    key_id: Mutex<Option<String>>,
+    /// What the plugin's `Status` last said, and when it was asked: read by anyone at once.
+    status: Mutex<StatusState>,
+    /// Held while `Status` is asked, so that callers arriving together ask once.
+    asking: tokio::sync::Mutex<()>,
     /// The key id the plugin's last `Encrypt` answered (current too, however it spells it).
     written_key_id: Mutex<Option<String>>,
 }
@@ -329,8 +343,8 @@ impl KmsProvider {
             },
             writers: Mutex::new(HashMap::new()),
             opened: Mutex::new(HashMap::new()),
-            status: tokio::sync::Mutex::new(StatusState::default()),
-            key_id: Mutex::new(None),
+            status: Mutex::new(StatusState::default()),
+            asking: tokio::sync::Mutex::new(()),
             written_key_id: Mutex::new(None),
         }
     }
@@ -344,19 +358,14 @@ impl KmsProvider {
     /// while it fails); while it does not answer, the last one it gave serves writes for
     /// three minutes.
     async fn current_key_id(&self) -> Result<String, String> {
-        let mut status = self.status.lock().await;
-        let due = match (&status.answered, status.attempted) {
-            (_, None) => true,
-            (Some((_, answered)), Some(attempted)) if *answered >= attempted => {
-                attempted.elapsed() >= STATUS_INTERVAL
-            }
-            (_, Some(attempted)) => attempted.elapsed() >= STATUS_RETRY,
-        };
-        if due {
-            status.attempted = Some(Instant::now());
-            match self.ask_status().await {
+        let _asking = self.asking.lock().await;
+        if self.status()?.due() {
+            let attempted = Instant::now();
+            let answer = self.ask_status().await;
+            let mut status = self.status()?;
+            status.attempted = Some(attempted);
+            match answer {
                 Ok(key_id) => {
-                    *self.key_id.lock().map_err(|_| poisoned())? = Some(key_id.clone());
                     status.answered = Some((key_id, Instant::now()));
                     status.failure = None;
                 }
@@ -366,6 +375,7 @@ impl KmsProvider {
                 }
             }
         }
+        let status = self.status()?;
         match (&status.answered, &status.failure) {
             (Some((key_id, answered)), _) if answered.elapsed() < STATUS_MAX_AGE => {
                 Ok(key_id.clone())
@@ -375,18 +385,21 @@ impl KmsProvider {
         }
     }
 
+    fn status(&self) -> Result<std::sync::MutexGuard<'_, StatusState>, String> {
+        self.status.lock().map_err(|_| poisoned())
+    }
+
     /// The key id values are judged stale against: the last one the plugin gave, asked for
     /// only when it was never asked (a read never waits on a plugin that is failing).
     async fn key_id_for_reads(&self) -> Result<Option<String>, String> {
-        // Another caller asking right now holds the lock: not waited for.
-        let never_asked = self
-            .status
-            .try_lock()
-            .is_ok_and(|status| status.attempted.is_none());
-        if never_asked {
+        if self.status()?.attempted.is_none() {
             let _ = self.current_key_id().await;
         }
-        Ok(self.key_id.lock().map_err(|_| poisoned())?.clone())
+        Ok(self
+            .status()?
+            .answered
+            .as_ref()
+            .map(|(key_id, _)| key_id.clone()))
     }
 
     async fn ask_status(&self) -> Result<String, String> {
@@ -413,7 +426,7 @@ impl KmsProvider {
     /// in API version v2, with a key id.
     pub async fn check(&self) -> Result<(), String> {
         let current = self.current_key_id().await;
-        let status = self.status.lock().await;
+        let status = self.status()?;
         match (&status.failure, current) {
             (Some(failure), _) => Err(failure.clone()),
             (None, Err(err)) => Err(err),
