@@ -24,7 +24,8 @@ function applyPending(id) {
 }
 
 // <tbody data-live="/console/live/..."> receives `row` events ({id, html, parent}) that
-// replace or add a row, and `gone` events ({id}) that remove one.
+// replace or add a row, `gone` events ({id}) that remove one, and after the first look one
+// `present` event ({ids, parent}) naming every row there is.
 function liveRegions() {
   for (const region of document.querySelectorAll("[data-live]")) {
     const source = new EventSource(region.dataset.live);
@@ -46,6 +47,16 @@ function liveRegions() {
       }
       const empty = document.getElementById(region.id + "-empty");
       if (empty) empty.remove();
+    });
+    // Sent after the first look: every row id the list has now. A row the page was rendered
+    // with that is not among them went away before the stream started, so no `gone` comes.
+    source.addEventListener("present", (event) => {
+      const change = JSON.parse(event.data);
+      const ids = new Set(change.ids);
+      const parent = document.getElementById(change.parent) || region;
+      for (const row of parent.querySelectorAll(":scope > tr[id]")) {
+        if (!ids.has(row.id) && row.id !== region.id + "-empty") row.remove();
+      }
     });
     source.addEventListener("gone", (event) => {
       const change = JSON.parse(event.data);

@@ -167,6 +167,14 @@ impl Watch {
                     .push_back(Event::default().event("row").data(data.to_string()));
             }
         }
+        if self.first {
+            // The page was rendered before this stream's first look: a row that went away in
+            // between was never sent, so the page is told the whole set and drops the rest.
+            let data =
+                serde_json::json!({"ids": now.keys().collect::<Vec<_>>(), "parent": self.parent});
+            self.queue
+                .push_back(Event::default().event("present").data(data.to_string()));
+        }
         for id in self.sent.keys().filter(|id| !now.contains_key(*id)) {
             let data = serde_json::json!({"id": id});
             self.queue
@@ -204,7 +212,10 @@ fn stream(signed: Signed, source: Source, parent: &'static str) -> Response {
                 Ok(now) => watch.queue_changes(now),
                 Err(err) => {
                     tracing::debug!(error = %err, "a console live look failed");
-                    watch.first = false;
+                    // The first successful look still sends the whole set.
+                    if watch.first {
+                        tokio::time::sleep(INTERVAL).await;
+                    }
                 }
             }
         }
@@ -283,7 +294,12 @@ mod tests {
     fn the_first_look_sends_every_row_then_only_changes() {
         let mut watch = watch();
         watch.queue_changes(rows(&[("a", "1"), ("b", "2")]));
-        assert_eq!(watch.queue.len(), 2, "everything, once");
+        assert_eq!(watch.queue.len(), 3, "everything, once, then the whole set");
+        let present = format!("{:?}", watch.queue.back());
+        assert!(
+            present.contains("present") && present.contains(r#"\"ids\":[\"a\",\"b\"]"#),
+            "{present}"
+        );
         watch.queue.clear();
         watch.queue_changes(rows(&[("a", "1"), ("b", "2")]));
         assert!(watch.queue.is_empty(), "nothing changed");
