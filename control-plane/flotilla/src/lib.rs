@@ -10,6 +10,7 @@ mod commands;
 mod completion;
 mod inprocess;
 mod join;
+mod leader_election;
 mod localnodes;
 pub mod placement;
 mod private_files;

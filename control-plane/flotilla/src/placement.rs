@@ -27,7 +27,7 @@ use crate::replicas::{Member, Membership, owner};
 
 /// The Lease of a cluster's control loops (upstream kube-controller-manager's name).
 const LEASE_NAME: &str = "kube-controller-manager";
-const LEASE_NAMESPACE: &str = "kube-system";
+pub(crate) const LEASE_NAMESPACE: &str = "kube-system";
 /// Clusters whose leases are taken or released concurrently.
 const CONCURRENT_LEASES: usize = 32;
 
@@ -361,45 +361,8 @@ async fn release(client: &kube::Client, holder: &str) -> Result<(), kube::Error>
     .map(|_| ())
 }
 
-/// Upstream's `tryAcquireOrRenew` on `kube-system/{name}` for `identity`: `true` when held.
-pub async fn hold_lease(
-    client: &kube::Client,
-    name: &str,
-    identity: &str,
-    lease_duration: Duration,
-) -> Result<bool, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-    let duration_seconds = i32::try_from(lease_duration.as_secs()).unwrap_or(i32::MAX);
-    let Some(mut lease) = leases.get_opt(name).await? else {
-        let lease = new_lease(name, identity, duration_seconds, now);
-        return conflict_is_loss(leases.create(&PostParams::default(), &lease).await);
-    };
-    let spec = lease.spec.get_or_insert_with(Default::default);
-    let mine = spec.holder_identity.as_deref() == Some(identity);
-    let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
-        (Some(renewed), Some(seconds)) => {
-            let expires = renewed.0.as_millisecond() + i64::from(seconds) * 1000;
-            now.0.as_millisecond() > expires
-        }
-        _ => true,
-    };
-    if !mine && !expired {
-        return Ok(false);
-    }
-    if !mine {
-        spec.holder_identity = Some(identity.to_string());
-        spec.acquire_time = Some(now.clone());
-        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-    }
-    spec.lease_duration_seconds = Some(duration_seconds);
-    spec.renew_time = Some(now);
-    // The replace carries the resourceVersion read: a replica that wrote in between wins.
-    conflict_is_loss(leases.replace(name, &PostParams::default(), &lease).await)
-}
-
 /// A Lease first acquired by `holder` now.
-fn new_lease(name: &str, holder: &str, duration_seconds: i32, now: MicroTime) -> Lease {
+pub(crate) fn new_lease(name: &str, holder: &str, duration_seconds: i32, now: MicroTime) -> Lease {
     Lease {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -416,7 +379,7 @@ fn new_lease(name: &str, holder: &str, duration_seconds: i32, now: MicroTime) ->
     }
 }
 
-fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+pub(crate) fn conflict_is_loss(outcome: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
     match outcome {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),

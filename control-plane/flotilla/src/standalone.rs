@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::placement::hold_lease;
+use crate::leader_election::LeaderElection;
 use crate::{ControllerManagerArgs, StandaloneArgs};
 
 /// Upstream's leader-election timings.
@@ -86,6 +86,7 @@ where
             .unwrap_or_else(|_| component.to_string());
         format!("{host}_{}", std::process::id())
     });
+    let mut election = LeaderElection::new(component, &identity, LEASE_DURATION);
     let mut running: Option<tokio::task::JoinHandle<()>> = None;
     let mut ticker = tokio::time::interval(RETRY_PERIOD);
     loop {
@@ -93,7 +94,8 @@ where
             _ = tokio::signal::ctrl_c() => break,
             _ = ticker.tick() => {}
         }
-        let held = hold_lease(&client, component, &identity, LEASE_DURATION)
+        let held = election
+            .try_acquire_or_renew(&client)
             .await
             .unwrap_or(false);
         match (held, running.is_some()) {

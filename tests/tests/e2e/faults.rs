@@ -56,9 +56,10 @@ enum Nemesis {
     KillLoopHolder,
     PauseReplica,
     FillEtcdFollowerDisk,
+    JumpReplicaClock,
 }
 
-const NEMESES: [Nemesis; 8] = [
+const NEMESES: [Nemesis; 9] = [
     Nemesis::KillEtcdLeader,
     Nemesis::PauseEtcdLeader,
     Nemesis::KillEtcdFollower,
@@ -67,6 +68,7 @@ const NEMESES: [Nemesis; 8] = [
     Nemesis::KillLoopHolder,
     Nemesis::PauseReplica,
     Nemesis::FillEtcdFollowerDisk,
+    Nemesis::JumpReplicaClock,
 ];
 
 impl Nemesis {
@@ -81,6 +83,7 @@ impl Nemesis {
             Nemesis::KillLoopHolder => "kill-loop-holder",
             Nemesis::PauseReplica => "pause-replica",
             Nemesis::FillEtcdFollowerDisk => "fill-etcd-disk",
+            Nemesis::JumpReplicaClock => "jump-replica-clock",
         }
     }
 
@@ -94,6 +97,7 @@ impl Nemesis {
             Nemesis::KillLoopHolder => "SIGKILL the control loops' replica",
             Nemesis::PauseReplica => "SIGSTOP a replica",
             Nemesis::FillEtcdFollowerDisk => "fill an etcd follower's disk",
+            Nemesis::JumpReplicaClock => "jump a replica's wall clock",
         }
     }
 }
@@ -184,6 +188,26 @@ fn inject(
             std::thread::sleep(FAULT);
             replica.machine.heal()?;
         }
+        Nemesis::JumpReplicaClock => {
+            // Forward or back by half a minute to ten minutes (an NTP step after a VM's
+            // pause), then back in step: nothing may depend on two replicas' clocks agreeing.
+            let index = rng.random_range(0..topology.replicas.len());
+            let replica = &topology.replicas[index];
+            let seconds = rng.random_range(30..=600) * if rng.random_bool(0.5) { 1 } else { -1 };
+            target = format!("{} ({seconds:+} s)", replica.id);
+            let moved = Instant::now();
+            replica.set_clock_offset(seconds)?;
+            // The nemesis checks that it took: the replica dates a new object by its clock.
+            std::thread::sleep(Duration::from_millis(1500));
+            let offset = runtime.block_on(wall_clock_offset(&lease_readers[index]))?;
+            ensure!(
+                (offset - seconds as f64).abs() < 5.0,
+                "{}'s clock reads {offset:+.0} s from the host's, not {seconds:+} s",
+                replica.id
+            );
+            std::thread::sleep(FAULT.saturating_sub(moved.elapsed()));
+            replica.set_clock_offset(0)?;
+        }
         Nemesis::PauseReplica => {
             let replica = &topology.replicas[rng.random_range(0..topology.replicas.len())];
             target = replica.id.clone();
@@ -230,6 +254,34 @@ fn inject(
         }
     }
     Ok((target, shared.now(), failover))
+}
+
+/// How far (s) the clock of the replica behind `client` is from the host's, by the
+/// `creationTimestamp` it gives a new object.
+async fn wall_clock_offset(client: &kube::Client) -> anyhow::Result<f64> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let probes: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "kube-public");
+    let probe = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some("clock-probe-".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let before = time::OffsetDateTime::now_utc();
+    let created = probes.create(&Default::default(), &probe).await?;
+    let after = time::OffsetDateTime::now_utc();
+    let stamped = created
+        .metadata
+        .creation_timestamp
+        .context("the probe has no creationTimestamp")?
+        .0
+        .as_millisecond();
+    let host = (before.unix_timestamp_nanos() + after.unix_timestamp_nanos()) / 2_000_000;
+    if let Some(name) = created.metadata.name {
+        probes.delete(&name, &Default::default()).await?;
+    }
+    Ok((stamped as f64 - host as f64) / 1000.0)
 }
 
 /// Who holds tenant a's control loops (its `kube-system/kube-controller-manager` Lease), as

@@ -14,6 +14,9 @@ use flotilla_e2e::nodes::Fabric;
 const ETCD_CLIENT_PORT: u16 = 2379;
 const ETCD_PEER_PORT: u16 = 2380;
 pub const SERVE_PORT: u16 = 6443;
+/// libfaketime (Debian's `libfaketime`): preloaded into each replica so that the suite can
+/// move that replica's wall clock alone.
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// Runs `program ARGS` to completion, failing with its stderr.
 fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
@@ -254,6 +257,8 @@ pub struct Replica {
     pub daemon: Daemon,
     pub machine: Machine,
     pub log: PathBuf,
+    /// The offset of its wall clock (libfaketime's timestamp file).
+    clock: PathBuf,
 }
 
 /// Everything the suite runs: the fabric, the etcd members, the replicas.
@@ -283,6 +288,11 @@ impl Topology {
                  etcd-server etcd-client; tests/run installs them)"
             );
         }
+        ensure!(
+            Path::new(FAKETIME).exists(),
+            "the fault suite moves a replica's clock with {FAKETIME} (apt-get install -y \
+             libfaketime; tests/run installs it)"
+        );
         let uid = run("id", &["-u"])?;
         ensure!(
             uid.trim() == "0",
@@ -361,14 +371,17 @@ impl Topology {
             let replica_dir = dir.join(&id);
             std::fs::create_dir_all(&replica_dir)?;
             let log = replica_dir.join("serve.log");
+            let clock = replica_dir.join("clock-offset");
+            std::fs::write(&clock, "+0")?;
             let command = {
-                let (netns, ip, endpoints, key_file, log, id) = (
+                let (netns, ip, endpoints, key_file, log, id, clock) = (
                     machine.netns.clone(),
                     ip.clone(),
                     endpoints.clone(),
                     key_file.clone(),
                     log.clone(),
                     id.clone(),
+                    clock.clone(),
                 );
                 let lease_seconds = lease.as_secs().max(1).to_string();
                 let operator = replica_dir.join("operator.json");
@@ -394,6 +407,12 @@ impl Topology {
                         .args(["--log-format", "json"])
                         // Where the control loops run and why, for a failure's post-mortem.
                         .env("RUST_LOG", "warn,flotilla::placement=debug")
+                        // Its wall clock is offset by what the file says (read at most once a
+                        // second); its monotonic clock is left alone, as an NTP step leaves it.
+                        .env("LD_PRELOAD", FAKETIME)
+                        .env("FAKETIME_TIMESTAMP_FILE", &clock)
+                        .env("FAKETIME_CACHE_DURATION", "1")
+                        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
                         .stdout(Stdio::null())
                         .stderr(stderr)
                         .spawn()
@@ -405,6 +424,7 @@ impl Topology {
                 daemon: Daemon::new(Box::new(command))?,
                 machine,
                 log,
+                clock,
             };
             // The first replica writes the key-encryption key the others read.
             topology.wait_for_replica(&replica)?;
@@ -499,6 +519,12 @@ impl Topology {
 }
 
 impl Replica {
+    /// Steps its wall clock `seconds` away from the host's (0: back in step); it takes
+    /// effect within a second.
+    pub fn set_clock_offset(&self, seconds: i64) -> anyhow::Result<()> {
+        std::fs::write(&self.clock, format!("{seconds:+}")).context("writing the clock offset")
+    }
+
     pub fn url(&self) -> String {
         format!("https://{}:{SERVE_PORT}", self.machine.ip)
     }
