@@ -15,6 +15,8 @@
 
 #[path = "faults/checker.rs"]
 mod checker;
+#[path = "faults/disks.rs"]
+mod disks;
 #[path = "faults/topology.rs"]
 mod topology;
 #[path = "faults/workload.rs"]
@@ -41,6 +43,9 @@ const LEASE: Duration = Duration::from_secs(5);
 /// How long each fault lasts before it is healed, and how long the service is then left alone.
 const FAULT: Duration = Duration::from_secs(5);
 const SETTLE: Duration = Duration::from_secs(4);
+/// What the slow disk manages: a few writes a second, as a failing or starved disk does
+/// (etcd warns at 10 ms per `fdatasync`; here one takes 50 ms or more).
+const SLOW_DISK_IOPS: u32 = 20;
 const TENANTS: [&str; 2] = ["a", "b"];
 const CLIENTS_PER_TENANT: usize = 3;
 const KEYS_PER_CLIENT: usize = 4;
@@ -57,9 +62,10 @@ enum Nemesis {
     PauseReplica,
     FillEtcdFollowerDisk,
     JumpReplicaClock,
+    SlowEtcdLeaderDisk,
 }
 
-const NEMESES: [Nemesis; 9] = [
+const NEMESES: [Nemesis; 10] = [
     Nemesis::KillEtcdLeader,
     Nemesis::PauseEtcdLeader,
     Nemesis::KillEtcdFollower,
@@ -69,6 +75,7 @@ const NEMESES: [Nemesis; 9] = [
     Nemesis::PauseReplica,
     Nemesis::FillEtcdFollowerDisk,
     Nemesis::JumpReplicaClock,
+    Nemesis::SlowEtcdLeaderDisk,
 ];
 
 impl Nemesis {
@@ -84,6 +91,7 @@ impl Nemesis {
             Nemesis::PauseReplica => "pause-replica",
             Nemesis::FillEtcdFollowerDisk => "fill-etcd-disk",
             Nemesis::JumpReplicaClock => "jump-replica-clock",
+            Nemesis::SlowEtcdLeaderDisk => "slow-etcd-disk",
         }
     }
 
@@ -98,6 +106,7 @@ impl Nemesis {
             Nemesis::PauseReplica => "SIGSTOP a replica",
             Nemesis::FillEtcdFollowerDisk => "fill an etcd follower's disk",
             Nemesis::JumpReplicaClock => "jump a replica's wall clock",
+            Nemesis::SlowEtcdLeaderDisk => "slow the etcd leader's disk",
         }
     }
 }
@@ -164,6 +173,16 @@ fn inject(
                 member.daemon.restart()?;
                 format!("{} (stopped, restarted)", member.name)
             };
+        }
+        Nemesis::SlowEtcdLeaderDisk => {
+            // A disk that takes SLOW_DISK_IOPS writes a second: each fdatasync of the
+            // leader's WAL and database waits its turn.
+            let leader = topology.etcd_leader()?;
+            let member = &topology.members[leader];
+            target = format!("{} ({SLOW_DISK_IOPS} writes/s)", member.name);
+            member.disk.throttle(SLOW_DISK_IOPS)?;
+            std::thread::sleep(FAULT);
+            member.disk.throttle(0)?;
         }
         Nemesis::PartitionEtcdLeader => {
             let leader = topology.etcd_leader()?;
@@ -355,7 +374,7 @@ fn flotilla_up_killed_mid_batch_or_out_of_disk_loses_no_acknowledged_write() -> 
     let seed = seed()?;
     let dir = tempfile::tempdir()?;
     // Dropped after the service (declared first): unmounted once nothing writes to it.
-    let disk = topology::Tmpfs::mount(dir.path(), "256m")?;
+    let disk = disks::Tmpfs::mount(dir.path(), "256m")?;
     let mut service = flotilla_e2e::Flotilla::up_in(flotilla_e2e::Backend::Embedded, dir)?;
     let config: serde_json::Value =
         serde_yaml::from_str(&std::fs::read_to_string(&service.kubeconfig)?)?;

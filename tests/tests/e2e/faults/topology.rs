@@ -4,11 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use flotilla_e2e::FlotillaCli;
 use flotilla_e2e::nodes::Fabric;
+
+use super::disks::LoopDisk;
 
 /// The etcd client and peer ports and the service's port: each machine has its own address.
 const ETCD_CLIENT_PORT: u16 = 2379;
@@ -19,7 +22,7 @@ pub const SERVE_PORT: u16 = 6443;
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// Runs `program ARGS` to completion, failing with its stderr.
-fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
+pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new(program)
         .args(args)
         .output()
@@ -196,59 +199,7 @@ pub struct EtcdMember {
     pub daemon: Daemon,
     pub machine: Machine,
     /// Its data directory's file system (unmounted after the process is gone).
-    pub disk: Tmpfs,
-}
-
-/// A small tmpfs mounted on a directory: a disk the suite can fill.
-pub struct Tmpfs {
-    pub path: PathBuf,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (`256m`) on `path` (created if needed).
-    pub fn mount(path: &Path, size: &str) -> anyhow::Result<Tmpfs> {
-        std::fs::create_dir_all(path)?;
-        run(
-            "mount",
-            &[
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size}"),
-                "tmpfs",
-                &path.to_string_lossy(),
-            ],
-        )?;
-        Ok(Tmpfs {
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// Fills it: a file takes every byte left, so the next write fails `ENOSPC`.
-    pub fn fill(&self) -> anyhow::Result<()> {
-        // dd stops with "No space left on device", which is the point.
-        let _ = Command::new("dd")
-            .args(["if=/dev/zero", "bs=1M"])
-            .arg(format!("of={}", self.filler().display()))
-            .stderr(Stdio::null())
-            .status()?;
-        Ok(())
-    }
-
-    /// Frees what [`Tmpfs::fill`] took.
-    pub fn free(&self) -> anyhow::Result<()> {
-        std::fs::remove_file(self.filler()).context("removing the filler")
-    }
-
-    fn filler(&self) -> PathBuf {
-        self.path.join("fault-suite-filler")
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-    }
+    pub disk: Arc<LoopDisk>,
 }
 
 /// One `flotilla serve` replica on its own machine.
@@ -281,11 +232,20 @@ impl Topology {
         replicas: usize,
         lease: Duration,
     ) -> anyhow::Result<Topology> {
-        for tool in ["ip", "nsenter", "nft", "etcd", "etcdctl"] {
+        for tool in [
+            "ip",
+            "nsenter",
+            "nft",
+            "etcd",
+            "etcdctl",
+            "losetup",
+            "lsblk",
+            "mkfs.ext4",
+        ] {
             ensure!(
                 flotilla_e2e::nodes::on_path(tool),
                 "the fault suite needs {tool} (apt-get install -y iproute2 util-linux nftables \
-                 etcd-server etcd-client; tests/run installs them)"
+                 etcd-server etcd-client e2fsprogs; tests/run installs them)"
             );
         }
         ensure!(
@@ -320,16 +280,18 @@ impl Topology {
         for (i, ip) in member_ips.iter().enumerate() {
             let machine = Machine::attach(&topology._fabric, &format!("flt{tag}-e{i}"), ip)?;
             let name = format!("e{i}");
-            // Each member's data on a disk of its own, so that one can be filled. etcd
-            // preallocates 64 MB WAL segments: 320 MB holds a short run several times over.
-            let disk = Tmpfs::mount(&dir.join(format!("{name}-disk")), "320m")?;
+            // Each member's data on a disk of its own, so that one can be filled or slowed.
+            // etcd preallocates 64 MB WAL segments: 320 MB holds a short run several times
+            // over.
+            let disk = Arc::new(LoopDisk::mount(&dir.join(format!("{name}-disk")), 320)?);
             let data = disk.path.join("data");
             let command = {
-                let (netns, ip, name, initial_cluster) = (
+                let (netns, ip, name, initial_cluster, disk) = (
                     machine.netns.clone(),
                     ip.clone(),
                     name.clone(),
                     initial_cluster.clone(),
+                    disk.clone(),
                 );
                 move || -> anyhow::Result<Child> {
                     let client = format!("http://{ip}:{ETCD_CLIENT_PORT}");
@@ -351,6 +313,10 @@ impl Topology {
                         .stderr(Stdio::null())
                         .spawn()
                         .context("starting etcd")
+                        .and_then(|child| {
+                            disk.adopt(child.id())?;
+                            Ok(child)
+                        })
                 }
             };
             topology.members.push(EtcdMember {
