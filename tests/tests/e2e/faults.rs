@@ -56,6 +56,7 @@ enum Nemesis {
     KillEtcdLeader,
     PauseEtcdLeader,
     KillEtcdFollower,
+    PauseEtcdFollower,
     PartitionEtcdLeader,
     PartitionReplicaFromEtcd,
     KillLoopHolder,
@@ -65,10 +66,11 @@ enum Nemesis {
     SlowEtcdLeaderDisk,
 }
 
-const NEMESES: [Nemesis; 10] = [
+const NEMESES: [Nemesis; 11] = [
     Nemesis::KillEtcdLeader,
     Nemesis::PauseEtcdLeader,
     Nemesis::KillEtcdFollower,
+    Nemesis::PauseEtcdFollower,
     Nemesis::PartitionEtcdLeader,
     Nemesis::PartitionReplicaFromEtcd,
     Nemesis::KillLoopHolder,
@@ -85,6 +87,7 @@ impl Nemesis {
             Nemesis::KillEtcdLeader => "kill-etcd-leader",
             Nemesis::PauseEtcdLeader => "pause-etcd-leader",
             Nemesis::KillEtcdFollower => "kill-etcd-follower",
+            Nemesis::PauseEtcdFollower => "pause-etcd-follower",
             Nemesis::PartitionEtcdLeader => "partition-etcd-leader",
             Nemesis::PartitionReplicaFromEtcd => "partition-replica",
             Nemesis::KillLoopHolder => "kill-loop-holder",
@@ -100,6 +103,7 @@ impl Nemesis {
             Nemesis::KillEtcdLeader => "SIGKILL the etcd leader",
             Nemesis::PauseEtcdLeader => "SIGSTOP the etcd leader",
             Nemesis::KillEtcdFollower => "SIGKILL an etcd follower",
+            Nemesis::PauseEtcdFollower => "SIGSTOP an etcd follower",
             Nemesis::PartitionEtcdLeader => "partition the etcd leader",
             Nemesis::PartitionReplicaFromEtcd => "partition a replica from etcd",
             Nemesis::KillLoopHolder => "SIGKILL the control loops' replica",
@@ -134,9 +138,15 @@ fn inject(
     let mut failover = None;
     let target;
     match nemesis {
-        Nemesis::KillEtcdLeader | Nemesis::PauseEtcdLeader | Nemesis::KillEtcdFollower => {
+        Nemesis::KillEtcdLeader
+        | Nemesis::PauseEtcdLeader
+        | Nemesis::KillEtcdFollower
+        | Nemesis::PauseEtcdFollower => {
             let leader = topology.etcd_leader()?;
-            let victim = if nemesis == Nemesis::KillEtcdFollower {
+            let victim = if matches!(
+                nemesis,
+                Nemesis::KillEtcdFollower | Nemesis::PauseEtcdFollower
+            ) {
                 let followers: Vec<usize> = (0..topology.members.len())
                     .filter(|i| *i != leader)
                     .collect();
@@ -146,7 +156,10 @@ fn inject(
             };
             let member = &mut topology.members[victim];
             target = member.name.clone();
-            if nemesis == Nemesis::PauseEtcdLeader {
+            if matches!(
+                nemesis,
+                Nemesis::PauseEtcdLeader | Nemesis::PauseEtcdFollower
+            ) {
                 member.daemon.signal("STOP")?;
                 std::thread::sleep(FAULT);
                 member.daemon.signal("CONT")?;
@@ -775,7 +788,8 @@ impl Run {
             .sum();
         println!(
             "fault suite: {} writes ({} unanswered), {reads} reads, {events} watch events over {} \
-             watchers ({relists} relists after 410), counters {:?}",
+             watchers ({relists} relists after 410), {} lists listed again at their revision \
+             ({} unanswered), counters {:?}",
             history.writes.len(),
             history
                 .writes
@@ -783,6 +797,8 @@ impl Run {
                 .filter(|w| w.outcome == checker::Outcome::Unknown)
                 .count(),
             history.watchers.len(),
+            record.exact_lists.0,
+            record.exact_lists.1,
             history
                 .counters
                 .iter()

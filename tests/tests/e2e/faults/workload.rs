@@ -103,6 +103,9 @@ pub struct Recorder {
     /// GETs answered 404 about something other than their object (the whole cluster "not
     /// found" while the store was away): (ms, the Status's message). The service's mistake.
     pub stray_not_found: Vec<(f64, String)>,
+    /// Paginated lists listed again at their revision: (compared, not answered — e.g. 410
+    /// after a compaction).
+    pub exact_lists: (usize, usize),
 }
 
 /// The clock and the record the tasks share.
@@ -326,7 +329,10 @@ pub async fn run_client(
             let _ = read(&shared, &api, &name, "get after an acknowledged write").await;
         }
         if round.is_multiple_of(8) {
-            list_in_pages(&shared, &api, &tenant.name).await;
+            // Listed again at its revision through another replica: the same snapshot.
+            let other = (via + 1) % replicas;
+            let again: Api<ConfigMap> = Api::namespaced(tenant.clients[other].clone(), NAMESPACE);
+            list_in_pages(&shared, &api, &again, &tenant.name).await;
         }
         if round.is_multiple_of(4) {
             increment(&shared, &api, &tenant.name).await;
@@ -415,40 +421,19 @@ fn object_or_absent(
 }
 
 /// Lists the tenant's ConfigMaps five at a time; each of the tenant's keys is then a read over
-/// the whole list's time (a list is one snapshot: a continue token keeps its revision).
-async fn list_in_pages(shared: &Shared, api: &Api<ConfigMap>, tenant: &str) {
+/// the whole list's time (a list is one snapshot: a continue token keeps its revision). Then
+/// lists them through `again` at that revision (`resourceVersionMatch=Exact`): the history at
+/// one revision is one set of values, whoever reads it and when.
+async fn list_in_pages(
+    shared: &Shared,
+    api: &Api<ConfigMap>,
+    again: &Api<ConfigMap>,
+    tenant: &str,
+) {
     let invoked = shared.now();
-    let mut seen: BTreeMap<String, Option<u64>> = BTreeMap::new();
-    let mut params = ListParams::default().labels(LABEL).limit(5);
-    loop {
-        let page = match timed(api.list(&params)).await {
-            Ok(page) => page,
-            Err(_) => {
-                let completed = shared.now();
-                shared.record(|r| r.operations.push((invoked, completed - invoked, false)));
-                return;
-            }
-        };
-        for map in &page.items {
-            let name = map.metadata.name.clone().unwrap_or_default();
-            if seen.insert(name.clone(), seq_of(map)).is_some() {
-                shared.record(|r| {
-                    r.reads.push(Read {
-                        key: name.clone(),
-                        observed: Some(u64::MAX),
-                        invoked,
-                        completed: shared.now(),
-                        fin: false,
-                        what: "a paginated list (listed twice)".to_string(),
-                    })
-                });
-            }
-        }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
-        }
-    }
+    let Ok((seen, revision)) = paged(shared, api, ListParams::default(), invoked).await else {
+        return;
+    };
     let completed = shared.now();
     let prefix = format!("{tenant}-c");
     shared.record(|r| {
@@ -474,6 +459,89 @@ async fn list_in_pages(shared: &Shared, api: &Api<ConfigMap>, tenant: &str) {
             });
         }
     });
+
+    let at = ListParams::default()
+        .at(&revision)
+        .matching(kube::api::VersionMatch::Exact);
+    let invoked = shared.now();
+    // A revision compacted away answers 410, as upstream: nothing to compare.
+    let Ok((listed_again, _)) = paged(shared, again, at, invoked).await else {
+        shared.record(|r| r.exact_lists.1 += 1);
+        return;
+    };
+    shared.record(|r| r.exact_lists.0 += 1);
+    if listed_again != seen {
+        let differing: Vec<&String> = seen
+            .keys()
+            .chain(listed_again.keys())
+            .filter(|key| seen.get(*key) != listed_again.get(*key))
+            .collect();
+        println!(
+            "fault suite: the list at revision {revision} differs when listed again there: {differing:?}"
+        );
+        // Recorded as reads of a value no write made: the checker reports them as stale.
+        shared.record(|r| {
+            for key in differing {
+                r.reads.push(Read {
+                    key: key.clone(),
+                    observed: Some(u64::MAX),
+                    invoked,
+                    completed: shared.now(),
+                    fin: false,
+                    what: format!("a list at revision {revision} (Exact), unlike the list then"),
+                });
+            }
+        });
+    }
+}
+
+/// The labelled ConfigMaps, five a page, as `params` selects them: each one's `seq` by name,
+/// and the list's revision. A failed page is recorded as a failed operation.
+async fn paged(
+    shared: &Shared,
+    api: &Api<ConfigMap>,
+    params: ListParams,
+    invoked: f64,
+) -> Result<(BTreeMap<String, Option<u64>>, String), ()> {
+    let mut seen: BTreeMap<String, Option<u64>> = BTreeMap::new();
+    let mut params = params.labels(LABEL).limit(5);
+    let mut revision = None;
+    loop {
+        let page = match timed(api.list(&params)).await {
+            Ok(page) => page,
+            Err(_) => {
+                let completed = shared.now();
+                shared.record(|r| r.operations.push((invoked, completed - invoked, false)));
+                return Err(());
+            }
+        };
+        revision.get_or_insert(page.metadata.resource_version.clone().unwrap_or_default());
+        for map in &page.items {
+            let name = map.metadata.name.clone().unwrap_or_default();
+            if seen.insert(name.clone(), seq_of(map)).is_some() {
+                shared.record(|r| {
+                    r.reads.push(Read {
+                        key: name.clone(),
+                        observed: Some(u64::MAX),
+                        invoked,
+                        completed: shared.now(),
+                        fin: false,
+                        what: "a paginated list (listed twice)".to_string(),
+                    })
+                });
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            // A continue token carries the revision; the first page's settles it.
+            Some(token) => {
+                params = params.continue_token(&token);
+                params.resource_version = None;
+                params.version_match = None;
+            }
+            None => break,
+        }
+    }
+    Ok((seen, revision.unwrap_or_default()))
 }
 
 /// One compare-and-swap increment of the tenant's counter.
