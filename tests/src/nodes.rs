@@ -606,6 +606,16 @@ impl SingleNode {
     /// Starts a fabric, node `name`'s containerd with pods from `pod_cidr`, `flotilla up` on
     /// the fabric's host address and the node's kubelet (with `kubelet_args` added).
     pub fn start(name: &str, pod_cidr: &str, kubelet_args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(name, pod_cidr, kubelet_args, &[])
+    }
+
+    /// [`SingleNode::start`] with `up_args` added to `flotilla up`.
+    pub fn start_with(
+        name: &str,
+        pod_cidr: &str,
+        kubelet_args: &[&str],
+        up_args: &[&str],
+    ) -> anyhow::Result<Self> {
         require_runtime()?;
         let dir = tempfile::tempdir()?;
         let fabric = Fabric::start(&dir.path().join("fabric"))?;
@@ -615,7 +625,7 @@ impl SingleNode {
             &fabric.node_ip(1),
             pod_cidr,
         )?;
-        let flotilla = crate::Flotilla::up_at(crate::Backend::Embedded, &fabric.host_ip, &[])?;
+        let flotilla = crate::Flotilla::up_at(crate::Backend::Embedded, &fabric.host_ip, up_args)?;
         let kubelet = NodeDaemon::kubelet(
             &containerd,
             &flotilla.kubeconfig,

@@ -616,7 +616,7 @@ async fn serve_kind(
             if call.flag("watch") || target.watch_path {
                 let slot = match call.hosted_loop {
                     true => None,
-                    false => Some(state.watches.open(&server.limits)?),
+                    false => Some(state.watches.open(server.limits.max_watches)?),
                 };
                 return watch_request(
                     server,
@@ -1255,7 +1255,7 @@ pub(crate) fn set_propagation(
 async fn watch_request(
     server: &ApiServer,
     tenant: &Tenant,
-    slot: Option<crate::limits::WatchSlot>,
+    slot: Option<crate::limits::LongRunningSlot>,
     resource: &Arc<ResourceInfo>,
     namespace: Option<&str>,
     call: &Call,

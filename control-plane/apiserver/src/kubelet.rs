@@ -633,6 +633,9 @@ pub async fn connect_subresource(
     subresource: &str,
     call: Call,
 ) -> Result<Response, ApiError> {
+    // Refused before any work, as upstream's filters refuse; held by the splice below for as
+    // long as the session lasts.
+    let session = state.streams.open(server.limits.max_streams)?;
     let query = stream_query(subresource, &call)?;
     let (pod, node) = pod_and_node(server, state, namespace, name).await?;
     let pods = server
@@ -713,6 +716,7 @@ pub async fn connect_subresource(
     *answer.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     *answer.headers_mut() = response.headers().clone();
     tokio::spawn(async move {
+        let _session = session;
         let (client, kubelet) = match tokio::join!(client_upgrade, kubelet_upgrade) {
             (Ok(client), Ok(kubelet)) => (client, kubelet),
             (client, kubelet) => {

@@ -1,7 +1,8 @@
 //! Per-tenant limits, so one noisy cluster cannot take the whole service from the others: a
 //! token bucket of requests per tenant, seats for the requests it may have executing at once
 //! with a bounded queue for the rest (both answered 429 with `Retry-After`, as upstream's
-//! priority and fairness does), and a quota on the number of objects a cluster stores.
+//! priority and fairness does), caps on its open watches and its exec, attach and
+//! port-forward sessions (429 too), and a quota on the number of objects a cluster stores.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -29,6 +30,11 @@ pub struct TenantLimits {
     /// Watches a tenant may have open at once; `None` for no limit. Each holds a connection,
     /// a task and its place in the initial state it is sending.
     pub max_watches: Option<usize>,
+    /// exec, attach and port-forward sessions a tenant may have open at once; `None` for no
+    /// limit. Each holds two connections (client and kubelet) and a task splicing them, for
+    /// as long as the session lasts — outside the request seats, as upstream counts
+    /// long-running requests.
+    pub max_streams: Option<usize>,
 }
 
 impl TenantLimits {
@@ -40,6 +46,7 @@ impl TenantLimits {
         max_queued: 0,
         max_objects: None,
         max_watches: None,
+        max_streams: None,
     };
 }
 
@@ -159,19 +166,19 @@ impl Seats {
     }
 }
 
-/// One tenant's open watches.
+/// One tenant's open long-running requests of one kind (watches, or streaming sessions).
 #[derive(Debug, Default)]
-pub struct Watches {
+pub struct LongRunning {
     open: Arc<AtomicUsize>,
 }
 
-/// One open watch's place in its tenant's count, given back when the watch ends.
+/// One open long-running request's place in its tenant's count, given back when it ends.
 #[derive(Debug)]
-pub struct WatchSlot {
+pub struct LongRunningSlot {
     open: Option<Arc<AtomicUsize>>,
 }
 
-impl Drop for WatchSlot {
+impl Drop for LongRunningSlot {
     fn drop(&mut self) {
         if let Some(open) = &self.open {
             open.fetch_sub(1, Ordering::AcqRel);
@@ -179,17 +186,17 @@ impl Drop for WatchSlot {
     }
 }
 
-impl Watches {
-    /// A place for one more watch, or upstream's 429 when the tenant has as many as allowed.
-    pub fn open(&self, limits: &TenantLimits) -> Result<WatchSlot, ApiError> {
-        let Some(limit) = limits.max_watches else {
-            return Ok(WatchSlot { open: None });
+impl LongRunning {
+    /// A place for one more, or upstream's 429 when the tenant has `limit` open.
+    pub fn open(&self, limit: Option<usize>) -> Result<LongRunningSlot, ApiError> {
+        let Some(limit) = limit else {
+            return Ok(LongRunningSlot { open: None });
         };
         if self.open.fetch_add(1, Ordering::AcqRel) >= limit {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(too_many_requests());
         }
-        Ok(WatchSlot {
+        Ok(LongRunningSlot {
             open: Some(self.open.clone()),
         })
     }
@@ -328,20 +335,16 @@ mod tests {
     }
 
     #[test]
-    fn watches_are_counted_until_they_end() {
-        let limits = TenantLimits {
-            max_watches: Some(2),
-            ..TenantLimits::UNLIMITED
-        };
-        let watches = Watches::default();
-        let first = watches.open(&limits).expect("first");
-        let _second = watches.open(&limits).expect("second");
-        let refused = watches.open(&limits).expect_err("third");
+    fn long_running_requests_are_counted_until_they_end() {
+        let watches = LongRunning::default();
+        let first = watches.open(Some(2)).expect("first");
+        let _second = watches.open(Some(2)).expect("second");
+        let refused = watches.open(Some(2)).expect_err("third");
         assert_eq!((refused.code, refused.reason), (429, "TooManyRequests"));
         drop(first);
         assert_eq!(watches.count(), 1);
-        assert!(watches.open(&limits).is_ok());
-        assert!(watches.open(&TenantLimits::UNLIMITED).is_ok());
+        assert!(watches.open(Some(2)).is_ok());
+        assert!(watches.open(None).is_ok());
     }
 
     #[tokio::test]

@@ -103,7 +103,9 @@ pub struct TenantState {
     /// Its requests executing and queued.
     pub seats: crate::limits::Seats,
     /// Its open watches.
-    pub watches: crate::limits::Watches,
+    pub watches: crate::limits::LongRunning,
+    /// Its open exec, attach and port-forward sessions.
+    pub streams: crate::limits::LongRunning,
     /// Its turn on the heavy-work threads: one large body parsed at a time.
     pub heavy_work: tokio::sync::Semaphore,
     /// Its own request metrics (the requests that reached its API, after authorization).
@@ -154,6 +156,7 @@ impl TenantState {
             limiter: Default::default(),
             seats: Default::default(),
             watches: Default::default(),
+            streams: Default::default(),
             heavy_work: tokio::sync::Semaphore::new(1),
             metrics: Default::default(),
             components: Default::default(),

@@ -109,7 +109,7 @@ pub struct WatchOptions {
     /// `timeoutSeconds` (or the server's default).
     pub timeout: Duration,
     /// The watch's place in its tenant's count, held until it ends.
-    pub slot: Option<crate::limits::WatchSlot>,
+    pub slot: Option<crate::limits::LongRunningSlot>,
 }
 
 struct Encoder {

@@ -299,6 +299,11 @@ pub struct UpArgs {
     /// DEGRADED with `NodeCreationFailure` (its user data, token or route to the API is wrong).
     #[arg(long, default_value_t = 600)]
     pub node_join_timeout_seconds: u64,
+    /// exec, attach and port-forward sessions the cluster may have open at once before more
+    /// are answered 429 with Retry-After (0, the default: no limit — one user on one
+    /// machine; `serve` limits each cluster to 100).
+    #[arg(long, default_value_t = 0)]
+    pub tenant_max_streams: usize,
     /// Audit logging.
     #[command(flatten)]
     pub audit: AuditArgs,
@@ -435,6 +440,10 @@ pub struct ServeArgs {
     /// Retry-After (0: no limit); its own control loops hosted here are not counted.
     #[arg(long, default_value_t = 1000)]
     pub tenant_max_watches: usize,
+    /// exec, attach and port-forward sessions each cluster may have open at once before more
+    /// are answered 429 with Retry-After (0: no limit).
+    #[arg(long, default_value_t = 100)]
+    pub tenant_max_streams: usize,
     /// How long a replica's hold on a cluster's control loops lasts without renewal; another
     /// replica takes them over this long after the holder dies.
     #[arg(long, default_value_t = 15)]

@@ -479,7 +479,11 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             .chain(args.private_networks.clone())
             .collect(),
     };
-    // One user on one machine: no per-cluster request limit.
+    // One user on one machine: no per-cluster request limit, streams only if asked.
+    let limits = TenantLimits {
+        max_streams: (args.tenant_max_streams > 0).then_some(args.tenant_max_streams),
+        ..TenantLimits::UNLIMITED
+    };
     let started = start(
         storage,
         key_encryption,
@@ -487,7 +491,7 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
         fabric_ip,
         &[],
         None,
-        TenantLimits::UNLIMITED,
+        limits,
         PlacementOptions {
             replica_id: None,
             lease_duration: DEFAULT_LEASE,
@@ -839,6 +843,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_queued: args.tenant_max_queued,
         max_objects: (args.tenant_max_objects > 0).then_some(args.tenant_max_objects),
         max_watches: (args.tenant_max_watches > 0).then_some(args.tenant_max_watches),
+        max_streams: (args.tenant_max_streams > 0).then_some(args.tenant_max_streams),
     };
     let placement_options = PlacementOptions {
         replica_id: args.replica_id,

@@ -122,7 +122,10 @@ fn with_log<T>(kubelet: &NodeDaemon, outcome: anyhow::Result<T>) -> anyhow::Resu
 
 #[test]
 fn kubelet_runs_pods_on_containerd() -> anyhow::Result<()> {
-    let mut node = SingleNode::start(NODE, POD_CIDR, KUBELET_ARGS)?;
+    // At most two exec, attach or port-forward sessions at once (`serve` allows 100 per
+    // cluster; `up` none unless asked).
+    let mut node =
+        SingleNode::start_with(NODE, POD_CIDR, KUBELET_ARGS, &["--tenant-max-streams", "2"])?;
     let images = node.containerd.ctr(&["images", "ls", "-q"])?;
     ensure!(
         images.contains("flotilla.local/busybox:1") && images.contains("flotilla.local/pause:1"),
@@ -132,6 +135,75 @@ fn kubelet_runs_pods_on_containerd() -> anyhow::Result<()> {
     let (flotilla, containerd, kubelet) = (&node.flotilla, &node.containerd, &mut node.kubelet);
     let outcome = scenario(flotilla, &kubectl, containerd, kubelet, node.dir.path());
     with_log(&node.kubelet, outcome)
+}
+
+/// Two sessions held open (`kubectl exec -i … cat`, its stdin kept open) fill the cluster's
+/// `--tenant-max-streams 2`: a third is answered 429, and once one ends another is served.
+fn streams_are_limited(kubectl: &Kubectl) -> anyhow::Result<()> {
+    let hold = || -> anyhow::Result<std::process::Child> {
+        Ok(std::process::Command::new(flotilla_e2e::kubectl_bin()?)
+            .arg("--kubeconfig")
+            .arg(&kubectl.kubeconfig)
+            .args(["exec", "-i", "busybox", "-c", "main", "--", "cat"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?)
+    };
+    let mut held: Vec<std::process::Child> = Vec::new();
+    let outcome = (|| -> anyhow::Result<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "two sessions held open did not fill the limit"
+            );
+            // A session that just ended (the debugger's above) frees its place moments
+            // after its kubectl exits: a hold refused meanwhile is started again.
+            held.retain_mut(|session| matches!(session.try_wait(), Ok(None)));
+            while held.len() < 2 {
+                held.push(hold()?);
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            if held.iter_mut().any(|s| !matches!(s.try_wait(), Ok(None))) {
+                continue;
+            }
+            let out = kubectl.run(&["exec", "busybox", "-c", "main", "--", "true"], None, &[])?;
+            if !out.status.success() {
+                return Ok(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+        }
+    })();
+    // Ending one (its stdin closed, so `cat` exits) gives its place back.
+    let ended = match held.first_mut() {
+        Some(first) => {
+            drop(first.stdin.take());
+            Some(first.wait()?)
+        }
+        None => None,
+    };
+    for other in held.iter_mut() {
+        let _ = other.kill();
+        let _ = other.wait();
+    }
+    let stderr = outcome?;
+    ensure!(
+        stderr.contains("Too many requests"),
+        "the third session's refusal: {stderr}"
+    );
+    ensure!(
+        ended.is_some_and(|e| e.success()),
+        "the held session ended with {ended:?}"
+    );
+    // The service notices a session's end when its connections close: moments after.
+    until("a session is served again", Duration::from_secs(10), || {
+        let out = kubectl.run(
+            &["exec", "busybox", "-c", "main", "--", "echo", "again"],
+            None,
+            &[],
+        )?;
+        Ok(out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "again")
+    })
 }
 
 fn scenario(
@@ -267,6 +339,7 @@ fn scenario(
         processes.matches("sleep 3600").count() == 2,
         "the debugger's processes: {processes}"
     );
+    streams_are_limited(kubectl)?;
 
     // An absent image under pull policy Never.
     until(
