@@ -439,15 +439,7 @@ async fn list_in_pages(
     shared.record(|r| {
         r.operations.push((invoked, completed - invoked, true));
         // Every key this tenant's clients ever wrote: absent ones are reads of absence.
-        let keys: Vec<String> = r
-            .writes
-            .iter()
-            .filter(|w| w.key.starts_with(&prefix))
-            .map(|w| w.key.clone())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        for key in keys {
+        for key in keys_written(r, &prefix) {
             let observed = seen.get(&key).copied().flatten();
             r.reads.push(Read {
                 key,
@@ -542,6 +534,18 @@ async fn paged(
         }
     }
     Ok((seen, revision.unwrap_or_default()))
+}
+
+/// Every key starting with `prefix` that a write was recorded for, once each, in order.
+fn keys_written(record: &Recorder, prefix: &str) -> Vec<String> {
+    record
+        .writes
+        .iter()
+        .filter(|w| w.key.starts_with(prefix))
+        .map(|w| w.key.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// One compare-and-swap increment of the tenant's counter.
@@ -702,14 +706,7 @@ pub async fn read_final(shared: &Shared, tenant: &Tenant) -> anyhow::Result<()> 
             .record
             .lock()
             .map_err(|_| anyhow::anyhow!("poisoned"))?;
-        record
-            .writes
-            .iter()
-            .filter(|w| w.key.starts_with(&prefix))
-            .map(|w| w.key.clone())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect()
+        keys_written(&record, &prefix)
     };
     for key in keys {
         let invoked = shared.now();
