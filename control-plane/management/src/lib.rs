@@ -205,6 +205,28 @@ pub struct Management {
     index: tokio::sync::watch::Sender<Arc<ClusterIndex>>,
     /// One restore at a time: each holds its backup file in memory.
     restores: tokio::sync::Semaphore,
+    /// The settings each Active cluster's API was last given here (see [`Applied`]).
+    applied: std::sync::Mutex<Applied>,
+}
+
+/// For each Active cluster, the revision of its record whose settings (endpoint access, Pod
+/// Security, audit policy) its API was last given by this process. A pass gives them again
+/// only for a record that changed since: reading every cluster's tenant record on every pass
+/// made each pass cost a store read per cluster, so creates slowed as the fleet grew. Forgotten
+/// every [`SETTLED_RESYNC`], so that a setting changed behind the reconciler's back is still
+/// put right within that.
+struct Applied {
+    revisions: std::collections::HashMap<String, i64>,
+    since: std::time::Instant,
+}
+
+impl Applied {
+    fn new() -> Self {
+        Applied {
+            revisions: std::collections::HashMap::new(),
+            since: std::time::Instant::now(),
+        }
+    }
 }
 
 impl Management {
@@ -217,7 +239,12 @@ impl Management {
             wake: tokio::sync::Notify::new(),
             index: tokio::sync::watch::Sender::new(Arc::new(ClusterIndex::new())),
             restores: tokio::sync::Semaphore::new(1),
+            applied: std::sync::Mutex::new(Applied::new()),
         })
+    }
+
+    fn applied(&self) -> std::sync::MutexGuard<'_, Applied> {
+        self.applied.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A record as stored: sealed under the key-encryption key, bound to its storage key
@@ -959,6 +986,12 @@ impl Management {
     /// One pass over every cluster and node pool: two range reads per account; only records
     /// in a transitional state cause writes. `true` when every record it read was settled.
     async fn reconcile_pass(&self) -> Result<bool> {
+        {
+            let mut applied = self.applied();
+            if applied.since.elapsed() >= SETTLED_RESYNC {
+                *applied = Applied::new();
+            }
+        }
         let accounts: Vec<(Account, i64)> = self.range_all(&accounts_prefix()).await?;
         let mut index = ClusterIndex::new();
         let mut settled = true;
@@ -999,6 +1032,9 @@ impl Management {
                 }
             }
         }
+        self.applied()
+            .revisions
+            .retain(|id, _| index.contains_key(id));
         // Every cluster's loops watch the index: it wakes them only when a record changed,
         // not on every pass.
         self.index.send_if_modified(|current| {
@@ -1058,9 +1094,15 @@ impl Management {
                 self.swap(&key, &cluster, revision).await?;
             }
             ClusterStatus::Active => {
-                self.apply_endpoint_access(&cluster).await?;
-                self.apply_pod_security(&cluster).await?;
-                self.apply_audit_policy(&cluster).await?;
+                let given = self.applied().revisions.get(&cluster.id) == Some(&revision);
+                if !given {
+                    self.apply_endpoint_access(&cluster).await?;
+                    self.apply_pod_security(&cluster).await?;
+                    self.apply_audit_policy(&cluster).await?;
+                    self.applied()
+                        .revisions
+                        .insert(cluster.id.clone(), revision);
+                }
                 self.reconcile_node_pools(&cluster, pools, false).await?
             }
             ClusterStatus::Deleting => {
