@@ -1,7 +1,8 @@
 //! The fault suite's disks: a tmpfs the embedded store's variant can fill, and for each etcd
 //! member an ext4 file system on a loop device of its own, which can be filled and, through
 //! the block I/O controller's throttle on that device for the member's cgroup, made slow —
-//! every `fdatasync` of its WAL then waits for the device's few writes a second.
+//! every `fdatasync` of its WAL then waits for the device's few writes a second (cgroup v1's
+//! `blkio` throttle).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -71,32 +72,8 @@ fn filler(dir: &Path) -> PathBuf {
     dir.join("fault-suite-filler")
 }
 
-/// Where the block I/O controller is: cgroup v1's `blkio` or v2's `io`.
-enum IoController {
-    V1(PathBuf),
-    V2(PathBuf),
-}
-
-impl IoController {
-    fn find() -> anyhow::Result<IoController> {
-        let v1 = Path::new("/sys/fs/cgroup/blkio");
-        if v1.join("blkio.throttle.write_iops_device").exists() {
-            return Ok(IoController::V1(v1.to_path_buf()));
-        }
-        let v2 = Path::new("/sys/fs/cgroup");
-        let controllers =
-            std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
-        if controllers.split_whitespace().any(|c| c == "io") {
-            // Children get the io controller only when the parent hands it down.
-            let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+io");
-            return Ok(IoController::V2(v2.to_path_buf()));
-        }
-        bail!(
-            "the slow-disk nemesis throttles a device per cgroup: this machine has neither \
-             cgroup v1's blkio controller nor v2's io controller"
-        )
-    }
-}
+/// Where cgroup v1's block I/O controller is mounted (this project's machines run cgroup v1).
+const BLKIO: &str = "/sys/fs/cgroup/blkio";
 
 /// An ext4 file system on a loop device, mounted on a directory, with a cgroup whose
 /// processes' writes to the device can be throttled.
@@ -107,14 +84,21 @@ pub struct LoopDisk {
     /// The device's `MAJOR:MINOR`.
     number: String,
     cgroup: PathBuf,
-    v2: bool,
 }
 
 impl LoopDisk {
     /// Makes a `megabytes` file system backed by a sparse file beside `path`, mounts it on
     /// `path`, and a cgroup named after it.
     pub fn mount(path: &Path, megabytes: u64) -> anyhow::Result<LoopDisk> {
-        let controller = IoController::find()?;
+        if !Path::new(BLKIO)
+            .join("blkio.throttle.write_iops_device")
+            .exists()
+        {
+            bail!(
+                "the slow-disk nemesis throttles a device per cgroup: this machine has no cgroup \
+                 v1 blkio controller at {BLKIO}"
+            );
+        }
         std::fs::create_dir_all(path)?;
         let image = path.with_extension("img");
         std::fs::File::create(&image)?.set_len(megabytes << 20)?;
@@ -127,10 +111,6 @@ impl LoopDisk {
         )?
         .trim()
         .to_string();
-        let (root, v2) = match controller {
-            IoController::V1(root) => (root, false),
-            IoController::V2(root) => (root, true),
-        };
         let name = format!(
             "flotilla-faults-{}",
             device.trim_start_matches("/dev/").replace('/', "-")
@@ -140,8 +120,7 @@ impl LoopDisk {
             image,
             device,
             number,
-            cgroup: root.join(name),
-            v2,
+            cgroup: Path::new(BLKIO).join(name),
         };
         // No blocks reserved for root: etcd runs as root and must meet ENOSPC when full.
         run("mkfs.ext4", &["-q", "-m", "0", &disk.device])?;
@@ -158,20 +137,11 @@ impl LoopDisk {
 
     /// Lets the cgroup's processes write to the device `iops` times a second (0: unlimited).
     pub fn throttle(&self, iops: u32) -> anyhow::Result<()> {
-        let (file, rule) = if self.v2 {
-            let limit = if iops == 0 {
-                "max".to_string()
-            } else {
-                iops.to_string()
-            };
-            ("io.max", format!("{} wiops={limit}", self.number))
-        } else {
-            (
-                "blkio.throttle.write_iops_device",
-                format!("{} {iops}", self.number),
-            )
-        };
-        std::fs::write(self.cgroup.join(file), rule).context("setting the write throttle")
+        std::fs::write(
+            self.cgroup.join("blkio.throttle.write_iops_device"),
+            format!("{} {iops}", self.number),
+        )
+        .context("setting the write throttle")
     }
 
     pub fn fill(&self) -> anyhow::Result<()> {

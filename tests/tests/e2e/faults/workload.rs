@@ -463,7 +463,7 @@ async fn list_in_pages(
     };
     shared.record(|r| r.exact_lists.0 += 1);
     if listed_again != seen {
-        let differing: Vec<&String> = seen
+        let differing: std::collections::BTreeSet<&String> = seen
             .keys()
             .chain(listed_again.keys())
             .filter(|key| seen.get(*key) != listed_again.get(*key))
