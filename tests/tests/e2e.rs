@@ -54,6 +54,8 @@ mod kubelet_lifecycle;
 mod kubelet_volumes;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+#[path = "e2e/limits.rs"]
+mod limits;
 #[path = "e2e/loadbalancer.rs"]
 mod loadbalancer;
 #[path = "e2e/nodeimage.rs"]

@@ -171,7 +171,12 @@ impl ApiServer {
         let advertise_address = advertise_address.as_str();
         let store = Store::new(storage);
         Arc::new(ApiServer {
-            tenants: Tenants::new(store.clone(), &public_url, key_encryption.clone()),
+            tenants: Tenants::new(
+                store.clone(),
+                &public_url,
+                key_encryption.clone(),
+                limits.max_bytes,
+            ),
             key_encryption,
             store,
             resources: RESOURCES.clone(),

@@ -2,7 +2,8 @@
 //! token bucket of requests per tenant, seats for the requests it may have executing at once
 //! with a bounded queue for the rest (both answered 429 with `Retry-After`, as upstream's
 //! priority and fairness does), caps on its open watches and its exec, attach and
-//! port-forward sessions (429 too), and a quota on the number of objects a cluster stores.
+//! port-forward sessions (429 too), and quotas on the number of objects a cluster stores and
+//! on their total size (403, as upstream's ResourceQuota answers).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -27,6 +28,11 @@ pub struct TenantLimits {
     pub max_queued: usize,
     /// Most keys a tenant may store (objects and their allocations); `None` for no quota.
     pub max_objects: Option<usize>,
+    /// Most bytes a tenant's keys may hold together (their values as the apiserver writes
+    /// them, before encryption at rest); `None` for no quota. Creates and updates that would
+    /// grow the total past it are refused; updates that shrink and deletes never are, so a
+    /// full cluster can always make room.
+    pub max_bytes: Option<u64>,
     /// Watches a tenant may have open at once; `None` for no limit. Each holds a connection,
     /// a task and its place in the initial state it is sending.
     pub max_watches: Option<usize>,
@@ -45,6 +51,7 @@ impl TenantLimits {
         max_in_flight: None,
         max_queued: 0,
         max_objects: None,
+        max_bytes: None,
         max_watches: None,
         max_streams: None,
     };
@@ -284,6 +291,194 @@ impl ObjectCount {
     }
 }
 
+/// How long a summed size of a tenant's keys is trusted (plus the writes made here since):
+/// writes through other replicas are seen this late, so the quota may be overshot by what they
+/// add in that time. Longer than the object count's, as the sum reads every value.
+const STORED_BYTES_TTL: Duration = Duration::from_secs(60);
+
+/// Keys read per page while summing a tenant's size, so the sum never holds a large tenant
+/// in memory at once.
+const STORED_BYTES_PAGE: usize = 500;
+
+/// One tenant's stored bytes, for its byte quota and its metrics: summed from storage now and
+/// then, and moved by each write made through this replica in between.
+#[derive(Debug, Default)]
+pub struct StoredBytes {
+    limit: Option<u64>,
+    state: Mutex<Option<SummedBytes>>,
+    /// One sum at a time: writes arriving while it runs wait for it rather than each reading
+    /// the whole tenant.
+    summing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SummedBytes {
+    bytes: i64,
+    summed_at: Instant,
+    /// Which sum this is: a charge made against an earlier one is not refunded into it.
+    epoch: u64,
+}
+
+/// Bytes a write was allowed to add (or take away): given back unless [`Charge::keep`] is
+/// called once the write is stored.
+#[derive(Debug)]
+#[must_use = "a charge not kept is refunded when dropped"]
+pub struct Charge<'a> {
+    owner: Option<&'a StoredBytes>,
+    delta: i64,
+    epoch: u64,
+}
+
+impl Charge<'_> {
+    /// The write was stored: its bytes stay counted.
+    pub fn keep(mut self) {
+        self.owner = None;
+    }
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner {
+            owner.adjust(-self.delta, Some(self.epoch));
+        }
+    }
+}
+
+impl StoredBytes {
+    /// A tenant's size, refused growth past `limit` (`None`: only counted, for its metrics).
+    pub fn new(limit: Option<u64>) -> Self {
+        StoredBytes {
+            limit,
+            ..Default::default()
+        }
+    }
+
+    /// Moves the current sum by `delta`, if there is one (and it is the sum `epoch` names).
+    fn adjust(&self, delta: i64, epoch: Option<u64>) {
+        if let Ok(mut state) = self.state.lock()
+            && let Some(summed) = state.as_mut()
+            && epoch.is_none_or(|epoch| epoch == summed.epoch)
+        {
+            summed.bytes = (summed.bytes + delta).max(0);
+        }
+    }
+
+    fn fresh(&self) -> Option<SummedBytes> {
+        self.state
+            .lock()
+            .ok()
+            .and_then(|state| *state)
+            .filter(|summed| summed.summed_at.elapsed() < STORED_BYTES_TTL)
+    }
+
+    /// The bytes stored under `prefix`: the sum read at most [`STORED_BYTES_TTL`] ago (plus
+    /// the writes made here since), else a fresh one.
+    pub async fn current(
+        &self,
+        storage: &dyn flotilla_storage::Storage,
+        prefix: &str,
+    ) -> Result<u64, ApiError> {
+        Ok(self.summed(storage, prefix).await?.bytes.max(0) as u64)
+    }
+
+    async fn summed(
+        &self,
+        storage: &dyn flotilla_storage::Storage,
+        prefix: &str,
+    ) -> Result<SummedBytes, ApiError> {
+        if let Some(summed) = self.fresh() {
+            return Ok(summed);
+        }
+        let _summing = self.summing.lock().await;
+        // Summed by the write that held the lock before this one.
+        if let Some(summed) = self.fresh() {
+            return Ok(summed);
+        }
+        let mut bytes = 0i64;
+        let mut start_key = None;
+        let mut revision = 0;
+        loop {
+            let page = storage
+                .range(flotilla_storage::RangeRequest {
+                    prefix: prefix.to_string(),
+                    start_key: start_key.take(),
+                    limit: STORED_BYTES_PAGE,
+                    revision,
+                })
+                .await?;
+            // Every page from the first one's revision: one snapshot of the tenant.
+            revision = page.revision;
+            bytes += page.kvs.iter().map(|kv| kv.value.len() as i64).sum::<i64>();
+            match page.kvs.last() {
+                Some(last) if page.more => start_key = Some(format!("{}\u{0}", last.key)),
+                _ => break,
+            }
+        }
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| ApiError::internal("stored bytes lock poisoned"))?;
+        let summed = SummedBytes {
+            bytes,
+            summed_at: Instant::now(),
+            epoch: state.map_or(0, |earlier| earlier.epoch + 1),
+        };
+        *state = Some(summed);
+        Ok(summed)
+    }
+
+    /// Admits a write that changes the tenant's size by `delta` bytes, or refuses it with
+    /// upstream's quota 403 when it would grow the tenant past its limit. A write that does
+    /// not grow it is never refused, nor read for.
+    pub async fn charge(
+        &self,
+        storage: &dyn flotilla_storage::Storage,
+        prefix: &str,
+        delta: i64,
+        resource: &crate::resources::GroupResource,
+        name: &str,
+    ) -> Result<Charge<'_>, ApiError> {
+        let epoch = match (self.limit, delta > 0) {
+            (Some(limit), true) => {
+                let summed = self.summed(storage, prefix).await?;
+                let used = summed.bytes.max(0) as u64;
+                if used + delta as u64 > limit {
+                    return Err(ApiError::forbidden(
+                        resource,
+                        name,
+                        &format!(
+                            "exceeded quota: flotilla-cluster-bytes, requested: bytes={delta}, used: bytes={used}, limited: bytes={limit}"
+                        ),
+                    ));
+                }
+                summed.epoch
+            }
+            _ => match self.state.lock().ok().and_then(|state| *state) {
+                Some(summed) => summed.epoch,
+                // Nothing summed yet: nothing to move.
+                None => {
+                    return Ok(Charge {
+                        owner: None,
+                        delta,
+                        epoch: 0,
+                    });
+                }
+            },
+        };
+        self.adjust(delta, Some(epoch));
+        Ok(Charge {
+            owner: Some(self),
+            delta,
+            epoch,
+        })
+    }
+
+    /// A delete made through this replica: its bytes are room again at once.
+    pub fn release(&self, bytes: usize) {
+        self.adjust(-(bytes as i64), None);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -396,5 +591,76 @@ mod tests {
                 .await
                 .expect("never refused");
         assert_eq!(held.len(), 1000);
+    }
+
+    #[tokio::test]
+    async fn stored_bytes_refuse_growth_past_the_limit_and_never_shrinking() {
+        use flotilla_storage::Storage;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage =
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("open");
+        // More keys than a page, so the sum reads several; and one key of another tenant.
+        for i in 0..(STORED_BYTES_PAGE + 10) {
+            let _ = storage
+                .create(
+                    &format!("/registry/a/k{i:04}"),
+                    bytes::Bytes::from_static(b"x"),
+                )
+                .await
+                .expect("create");
+        }
+        let _ = storage
+            .create("/registry/ab/other", bytes::Bytes::from(vec![b'y'; 5000]))
+            .await
+            .expect("create");
+        let resource = crate::resources::GroupResource {
+            group: String::new(),
+            resource: "configmaps".into(),
+        };
+        let quota = StoredBytes::new(Some(1000));
+        assert_eq!(
+            quota.current(&storage, "/registry/a/").await.expect("sum"),
+            510
+        );
+        quota
+            .charge(&storage, "/registry/a/", 400, &resource, "big")
+            .await
+            .expect("room")
+            .keep();
+        let refused = quota
+            .charge(&storage, "/registry/a/", 100, &resource, "more")
+            .await
+            .expect_err("past the limit");
+        assert_eq!((refused.code, refused.reason), (403, "Forbidden"));
+        assert!(
+            refused.message.contains(
+                "exceeded quota: flotilla-cluster-bytes, requested: bytes=100, used: bytes=910, limited: bytes=1000"
+            ),
+            "{}",
+            refused.message
+        );
+        // A write that fails gives its charge back; a shrinking one is always admitted.
+        drop(
+            quota
+                .charge(&storage, "/registry/a/", 90, &resource, "failed")
+                .await
+                .expect("room"),
+        );
+        quota
+            .charge(&storage, "/registry/a/", -300, &resource, "smaller")
+            .await
+            .expect("shrinking")
+            .keep();
+        quota.release(10);
+        assert_eq!(
+            quota.current(&storage, "/registry/a/").await.expect("sum"),
+            600
+        );
+        // Without a limit, nothing is refused.
+        StoredBytes::new(None)
+            .charge(&storage, "/registry/a/", 1 << 40, &resource, "huge")
+            .await
+            .expect("no quota")
+            .keep();
     }
 }

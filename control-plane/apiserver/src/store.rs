@@ -11,6 +11,7 @@ use flotilla_storage::{KeyValue, Outcome, RangeRequest, Revision, Storage, Stora
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, FieldError, Path};
+use crate::limits::StoredBytes;
 use crate::meta;
 use crate::resources::ResourceInfo;
 use crate::selection::Selection;
@@ -37,14 +38,22 @@ pub struct Tenant {
     pub id: String,
     /// Storage key prefix, ending with `/`; every key of the tenant starts with it.
     pub key_prefix: String,
+    /// How many bytes its keys hold, and how many they may.
+    pub stored_bytes: Arc<StoredBytes>,
 }
 
 impl Tenant {
-    /// The tenant with id `id`, stored under `/registry/{id}/`.
+    /// The tenant with id `id`, stored under `/registry/{id}/`, without a byte quota.
     pub fn new(id: &str) -> Self {
+        Self::with_byte_quota(id, None)
+    }
+
+    /// The tenant with id `id`, whose keys may hold at most `max_bytes` together.
+    pub fn with_byte_quota(id: &str, max_bytes: Option<u64>) -> Self {
         Tenant {
             id: id.to_string(),
             key_prefix: format!("/registry/{id}/"),
+            stored_bytes: Arc::new(StoredBytes::new(max_bytes)),
         }
     }
 
@@ -579,12 +588,20 @@ impl Store {
         loop {
             let name = meta::name(&candidate).to_string();
             let key = tenant.object_key(resource, namespace, &name);
-            match self
-                .storage
-                .create(&key, encode(&*resource.to_stored(&candidate).await?)?)
-                .await?
-            {
+            let value = encode(&*resource.to_stored(&candidate).await?)?;
+            let charge = tenant
+                .stored_bytes
+                .charge(
+                    self.storage.as_ref(),
+                    &tenant.key_prefix,
+                    value.len() as i64,
+                    &resource.group_resource(),
+                    &name,
+                )
+                .await?;
+            match self.storage.create(&key, value).await? {
                 Outcome::Done(kv) => {
+                    charge.keep();
                     meta::set_at(
                         &mut candidate,
                         &["metadata", "resourceVersion"],
@@ -878,17 +895,30 @@ impl Store {
     /// with its new resourceVersion, or the conflict.
     async fn swap(
         &self,
+        tenant: &Tenant,
         resource: &ResourceInfo,
         key: &str,
         mut obj: Value,
-        expected: Revision,
+        current: &KeyValue,
     ) -> Result<Outcome<Value>, ApiError> {
+        let value = encode(&*resource.to_stored(&obj).await?)?;
+        let charge = tenant
+            .stored_bytes
+            .charge(
+                self.storage.as_ref(),
+                &tenant.key_prefix,
+                value.len() as i64 - current.value.len() as i64,
+                &resource.group_resource(),
+                meta::name(&obj),
+            )
+            .await?;
         match self
             .storage
-            .update(key, encode(&*resource.to_stored(&obj).await?)?, expected)
+            .update(key, value, current.mod_revision)
             .await?
         {
             Outcome::Done(kv) => {
+                charge.keep();
                 meta::set_at(
                     &mut obj,
                     &["metadata", "resourceVersion"],
@@ -980,6 +1010,7 @@ impl Store {
             if finalize {
                 match self.storage.delete(&key, Some(kv.mod_revision)).await? {
                     Outcome::Done(deleted) => {
+                        tenant.stored_bytes.release(kv.value.len());
                         let mut obj = updated;
                         meta::set_at(
                             &mut obj,
@@ -991,7 +1022,7 @@ impl Store {
                     Outcome::Conflict(_) => continue,
                 }
             }
-            match self.swap(resource, &key, updated, kv.mod_revision).await? {
+            match self.swap(tenant, resource, &key, updated, &kv).await? {
                 Outcome::Done(stored) => return Ok(stored),
                 Outcome::Conflict(None) => {
                     return Err(ApiError::not_found(&resource.group_resource(), name));
@@ -1283,7 +1314,7 @@ impl Store {
                 if dry_run {
                     return Ok(Deleted::Pending(updated));
                 }
-                match self.swap(resource, &key, updated, kv.mod_revision).await? {
+                match self.swap(tenant, resource, &key, updated, &kv).await? {
                     Outcome::Done(stored) => return Ok(Deleted::Pending(stored)),
                     Outcome::Conflict(_) => continue,
                 }
@@ -1293,6 +1324,7 @@ impl Store {
             }
             match self.storage.delete(&key, Some(kv.mod_revision)).await? {
                 Outcome::Done(_) => {
+                    tenant.stored_bytes.release(kv.value.len());
                     hooks.release(self, tenant, resource, &current).await;
                     return Ok(Deleted::Gone(current));
                 }

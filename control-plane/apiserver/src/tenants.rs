@@ -123,7 +123,11 @@ pub struct TenantState {
 }
 
 impl TenantState {
-    fn load(record: TenantRecord, issuer_base: &str) -> Result<Self, ApiError> {
+    fn load(
+        record: TenantRecord,
+        issuer_base: &str,
+        max_bytes: Option<u64>,
+    ) -> Result<Self, ApiError> {
         let mut roots = rustls::RootCertStore::empty();
         let ca =
             CertificateDer::from_pem_slice(record.client_ca.cert_pem.as_bytes()).map_err(|e| {
@@ -145,7 +149,7 @@ impl TenantState {
             key => Some(SigningKey::load(key)?),
         };
         Ok(TenantState {
-            tenant: Tenant::new(&record.id),
+            tenant: Tenant::with_byte_quota(&record.id, max_bytes),
             issuer: format!("{issuer_base}/clusters/{}", record.id),
             record,
             verifier,
@@ -246,17 +250,25 @@ pub struct Tenants {
     key_encryption: Arc<KeyEncryptionKey>,
     /// `https://host:port` clients reach the service at: tenant issuers are below it.
     public_url: String,
+    /// Each tenant's byte quota.
+    max_bytes: Option<u64>,
     loaded: RwLock<HashMap<String, (Arc<TenantState>, Instant)>>,
 }
 
 impl Tenants {
     /// The registry over `store`, for a service reached at `public_url`, its records sealed
     /// under `key_encryption`.
-    pub fn new(store: Store, public_url: &str, key_encryption: Arc<KeyEncryptionKey>) -> Self {
+    pub fn new(
+        store: Store,
+        public_url: &str,
+        key_encryption: Arc<KeyEncryptionKey>,
+        max_bytes: Option<u64>,
+    ) -> Self {
         Tenants {
             store,
             key_encryption,
             public_url: public_url.trim_end_matches('/').to_string(),
+            max_bytes,
             loaded: RwLock::new(HashMap::new()),
         }
     }
@@ -324,7 +336,7 @@ impl Tenants {
             {
                 state.clone()
             }
-            _ => Arc::new(TenantState::load(record, &self.public_url)?),
+            _ => Arc::new(TenantState::load(record, &self.public_url, self.max_bytes)?),
         };
         loaded.insert(id.to_string(), (state.clone(), Instant::now()));
         Ok(Some(state))

@@ -347,6 +347,19 @@ pub struct AuditArgs {
 }
 
 /// A Go-style duration of one unit: `30s`, `500ms`, `2m`, `1h`.
+/// A whole number of bytes written as a Kubernetes quantity (`1Gi`, `512Mi`, `1000000`).
+fn parse_byte_quantity(text: &str) -> Result<u64, String> {
+    let quantity = flotilla_api_machinery::quantity::Quantity::parse(text)
+        .map_err(|_| format!("{text:?} is not a quantity (e.g. 1Gi, 500Mi, 1000000)"))?;
+    let nanos = quantity.nanos();
+    if nanos < 0 || nanos % 1_000_000_000 != 0 {
+        return Err(format!(
+            "{text:?} is not a whole, non-negative number of bytes"
+        ));
+    }
+    u64::try_from(nanos / 1_000_000_000).map_err(|_| format!("{text:?} is too large"))
+}
+
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -436,6 +449,11 @@ pub struct ServeArgs {
     /// 0: no quota).
     #[arg(long, default_value_t = 100_000)]
     pub tenant_max_objects: usize,
+    /// Most bytes each cluster's objects may hold together, as a Kubernetes quantity (`1Gi`,
+    /// `500Mi`): creates and updates that would grow a cluster past it are refused (403,
+    /// exceeded quota), shrinking updates and deletes never are (0: no quota).
+    #[arg(long, default_value = "1Gi", value_parser = parse_byte_quantity)]
+    pub tenant_max_bytes: u64,
     /// Watches each cluster may have open at once before more are answered 429 with
     /// Retry-After (0: no limit); its own control loops hosted here are not counted.
     #[arg(long, default_value_t = 1000)]
@@ -901,6 +919,16 @@ mod tests {
     use clap::CommandFactory;
 
     use super::Cli;
+
+    #[test]
+    fn byte_quotas_are_whole_quantities() {
+        assert_eq!(super::parse_byte_quantity("1Gi"), Ok(1 << 30));
+        assert_eq!(super::parse_byte_quantity("500M"), Ok(500_000_000));
+        assert_eq!(super::parse_byte_quantity("0"), Ok(0));
+        for bad in ["1.5", "-1Gi", "lots", "100m"] {
+            assert!(super::parse_byte_quantity(bad).is_err(), "{bad}");
+        }
+    }
 
     /// Every command a user can run (the tree's leaves and the groups above them) ends its
     /// `--help` with an example.

@@ -842,6 +842,7 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_in_flight: (args.tenant_max_in_flight > 0).then_some(args.tenant_max_in_flight),
         max_queued: args.tenant_max_queued,
         max_objects: (args.tenant_max_objects > 0).then_some(args.tenant_max_objects),
+        max_bytes: (args.tenant_max_bytes > 0).then_some(args.tenant_max_bytes),
         max_watches: (args.tenant_max_watches > 0).then_some(args.tenant_max_watches),
         max_streams: (args.tenant_max_streams > 0).then_some(args.tenant_max_streams),
     };

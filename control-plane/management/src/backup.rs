@@ -476,6 +476,18 @@ impl Management {
                 contents.objects.len()
             )));
         }
+        let bytes: u64 = contents
+            .objects
+            .iter()
+            .map(|(_, value)| value.len() as u64)
+            .sum();
+        if let Some(limit) = self.api.limits().max_bytes
+            && bytes > limit
+        {
+            return Err(ManagementError::limit_exceeded(format!(
+                "the backup's objects hold {bytes} bytes; a cluster of this service may store {limit}"
+            )));
+        }
         Ok(())
     }
 

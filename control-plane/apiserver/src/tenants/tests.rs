@@ -105,6 +105,7 @@ async fn an_unreadable_record_is_unavailable_and_an_absent_one_is_none() {
         Store::new(storage.clone()),
         "https://127.0.0.1:6443",
         key_encryption,
+        None,
     );
     for id in ["loaded", "not-yet-loaded"] {
         let record = Tenants::new_record(id).expect("record");
