@@ -60,11 +60,13 @@ fn status(name: &str, healthy: Result<String, String>) -> Value {
         "metadata": {"name": name}, "conditions": [condition]})
 }
 
-/// Every component's status, in upstream's order.
-pub async fn statuses(store: &Store, activity: &ComponentActivity) -> Vec<Value> {
+/// Every component's status, in upstream's order. `parked`: the hosted loops are stopped
+/// while the cluster is idle, and start again on its next write — healthy, not seen.
+pub async fn statuses(store: &Store, activity: &ComponentActivity, parked: bool) -> Vec<Value> {
     let mut out = Vec::new();
     for component in ["scheduler", "controller-manager"] {
         let health = match activity.last_seen(component) {
+            _ if parked => Ok("ok (idle: starts on the next write)".to_string()),
             Some(ago) if ago <= SEEN_WITHIN => Ok("ok".to_string()),
             Some(ago) => Err(format!(
                 "no request from the {component} for {}s",
@@ -86,10 +88,11 @@ pub async fn statuses(store: &Store, activity: &ComponentActivity) -> Vec<Value>
 pub async fn answer(
     store: &Store,
     activity: &ComponentActivity,
+    parked: bool,
     resource: &ResourceInfo,
     name: Option<&str>,
 ) -> Result<Value, ApiError> {
-    let all = statuses(store, activity).await;
+    let all = statuses(store, activity, parked).await;
     match name {
         None => Ok(json!({"kind": "ComponentStatusList", "apiVersion": "v1",
             "metadata": {}, "items": all})),

@@ -553,6 +553,7 @@ async fn serve_kind(
             let answer = crate::componentstatus::answer(
                 &server.store,
                 &state.components,
+                server.tenants.loops_parked(&state.tenant.id),
                 resource,
                 target.name,
             )

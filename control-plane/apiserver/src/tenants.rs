@@ -253,6 +253,8 @@ pub struct Tenants {
     /// Each tenant's byte quota.
     max_bytes: Option<u64>,
     loaded: RwLock<HashMap<String, (Arc<TenantState>, Instant)>>,
+    /// The clusters whose control loops this replica holds but has stopped while idle.
+    loops_parked: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Tenants {
@@ -269,8 +271,30 @@ impl Tenants {
             key_encryption,
             public_url: public_url.trim_end_matches('/').to_string(),
             max_bytes,
+            loops_parked: Default::default(),
             loaded: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Notes whether the control loops of `id` held here are parked (stopped while idle).
+    pub fn set_loops_parked(&self, id: &str, parked: bool) {
+        let mut set = self
+            .loops_parked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if parked {
+            set.insert(id.to_string());
+        } else {
+            set.remove(id);
+        }
+    }
+
+    /// Whether the control loops of `id` are parked on this replica.
+    pub fn loops_parked(&self, id: &str) -> bool {
+        self.loops_parked
+            .lock()
+            .map(|set| set.contains(id))
+            .unwrap_or(false)
     }
 
     /// The tenant `id`: `Ok(None)` only when its record is absent. A record the store cannot

@@ -20,6 +20,28 @@ pub struct Informers {
     client: kube::Client,
     caches: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     watches: Mutex<Vec<JoinHandle<()>>>,
+    activity: Arc<Activity>,
+}
+
+/// What every cache of a cluster has seen lately: when one last changed, and how many of
+/// the cached objects are being deleted (each a wait on finalizers or dependents that a
+/// controller may still be driving).
+struct Activity {
+    last_change: Mutex<std::time::Instant>,
+    terminating: std::sync::atomic::AtomicI64,
+}
+
+impl Activity {
+    fn changed<K: kube::Resource>(&self, change: &Change<'_, K>) {
+        let terminating =
+            |object: Option<&K>| object.is_some_and(|o| o.meta().deletion_timestamp.is_some());
+        let delta = i64::from(terminating(change.new)) - i64::from(terminating(change.old));
+        if delta != 0 {
+            self.terminating
+                .fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+        }
+        *self.last_change.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    }
 }
 
 /// One resource type's cache, its change handlers and indexes, and its change signal.
@@ -363,7 +385,28 @@ impl Informers {
             client,
             caches: Mutex::default(),
             watches: Mutex::default(),
+            activity: Arc::new(Activity {
+                last_change: Mutex::new(std::time::Instant::now()),
+                terminating: Default::default(),
+            }),
         })
+    }
+
+    /// How long since any cache changed (since they were made, when none has).
+    pub fn quiet_for(&self) -> std::time::Duration {
+        self.activity
+            .last_change
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+
+    /// Whether any cached object has a deletion timestamp.
+    pub fn holds_terminating(&self) -> bool {
+        self.activity
+            .terminating
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
     }
 
     /// The client the caches watch through, for controllers' writes.
@@ -422,6 +465,8 @@ impl Informers {
             .unwrap_or_else(|p| p.into_inner())
             .push(task);
         let informer = Informer { store, dispatch };
+        let activity = self.activity.clone();
+        informer.on_change(move |change| activity.changed(change));
         caches.insert(TypeId::of::<K>(), Arc::new(informer.clone()));
         informer
     }

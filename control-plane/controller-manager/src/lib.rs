@@ -44,6 +44,49 @@ pub struct Config {
     pub cluster_signing: Option<certificates::ClusterSigning>,
 }
 
+/// Whether a cluster's controllers have nothing to do until a watch event comes, and nothing
+/// time alone would start: no cache changed for `quiet`, no work queue holds a key (not even
+/// one due later), no cached object is being deleted, and the cluster has none of the kinds
+/// whose controllers act on the clock rather than on events — Nodes (heartbeats that stop),
+/// Pods (scheduling retries, grace periods, evictions), Jobs and CronJobs (deadlines,
+/// schedules), HorizontalPodAutoscalers (a sync every 15 s), volumes and claims (binding
+/// retries) and certificate requests. Such a cluster's loops can stop and start again on the
+/// next write, as they would on another replica after a failover: every controller starts
+/// from a list.
+pub fn idle(
+    informers: &Informers,
+    queues: &workqueue::ClusterQueues,
+    quiet: std::time::Duration,
+) -> bool {
+    use k8s_openapi::api::{autoscaling, batch, certificates, core};
+    informers.quiet_for() >= quiet
+        && !informers.holds_terminating()
+        && queues.all_empty()
+        && informers.get::<core::v1::Node>().list().is_empty()
+        && informers.get::<core::v1::Pod>().list().is_empty()
+        && informers.get::<batch::v1::Job>().list().is_empty()
+        && informers.get::<batch::v1::CronJob>().list().is_empty()
+        && informers
+            .get::<autoscaling::v2::HorizontalPodAutoscaler>()
+            .list()
+            .is_empty()
+        && informers
+            .get::<core::v1::PersistentVolumeClaim>()
+            .list()
+            .is_empty()
+        && informers
+            .get::<core::v1::PersistentVolume>()
+            .list()
+            .is_empty()
+        && informers
+            .get::<certificates::v1::CertificateSigningRequest>()
+            .list()
+            .is_empty()
+        // The namespace controller watches on its own; its draining of a terminating
+        // namespace is told by this cache's deletion count.
+        && informers.get::<core::v1::Namespace>().is_ready()
+}
+
 /// Runs every controller of one cluster until the task is aborted: aborting drops every loop
 /// and watch, since they are joined here rather than spawned.
 pub async fn run(client: kube::Client, config: Config) {

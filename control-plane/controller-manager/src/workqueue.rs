@@ -23,9 +23,66 @@ const MAX_DELAY: Duration = Duration::from_secs(1000);
 
 /// A controller's queue of keys of type `K` (usually `namespace/name`).
 pub struct WorkQueue<K> {
-    state: Mutex<State<K>>,
+    state: Arc<Mutex<State<K>>>,
     wake: Notify,
     metrics: Arc<QueueMetrics>,
+}
+
+tokio::task_local! {
+    /// The queues of the cluster whose control loops are being polled: every queue made
+    /// inside [`ClusterQueues::scope`] joins it. A task-local rather than an argument to
+    /// every controller, so no controller can forget to be counted.
+    static CLUSTER_QUEUES: Arc<ClusterQueues>;
+}
+
+/// Whether one queue holds a key (ready, delayed, being processed or re-added meanwhile);
+/// `None` once the queue is gone.
+type HoldsKeys = Box<dyn Fn() -> Option<bool> + Send + Sync>;
+
+/// Every work queue of one cluster's control loops, asked together whether any holds a key:
+/// a cluster whose queues hold none, not even one due later, has nothing left to do until a
+/// watch event comes.
+#[derive(Default)]
+pub struct ClusterQueues {
+    queues: Mutex<Vec<HoldsKeys>>,
+}
+
+impl ClusterQueues {
+    /// Runs `loops` with every queue they make counted here.
+    pub async fn scope<F: Future>(self: Arc<Self>, loops: F) -> F::Output {
+        CLUSTER_QUEUES.scope(self, loops).await
+    }
+
+    /// Whether no queue holds a key, now or later.
+    pub fn all_empty(&self) -> bool {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut empty = true;
+        queues.retain(|holds| match holds() {
+            Some(holds) => {
+                empty &= !holds;
+                true
+            }
+            None => false,
+        });
+        empty
+    }
+
+    fn join<K: Send + 'static>(&self, state: &Arc<Mutex<State<K>>>) {
+        let state = Arc::downgrade(state);
+        self.queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(move || {
+                let state = state.upgrade()?;
+                let state = state.lock().unwrap_or_else(|p| p.into_inner());
+                Some(
+                    !(state.ready.is_empty()
+                        && state.delayed.is_empty()
+                        && state.processing.is_empty()
+                        && state.dirty.is_empty()),
+                )
+            }));
+    }
 }
 
 struct State<K> {
@@ -94,9 +151,14 @@ impl<K: Clone + Eq + Hash> State<K> {
 impl<K: Clone + Eq + Hash + Send> WorkQueue<K> {
     /// An empty queue whose metrics are reported as `name`'s (queues of one controller in
     /// every cluster share them, as one process's controllers do upstream).
-    pub fn new(name: &'static str) -> Self {
+    pub fn new(name: &'static str) -> Self
+    where
+        K: 'static,
+    {
+        let state = Arc::new(Mutex::new(State::default()));
+        let _ = CLUSTER_QUEUES.try_with(|cluster| cluster.join(&state));
         Self {
-            state: Mutex::new(State::default()),
+            state,
             wake: Notify::new(),
             metrics: QueueMetrics::named(name),
         }
@@ -149,6 +211,14 @@ impl<K: Clone + Eq + Hash + Send> WorkQueue<K> {
         };
         self.metrics.retries.fetch_add(1, Ordering::Relaxed);
         self.add_after(key, backoff(failures));
+    }
+
+    /// Drops a later add of `key`, if one is waiting.
+    pub fn cancel_delayed(&self, key: &K) {
+        let mut state = self.state();
+        if let Some(slot) = state.delayed_until.remove(key) {
+            state.delayed.remove(&slot);
+        }
     }
 
     /// Forgets `key`'s failures (it succeeded, or its object is gone).
@@ -260,8 +330,13 @@ where
             match outcome {
                 Ok(requeue) => {
                     queue.forget(&key);
-                    if let Requeue::After(delay) = requeue {
-                        queue.add_after(key.clone(), delay);
+                    match requeue {
+                        Requeue::After(delay) => queue.add_after(key.clone(), delay),
+                        // Every delay comes from a sync's verdict or a failure's back-off:
+                        // the latest sync says nothing is due, so a look asked for earlier
+                        // (a deadline of an object since deleted) is no longer needed, and
+                        // does not keep an idle cluster's queue holding a key.
+                        Requeue::No => queue.cancel_delayed(&key),
                     }
                 }
                 Err(err) => {
@@ -491,6 +566,66 @@ mod tests {
         // The key is no longer delayed: nothing more comes.
         let more = tokio::time::timeout(Duration::from_secs(60), queue.next()).await;
         assert!(more.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_s_queues_are_empty_only_when_none_holds_a_key_now_or_later() {
+        let cluster = Arc::new(ClusterQueues::default());
+        let (first, second) = cluster
+            .clone()
+            .scope(async { (queue(), WorkQueue::<String>::new("other")) })
+            .await;
+        // Made outside the scope: not the cluster's.
+        let outside = queue();
+        outside.add("elsewhere".to_string());
+        assert!(cluster.all_empty());
+        second.add_after("later".to_string(), Duration::from_secs(5));
+        assert!(!cluster.all_empty(), "a delayed key is work to come");
+        second.cancel_delayed(&"later".to_string());
+        assert!(cluster.all_empty());
+        first.add("k".to_string());
+        assert!(!cluster.all_empty());
+        let key = first.next().await;
+        assert!(!cluster.all_empty(), "a key being processed is work");
+        first.done(&key);
+        assert!(cluster.all_empty());
+        drop((first, second));
+        assert!(cluster.all_empty());
+        assert!(
+            cluster.queues.lock().expect("lock").is_empty(),
+            "dropped queues forgotten"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_that_asks_for_nothing_cancels_a_look_asked_for_earlier() {
+        let queue = Arc::new(WorkQueue::<String>::new("test-cancel"));
+        let runs = Arc::new(AtomicU64::new(0));
+        let (worker_queue, counted) = (queue.clone(), runs.clone());
+        let workers = tokio::spawn(async move {
+            run_workers(&worker_queue, 1, |_key: String| {
+                let counted = counted.clone();
+                async move {
+                    // The first sync asks to look again in a minute, the next for nothing.
+                    let requeue = match counted.fetch_add(1, Ordering::SeqCst) {
+                        0 => Requeue::After(Duration::from_secs(60)),
+                        _ => Requeue::No,
+                    };
+                    Ok::<_, String>(requeue)
+                }
+            })
+            .await;
+        });
+        queue.add("k".to_string());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        queue.add("k".to_string());
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "the minute's look still came"
+        );
+        workers.abort();
     }
 
     #[tokio::test(start_paused = true)]

@@ -466,6 +466,12 @@ pub struct ServeArgs {
     /// replica takes them over this long after the holder dies.
     #[arg(long, default_value_t = 15)]
     pub lease_duration_seconds: u64,
+    /// How long a cluster's control loops may have nothing to do (no change, no queued work,
+    /// no nodes, pods, jobs, autoscalers, volumes or cloud) before they are parked: stopped,
+    /// their Lease kept, started again by the cluster's next write. An idle cluster then
+    /// costs its records and nothing else (`0s`: never parked).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub park_idle_clusters_after: std::time::Duration,
     /// How long a node pool's running instance may go without its Node before the pool is
     /// DEGRADED with `NodeCreationFailure` (its user data, token or route to the API is wrong).
     #[arg(long, default_value_t = 600)]

@@ -25,6 +25,8 @@ use tokio::time::Instant;
 
 use crate::replicas::{Member, Membership, owner};
 
+type WatchBatch = Result<flotilla_storage::WatchResponse, flotilla_storage::StorageError>;
+
 /// The Lease of a cluster's control loops (upstream kube-controller-manager's name).
 const LEASE_NAME: &str = "kube-controller-manager";
 pub(crate) const LEASE_NAMESPACE: &str = "kube-system";
@@ -49,6 +51,9 @@ pub struct PlacementConfig {
     /// Whether the store admits only this process (the embedded store), so that every other
     /// replica record is an earlier run's and need not be waited out.
     pub sole_replica: bool,
+    /// How long a cluster's loops may have nothing to do before they are parked
+    /// ([`flotilla_controller_manager::idle`]); `None`: never parked.
+    pub park_idle_after: Option<Duration>,
 }
 
 /// Who the control loops act as: the controller manager, with the masters' group so every
@@ -71,6 +76,7 @@ pub fn spawn(server: Arc<ApiServer>, router: Router, config: PlacementConfig) ->
                 config.sole_replica,
             ),
             clusters: Clusters::default(),
+            writes: Writes::default(),
             running: HashMap::new(),
             server,
             router,
@@ -132,13 +138,69 @@ impl Clusters {
     }
 }
 
+/// Every write to any cluster's objects, followed so that a parked cluster's loops start
+/// again on the first one.
+#[derive(Default)]
+struct Writes {
+    changes: Option<flotilla_storage::WatchStream>,
+}
+
+impl Writes {
+    /// Starts following, when not following already; `true` when a new watch started (writes
+    /// before it may have been missed).
+    async fn follow(&mut self, server: &ApiServer) -> bool {
+        if self.changes.is_some() {
+            return false;
+        }
+        let storage = server.store().storage();
+        let Ok(revision) = storage.current_revision().await else {
+            return false;
+        };
+        match storage.watch(CLUSTER_OBJECTS_PREFIX, revision + 1).await {
+            Ok(changes) => {
+                self.changes = Some(changes);
+                true
+            }
+            Err(err) => {
+                tracing::warn!(%err, "following writes to wake parked clusters");
+                false
+            }
+        }
+    }
+}
+
+/// Where every cluster's objects are stored: `/registry/{cluster}/…`.
+const CLUSTER_OBJECTS_PREFIX: &str = "/registry/";
+
+/// The cluster a stored object's key belongs to.
+fn cluster_of(key: &str) -> Option<&str> {
+    key.strip_prefix(CLUSTER_OBJECTS_PREFIX)?.split('/').next()
+}
+
+/// One cluster whose Lease this replica holds.
+struct Hosted {
+    /// This replica's generation when it took the Lease: loops started by an earlier life
+    /// are stopped, never carried over.
+    generation: u64,
+    loops: Loops,
+}
+
+enum Loops {
+    /// Running, and when a write to the cluster was last seen here.
+    Running {
+        task: JoinHandle<()>,
+        last_write: Option<Instant>,
+    },
+    /// Stopped while idle, the Lease kept: started again on the cluster's next write.
+    Parked,
+}
+
 struct Placement {
     membership: Membership,
     clusters: Clusters,
-    /// The loops this replica runs, by cluster.
-    /// The clusters whose loops run here, each with this replica's generation when it took
-    /// their Lease: loops started by an earlier life are stopped, never carried over.
-    running: HashMap<String, (JoinHandle<()>, u64)>,
+    writes: Writes,
+    /// The clusters whose Lease this replica holds, their loops running or parked.
+    running: HashMap<String, Hosted>,
     server: Arc<ApiServer>,
     router: Router,
     config: PlacementConfig,
@@ -148,34 +210,131 @@ impl Placement {
     async fn run(&mut self) {
         let mut ticker = tokio::time::interval(self.config.retry_period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut index = self.config.management.cluster_index();
         loop {
-            let tick = match self.clusters.changes.as_mut() {
-                Some(changes) => tokio::select! {
-                    _ = ticker.tick() => true,
-                    batch = changes.next() => {
-                        self.clusters.apply(batch);
-                        false
-                    }
-                },
-                None => {
-                    ticker.tick().await;
-                    true
+            let writes = async {
+                match self.writes.changes.as_mut() {
+                    Some(changes) => changes.next().await,
+                    None => std::future::pending().await,
                 }
             };
-            if tick {
-                let storage = self.server.store().storage().clone();
-                if let Err(err) = self.membership.renew_and_observe(&*storage).await {
-                    tracing::warn!(%err, "renewing this replica's lease");
+            let records = async {
+                match self.clusters.changes.as_mut() {
+                    Some(changes) => changes.next().await,
+                    None => std::future::pending().await,
                 }
-                self.clusters.follow(&self.server).await;
+            };
+            enum Woken {
+                Tick,
+                Records(Option<WatchBatch>),
+                Writes(Option<WatchBatch>),
+                Index,
+            }
+            let woken = tokio::select! {
+                _ = ticker.tick() => Woken::Tick,
+                batch = records => Woken::Records(batch),
+                batch = writes => Woken::Writes(batch),
+                changed = index.changed(), if self.config.park_idle_after.is_some() => {
+                    if changed.is_err() {
+                        // The management side is gone (shutting down): no more index.
+                        index = tokio::sync::watch::channel(Default::default()).1;
+                    }
+                    Woken::Index
+                }
+            };
+            match woken {
+                Woken::Tick => {
+                    let storage = self.server.store().storage().clone();
+                    if let Err(err) = self.membership.renew_and_observe(&*storage).await {
+                        tracing::warn!(%err, "renewing this replica's lease");
+                    }
+                    self.clusters.follow(&self.server).await;
+                    if self.config.park_idle_after.is_some()
+                        && self.writes.follow(&self.server).await
+                    {
+                        // Writes between the last watch and this one were not seen.
+                        self.wake(|_| true).await;
+                    }
+                }
+                Woken::Records(batch) => self.clusters.apply(batch),
+                Woken::Writes(Some(Ok(batch))) => {
+                    let now = Instant::now();
+                    let mut woken = BTreeSet::new();
+                    for event in &batch.events {
+                        let Some(hosted) =
+                            cluster_of(&event.kv.key).and_then(|id| self.running.get_mut(id))
+                        else {
+                            continue;
+                        };
+                        match &mut hosted.loops {
+                            Loops::Running { last_write, .. } => *last_write = Some(now),
+                            Loops::Parked => {
+                                woken.insert(cluster_of(&event.kv.key).unwrap_or_default());
+                            }
+                        }
+                    }
+                    let woken: BTreeSet<String> = woken.into_iter().map(String::from).collect();
+                    self.wake(|id| woken.contains(id)).await;
+                }
+                Woken::Writes(_) => self.writes.changes = None,
+                Woken::Index => {
+                    // A parked cluster given a cloud runs its cloud controllers from now on.
+                    let index = index.borrow_and_update().clone();
+                    self.wake(|id| index.get(id).is_some_and(|m| m.cluster.has_cloud()))
+                        .await;
+                    continue;
+                }
             }
             self.place().await;
+        }
+    }
+
+    /// Starts the parked loops of the clusters `which` picks.
+    async fn wake(&mut self, which: impl Fn(&str) -> bool) {
+        let parked: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(id, hosted)| matches!(hosted.loops, Loops::Parked) && which(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in parked {
+            tracing::info!(cluster = %id, replica = %self.config.identity, "control loops woken: the cluster was written to");
+            self.start(&id).await;
+        }
+    }
+
+    /// Parks the loops that ended because they were idle, unless the cluster was written to
+    /// since they last looked (the write may not have reached them): those start again.
+    async fn park_finished(&mut self) {
+        let Some(quiet) = self.config.park_idle_after else {
+            return;
+        };
+        let finished: Vec<(String, bool)> = self
+            .running
+            .iter()
+            .filter_map(|(id, hosted)| match &hosted.loops {
+                Loops::Running { task, last_write } if task.is_finished() => Some((
+                    id.clone(),
+                    last_write.is_some_and(|at| at.elapsed() < quiet),
+                )),
+                _ => None,
+            })
+            .collect();
+        for (id, written) in finished {
+            if written {
+                self.start(&id).await;
+            } else if let Some(hosted) = self.running.get_mut(&id) {
+                hosted.loops = Loops::Parked;
+                self.server.tenants.set_loops_parked(&id, true);
+                tracing::info!(cluster = %id, replica = %self.config.identity, "control loops parked: the cluster is idle");
+            }
         }
     }
 
     /// Starts the loops of the clusters this replica owns and can take, and stops the
     /// others'.
     async fn place(&mut self) {
+        self.park_finished().await;
         let now = Instant::now();
         let live = self.membership.live(now);
         let me = self.membership.me();
@@ -188,19 +347,23 @@ impl Placement {
             // A replica that lost its lease (paused, cut off) rejoins with a new generation:
             // meanwhile another may have taken its clusters, so what it ran in its earlier
             // life stops, and runs again only once the Lease is taken afresh.
-            .filter(|(id, (_, generation))| {
-                !self.clusters.ids.contains(*id) || !mine(id) || *generation != me.generation
+            .filter(|(id, hosted)| {
+                !self.clusters.ids.contains(*id) || !mine(id) || hosted.generation != me.generation
             })
             .map(|(id, _)| id.clone())
             .collect();
         for id in &leaving {
-            if let Some((task, _)) = self.running.remove(id) {
+            let Some(hosted) = self.running.remove(id) else {
+                continue;
+            };
+            self.server.tenants.set_loops_parked(id, false);
+            if let Loops::Running { task, .. } = hosted.loops {
                 task.abort();
                 // Aborting takes effect at the task's next await: wait for that, so nothing
                 // of these loops runs once the Lease is released below.
                 let _ = task.await;
-                tracing::info!(cluster = %id, replica = %me.identity, "control loops stopped: the cluster moved or is gone");
             }
+            tracing::info!(cluster = %id, replica = %me.identity, "control loops stopped: the cluster moved or is gone");
         }
         // Released only while this replica still holds its lease: otherwise another may
         // already have taken them, and the record is theirs.
@@ -293,12 +456,29 @@ impl Placement {
             id.to_string(),
             self.config.node_join_timeout,
         );
+        // Parked only while it has no cloud: its controllers watch instances on a timer.
+        let parking = self.config.park_idle_after.map(|quiet| Parking {
+            quiet,
+            has_cloud: {
+                let (index, id) = (self.config.management.cluster_index(), id.to_string());
+                Box::new(move || {
+                    index
+                        .borrow()
+                        .get(&id)
+                        .is_none_or(|managed| managed.cluster.has_cloud())
+                })
+            },
+        });
+        self.server.tenants.set_loops_parked(id, false);
         self.running.insert(
             id.to_string(),
-            (
-                tokio::spawn(cluster_loops(client, controllers, cloud)),
-                self.membership.me().generation,
-            ),
+            Hosted {
+                generation: self.membership.me().generation,
+                loops: Loops::Running {
+                    task: tokio::spawn(cluster_loops(client, controllers, cloud, parking)),
+                    last_write: None,
+                },
+            },
         );
     }
 }
@@ -395,8 +575,10 @@ async fn cluster_loops(
     client: kube::Client,
     controllers: flotilla_controller_manager::Config,
     cloud: impl std::future::Future<Output = ()>,
+    parking: Option<Parking>,
 ) {
     let informers = flotilla_controller_manager::informers::Informers::new(client.clone());
+    let queues = Arc::new(flotilla_controller_manager::workqueue::ClusterQueues::default());
     let shared = flotilla_scheduler::SharedEvents {
         pods: Some(informers.get().events()),
         nodes: Some(informers.get().events()),
@@ -408,10 +590,39 @@ async fn cluster_loops(
         replica_sets: Some(informers.get().events()),
         stateful_sets: Some(informers.get().events()),
     };
-    futures::future::join3(
-        flotilla_controller_manager::run_with(informers, controllers),
+    let loops = queues.clone().scope(futures::future::join3(
+        flotilla_controller_manager::run_with(informers.clone(), controllers),
         flotilla_scheduler::run_sharing(client, shared),
         cloud,
-    )
-    .await;
+    ));
+    let Some(parking) = parking else {
+        loops.await;
+        return;
+    };
+    // Looked at a few times per quiet period, and only while running: a parked cluster has
+    // no timer at all.
+    let idle = async {
+        let mut look = tokio::time::interval((parking.quiet / 4).max(Duration::from_millis(100)));
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            look.tick().await;
+            if !(parking.has_cloud)()
+                && flotilla_controller_manager::idle(&informers, &queues, parking.quiet)
+            {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = loops => {}
+        () = idle => {}
+    }
+}
+
+/// When a cluster's loops park themselves.
+struct Parking {
+    /// How long the loops must have had nothing to do.
+    quiet: Duration,
+    /// Whether the cluster has a cloud now (or is unknown to the management records yet).
+    has_cloud: Box<dyn Fn() -> bool + Send + Sync>,
 }

@@ -324,6 +324,7 @@ async fn start(
                 management: management.clone(),
                 node_join_timeout: placement_options.node_join_timeout,
                 sole_replica: placement_options.sole_replica,
+                park_idle_after: placement_options.park_idle_after,
             },
         );
     }
@@ -367,6 +368,8 @@ struct PlacementOptions {
     node_join_timeout: Duration,
     /// The store admits one process (the embedded store): no other replica can be live.
     sole_replica: bool,
+    /// How long a cluster's loops may be idle before they are parked.
+    park_idle_after: Option<Duration>,
 }
 
 /// `host_port_random`: unique among replicas, and names the replica for a reader.
@@ -498,6 +501,8 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
             enabled: !args.external_control_loops,
             node_join_timeout: Duration::from_secs(args.node_join_timeout_seconds),
             sole_replica: args.etcd.is_empty(),
+            // One cluster on one machine: nothing to gain.
+            park_idle_after: None,
         },
         networks,
         Arc::new(auditor(&args.audit).await?),
@@ -852,6 +857,8 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         enabled: !args.external_control_loops,
         node_join_timeout: Duration::from_secs(args.node_join_timeout_seconds),
         sole_replica: false,
+        park_idle_after: (!args.park_idle_clusters_after.is_zero())
+            .then_some(args.park_idle_clusters_after),
     };
     let started = start(
         storage,

@@ -1324,3 +1324,67 @@ fn loop_intervals(
     }
     Ok(intervals)
 }
+
+/// Issue 28: an idle cluster's control loops are parked (stopped, their Lease kept, shown by
+/// `kubectl get componentstatuses`) and start again on its next write: a Deployment created
+/// on a parked cluster gets its ReplicaSet and pod, and a cluster with pods stays awake.
+#[test]
+fn idle_clusters_park_their_loops_and_wake_on_a_write() -> anyhow::Result<()> {
+    let etcd = Etcd::start()?;
+    let service = Serve::start_with(&etcd.endpoint, &["--park-idle-clusters-after", "2s"])?;
+    let x = service.account("x")?;
+    let cluster = create_cluster(&service, &x, "sleepy")?;
+    let components = |kubectl: &Kubectl| -> anyhow::Result<String> {
+        kubectl.ok(&[
+            "get",
+            "componentstatuses",
+            "controller-manager",
+            "-o",
+            "jsonpath={.conditions[0].status} {.conditions[0].message}",
+        ])
+    };
+    let parked = |kubectl: &Kubectl| -> anyhow::Result<()> {
+        let status = components(kubectl)?;
+        ensure!(status.starts_with("True ok (idle"), "not parked: {status}");
+        Ok(())
+    };
+    eventually(Duration::from_secs(30), || parked(&cluster.kubectl))?;
+    // A read does not wake it; a write does, and the loops do what it asks.
+    cluster.kubectl.ok(&["get", "configmaps", "-A"])?;
+    parked(&cluster.kubectl)?;
+    let written = std::time::Instant::now();
+    cluster.kubectl.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=flotilla.local/busybox:1",
+    ])?;
+    eventually(Duration::from_secs(20), || {
+        contains(
+            &cluster.kubectl.ok(&["get", "pods", "-o", "name"])?,
+            "pod/web-",
+        )
+    })?;
+    eprintln!(
+        "a parked cluster's Deployment had its pod {} ms after the create",
+        written.elapsed().as_millis()
+    );
+    contains(&components(&cluster.kubectl)?, "True ok")?;
+    // Its pending pod keeps it awake (the scheduler retries it).
+    std::thread::sleep(Duration::from_secs(5));
+    let status = components(&cluster.kubectl)?;
+    ensure!(status == "True ok", "a cluster with a pod parked: {status}");
+    // Without the Deployment it parks again; another cluster parked all along.
+    cluster.kubectl.ok(&["delete", "deployment", "web"])?;
+    eventually(Duration::from_secs(30), || {
+        ensure!(
+            cluster
+                .kubectl
+                .ok(&["get", "pods", "-o", "name"])?
+                .is_empty(),
+            "pods left"
+        );
+        parked(&cluster.kubectl)
+    })?;
+    Ok(())
+}
