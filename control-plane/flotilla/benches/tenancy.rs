@@ -32,7 +32,10 @@
 //! (default 6); `FLOTILLA_BENCH_NO_REACTION=1` leaves out the reaction time;
 //! `FLOTILLA_BENCH_FLEET_SIZES=1,100,1000,5000` sets the fleet sizes memory is read at (issue
 //! 28's density runs); `FLOTILLA_BENCH_SERVE_ARGS="--external-control-loops"` adds arguments
-//! to `flotilla serve` (that one: memory without the clusters' hosted control loops).
+//! to `flotilla serve` (that one: memory without the clusters' hosted control loops). The
+//! service parks an idle cluster's loops after 15 s here (`--park-idle-clusters-after`; the
+//! bench's own `--park-idle-clusters-after=0s` in that variable turns it off), and memory is
+//! read once more after they have.
 
 #[path = "../../storage/tests/conformance/etcd_server.rs"]
 #[allow(dead_code)] // shared with the storage tests; this bench needs only start and endpoint
@@ -61,6 +64,12 @@ use serde_json::json;
 const READY_SAMPLES: usize = 40;
 /// Fleet sizes at which memory is read.
 const FLEET_SIZES: [usize; 3] = [1, 100, 1000];
+/// How long an idle cluster's loops run before they park (the service's default is 60 s;
+/// shorter here so the bench need not wait a minute for the parked reading).
+const PARK_AFTER: Duration = Duration::from_secs(15);
+/// How long after the last create the parked reading is taken: the loops' quiet period, a
+/// look, and jemalloc's decay returning their pages.
+const PARKED_READING_AFTER: Duration = Duration::from_secs(45);
 /// How long the idle fleet's CPU use is measured.
 const IDLE_RUN: Duration = Duration::from_secs(6);
 /// Clusters created concurrently while growing the fleet.
@@ -119,11 +128,7 @@ impl Service {
             .arg(&operator)
             .arg("--key-encryption-key-file")
             .arg(dir.path().join("key-encryption-key"))
-            .args(
-                std::env::var("FLOTILLA_BENCH_SERVE_ARGS")
-                    .unwrap_or_default()
-                    .split_whitespace(),
-            )
+            .args(serve_args())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -153,6 +158,25 @@ impl Service {
     fn rss(&self) -> anyhow::Result<u64> {
         proc::rss(self.child.id())
     }
+}
+
+/// The arguments `FLOTILLA_BENCH_SERVE_ARGS` adds, and [`PARK_AFTER`] unless they set it.
+fn serve_args() -> Vec<String> {
+    let mut args: Vec<String> = std::env::var("FLOTILLA_BENCH_SERVE_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if !args
+        .iter()
+        .any(|arg| arg.starts_with("--park-idle-clusters-after"))
+    {
+        args.push(format!(
+            "--park-idle-clusters-after={}s",
+            PARK_AFTER.as_secs()
+        ));
+    }
+    args
 }
 
 /// An account's management client and where its configuration is.
@@ -433,6 +457,20 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_secs(3)).await;
         memory.push((size.max(fleet), service.rss()?));
     }
+    // Once the idle clusters' loops have parked (unless parking is off).
+    let parking = !std::env::var("FLOTILLA_BENCH_SERVE_ARGS")
+        .unwrap_or_default()
+        .contains("--park-idle-clusters-after=0s");
+    let parked = if parking && !noisy_only {
+        eprintln!(
+            "waiting {} s for the idle clusters' loops to park…",
+            PARKED_READING_AFTER.as_secs()
+        );
+        tokio::time::sleep(PARKED_READING_AFTER).await;
+        Some((fleet, service.rss()?))
+    } else {
+        None
+    };
     // What an idle fleet costs: the replica's lease renewal and whatever the clusters' loops
     // and watches still do when nothing changes; store writes counted by etcd's revision.
     let idle_run = std::env::var("FLOTILLA_BENCH_IDLE_SECONDS")
@@ -532,6 +570,15 @@ async fn run(service: &Service, etcd: &str) -> anyhow::Result<()> {
             report_worst(worst);
         }
         None => report_ready_and_memory(&ready, &memory),
+    }
+    if let Some((clusters, rss)) = parked {
+        let per = mib(rss.saturating_sub(memory[0].1)) / clusters as f64;
+        println!(
+            "\n{clusters} idle clusters with their loops parked ({} s after the last create): RSS {:.1} MiB, {per:.3} MiB per cluster against the empty service (issue 28's target: ≤ 0.5 MiB — {})",
+            PARKED_READING_AFTER.as_secs(),
+            mib(rss),
+            verdict(per <= 0.5)
+        );
     }
     println!(
         "\nidle fleet of {fleet} clusters over {idle_secs:.0} s: flotilla serve uses {idle_cores:.3} cores; the store takes {writes_per_second:.2} writes/s (targets at 10,000 clusters: ≤ 0.1 core, ≤ 10 writes/s)"

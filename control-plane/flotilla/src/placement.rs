@@ -143,28 +143,46 @@ impl Clusters {
 #[derive(Default)]
 struct Writes {
     changes: Option<flotilla_storage::WatchStream>,
+    /// The revision the watch has delivered everything up to; 0 before the first watch and
+    /// after one fell behind the compaction point.
+    seen: flotilla_storage::Revision,
 }
 
 impl Writes {
-    /// Starts following, when not following already; `true` when a new watch started (writes
-    /// before it may have been missed).
+    /// Starts following, when not following already: from where the last watch ended, else
+    /// from now. `true` when writes may have been missed (a watch started afresh).
     async fn follow(&mut self, server: &ApiServer) -> bool {
         if self.changes.is_some() {
             return false;
         }
         let storage = server.store().storage();
-        let Ok(revision) = storage.current_revision().await else {
-            return false;
+        let (from, afresh) = match self.seen {
+            0 => match storage.current_revision().await {
+                Ok(current) => (current + 1, true),
+                Err(_) => return false,
+            },
+            seen => (seen + 1, false),
         };
-        match storage.watch(CLUSTER_OBJECTS_PREFIX, revision + 1).await {
+        match storage.watch(CLUSTER_OBJECTS_PREFIX, from).await {
             Ok(changes) => {
                 self.changes = Some(changes);
-                true
+                self.seen = from - 1;
+                afresh
             }
             Err(err) => {
+                self.failed(&err);
                 tracing::warn!(%err, "following writes to wake parked clusters");
                 false
             }
+        }
+    }
+
+    /// The watch ended: the next tick follows again, from where it ended unless that is
+    /// compacted away.
+    fn failed(&mut self, err: &flotilla_storage::StorageError) {
+        self.changes = None;
+        if matches!(err, flotilla_storage::StorageError::Compacted { .. }) {
+            self.seen = 0;
         }
     }
 }
@@ -258,6 +276,7 @@ impl Placement {
                 }
                 Woken::Records(batch) => self.clusters.apply(batch),
                 Woken::Writes(Some(Ok(batch))) => {
+                    self.writes.seen = batch.revision;
                     let now = Instant::now();
                     let mut woken = BTreeSet::new();
                     for event in &batch.events {
@@ -275,8 +294,18 @@ impl Placement {
                     }
                     let woken: BTreeSet<String> = woken.into_iter().map(String::from).collect();
                     self.wake(|id| woken.contains(id)).await;
+                    // Nothing else to place: a busy fleet's writes must not cost a pass over
+                    // every cluster each.
+                    continue;
                 }
-                Woken::Writes(_) => self.writes.changes = None,
+                Woken::Writes(Some(Err(err))) => {
+                    self.writes.failed(&err);
+                    continue;
+                }
+                Woken::Writes(None) => {
+                    self.writes.changes = None;
+                    continue;
+                }
                 Woken::Index => {
                     // A parked cluster given a cloud runs its cloud controllers from now on.
                     let index = index.borrow_and_update().clone();
