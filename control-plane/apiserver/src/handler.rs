@@ -267,7 +267,7 @@ async fn route(
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
                 format!(
-                    "{}# HELP flotilla_cluster_objects Objects the cluster stores, of every kind (counted at most every 5 s).\n# TYPE flotilla_cluster_objects gauge\nflotilla_cluster_objects {objects}\n# HELP flotilla_cluster_stored_bytes Bytes the cluster's objects hold, before encryption at rest (summed at most every 60 s, moved by each write here).\n# TYPE flotilla_cluster_stored_bytes gauge\nflotilla_cluster_stored_bytes {bytes}\n",
+                    "{}# HELP flotilla_cluster_objects Objects the cluster stores, of every kind (counted at most every 5 s).\n# TYPE flotilla_cluster_objects gauge\nflotilla_cluster_objects {objects}\n# HELP flotilla_cluster_stored_bytes Bytes the cluster's objects take in the store (summed at most every 60 s, moved by each write here).\n# TYPE flotilla_cluster_stored_bytes gauge\nflotilla_cluster_stored_bytes {bytes}\n",
                     state.metrics.render()
                 ),
             )

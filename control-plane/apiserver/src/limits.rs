@@ -28,8 +28,9 @@ pub struct TenantLimits {
     pub max_queued: usize,
     /// Most keys a tenant may store (objects and their allocations); `None` for no quota.
     pub max_objects: Option<usize>,
-    /// Most bytes a tenant's keys may hold together (their values as the apiserver writes
-    /// them, before encryption at rest); `None` for no quota. Creates and updates that would
+    /// Most bytes a tenant's keys may hold together (their values as stored, after
+    /// encryption at rest; a write between two sums is counted by its size before it);
+    /// `None` for no quota. Creates and updates that would
     /// grow the total past it are refused; updates that shrink and deletes never are, so a
     /// full cluster can always make room.
     pub max_bytes: Option<u64>,
@@ -394,6 +395,9 @@ impl StoredBytes {
         if let Some(summed) = self.fresh() {
             return Ok(summed);
         }
+        // Sizes as stored, read beneath encryption at rest: the sum never decrypts a value
+        // (nor needs a KMS plugin to answer).
+        let storage = storage.untransformed();
         let mut bytes = 0i64;
         let mut start_key = None;
         let mut revision = 0;

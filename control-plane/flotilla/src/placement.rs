@@ -155,7 +155,8 @@ impl Writes {
         if self.changes.is_some() {
             return false;
         }
-        let storage = server.store().storage();
+        // Beneath encryption at rest: only keys are read, never a value decrypted.
+        let storage = server.store().storage().untransformed();
         let (from, afresh) = match self.seen {
             0 => match storage.current_revision().await {
                 Ok(current) => (current + 1, true),

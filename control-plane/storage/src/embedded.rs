@@ -385,6 +385,10 @@ impl Storage for EmbeddedStorage {
     async fn compacted_revision(&self) -> Result<Revision, StorageError> {
         Ok(self.read(read_heads).await?.compacted)
     }
+
+    fn untransformed(&self) -> &dyn Storage {
+        self
+    }
 }
 
 /// Creates the tables and the meta entries of a new file, or checks those of an existing one.

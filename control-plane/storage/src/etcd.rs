@@ -672,6 +672,10 @@ impl Storage for EtcdStorage {
         // Revision 1 readable means nothing was compacted, which the trait reports as 0.
         Ok(if found <= 1 { 0 } else { revision_of(found, 0) })
     }
+
+    fn untransformed(&self) -> &dyn Storage {
+        self
+    }
 }
 
 /// One etcd watch, translated and checked response by response.

@@ -268,4 +268,9 @@ pub trait Storage: Send + Sync + 'static {
 
     /// The oldest revision still readable (the compaction point); 0 if nothing was ever compacted.
     async fn compacted_revision(&self) -> Result<Revision, StorageError>;
+
+    /// The store beneath any transformation of values (encryption at rest): for readers that
+    /// need keys, revisions and the stored sizes but never the values themselves, so they
+    /// neither pay for nor depend on decryption. A store that transforms nothing is its own.
+    fn untransformed(&self) -> &dyn Storage;
 }

@@ -242,8 +242,8 @@ fn stored_bytes(kubectl: &flotilla_e2e::Kubectl) -> anyhow::Result<u64> {
         .context("flotilla_cluster_stored_bytes")
 }
 
-/// Issue 27: a cluster may store only `--tenant-max-bytes` (its objects as written, before
-/// encryption at rest). A create or an update that would grow it past that gets upstream's
+/// Issue 27: a cluster may store only `--tenant-max-bytes` (its objects as they take in the
+/// store). A create or an update that would grow it past that gets upstream's
 /// "exceeded quota" 403; an update that shrinks an object and a delete are never refused, and
 /// the room they free is there at once. Another cluster of the service is unaffected.
 #[test]

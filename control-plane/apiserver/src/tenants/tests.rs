@@ -88,6 +88,10 @@ impl Storage for Unreachable {
         self.check()?;
         self.inner.compacted_revision().await
     }
+
+    fn untransformed(&self) -> &dyn Storage {
+        self
+    }
 }
 
 #[tokio::test]

@@ -313,6 +313,10 @@ impl Storage for EncryptedStorage {
     async fn compacted_revision(&self) -> Result<Revision, StorageError> {
         self.inner.compacted_revision().await
     }
+
+    fn untransformed(&self) -> &dyn Storage {
+        self.inner.as_ref()
+    }
 }
 
 #[cfg(test)]
@@ -392,6 +396,14 @@ mod tests {
 
         let read = encrypted.get(SECRET).await.expect("get").expect("stored");
         assert_eq!(read.value, value);
+        // Beneath the transformation, the value as stored.
+        let beneath = encrypted
+            .untransformed()
+            .get(SECRET)
+            .await
+            .expect("get")
+            .expect("stored");
+        assert_eq!(beneath.value, raw.value);
         let listed = encrypted
             .range(RangeRequest {
                 prefix: "/registry/a/".to_string(),
