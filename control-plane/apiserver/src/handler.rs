@@ -261,7 +261,7 @@ async fn route(
             let bytes = state
                 .tenant
                 .stored_bytes
-                .current(server.store().storage().as_ref(), &state.tenant.key_prefix)
+                .current(server.store().storage(), &state.tenant.key_prefix)
                 .await?;
             Ok((
                 StatusCode::OK,

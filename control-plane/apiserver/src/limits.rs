@@ -292,9 +292,10 @@ impl ObjectCount {
     }
 }
 
-/// How long a summed size of a tenant's keys is trusted (plus the writes made here since):
-/// writes through other replicas are seen this late, so the quota may be overshot by what they
-/// add in that time. Longer than the object count's, as the sum reads every value.
+/// How long a summed size of a tenant's keys is trusted (plus the writes made here since)
+/// before it is read again: writes through other replicas are seen about this late, so the
+/// quota may be overshot by what they add in that time. Longer than the object count's, as
+/// the sum reads every value.
 const STORED_BYTES_TTL: Duration = Duration::from_secs(60);
 
 /// Keys read per page while summing a tenant's size, so the sum never holds a large tenant
@@ -307,9 +308,11 @@ const STORED_BYTES_PAGE: usize = 500;
 pub struct StoredBytes {
     limit: Option<u64>,
     state: Mutex<Option<SummedBytes>>,
-    /// One sum at a time: writes arriving while it runs wait for it rather than each reading
-    /// the whole tenant.
+    /// One first sum at a time: writes arriving while it runs wait for it rather than each
+    /// reading the whole tenant.
     summing: tokio::sync::Mutex<()>,
+    /// Whether a later sum is being read in the background.
+    resumming: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -364,39 +367,54 @@ impl StoredBytes {
         }
     }
 
-    fn fresh(&self) -> Option<SummedBytes> {
-        self.state
-            .lock()
-            .ok()
-            .and_then(|state| *state)
-            .filter(|summed| summed.summed_at.elapsed() < STORED_BYTES_TTL)
-    }
-
-    /// The bytes stored under `prefix`: the sum read at most [`STORED_BYTES_TTL`] ago (plus
-    /// the writes made here since), else a fresh one.
+    /// The bytes stored under `prefix`: the last sum (plus the writes made here since), read
+    /// again when it is missing or older than [`STORED_BYTES_TTL`].
     pub async fn current(
-        &self,
-        storage: &dyn flotilla_storage::Storage,
+        self: &Arc<Self>,
+        storage: &Arc<dyn flotilla_storage::Storage>,
         prefix: &str,
     ) -> Result<u64, ApiError> {
         Ok(self.summed(storage, prefix).await?.bytes.max(0) as u64)
     }
 
+    /// The last sum. Only the first one is waited for: an older one (with every write here
+    /// since) still decides while a new one is read in the background, so no write waits a
+    /// whole tenant's read once a minute.
     async fn summed(
+        self: &Arc<Self>,
+        storage: &Arc<dyn flotilla_storage::Storage>,
+        prefix: &str,
+    ) -> Result<SummedBytes, ApiError> {
+        let last = self.state.lock().ok().and_then(|state| *state);
+        if let Some(last) = last {
+            if last.summed_at.elapsed() >= STORED_BYTES_TTL
+                && !self.resumming.swap(true, Ordering::AcqRel)
+            {
+                let (quota, storage, prefix) = (self.clone(), storage.clone(), prefix.to_string());
+                tokio::spawn(async move {
+                    if let Err(err) = quota.sum(storage.as_ref(), &prefix).await {
+                        tracing::debug!(%prefix, err = %err.message, "summing a cluster's stored bytes");
+                    }
+                    quota.resumming.store(false, Ordering::Release);
+                });
+            }
+            return Ok(last);
+        }
+        let _summing = self.summing.lock().await;
+        // Summed by the write that held the lock before this one.
+        if let Some(summed) = self.state.lock().ok().and_then(|state| *state) {
+            return Ok(summed);
+        }
+        self.sum(storage.as_ref(), prefix).await
+    }
+
+    /// Sums the sizes under `prefix` as stored, read beneath encryption at rest: the sum never
+    /// decrypts a value (nor needs a KMS plugin to answer).
+    async fn sum(
         &self,
         storage: &dyn flotilla_storage::Storage,
         prefix: &str,
     ) -> Result<SummedBytes, ApiError> {
-        if let Some(summed) = self.fresh() {
-            return Ok(summed);
-        }
-        let _summing = self.summing.lock().await;
-        // Summed by the write that held the lock before this one.
-        if let Some(summed) = self.fresh() {
-            return Ok(summed);
-        }
-        // Sizes as stored, read beneath encryption at rest: the sum never decrypts a value
-        // (nor needs a KMS plugin to answer).
         let storage = storage.untransformed();
         let mut bytes = 0i64;
         let mut start_key = None;
@@ -435,8 +453,8 @@ impl StoredBytes {
     /// upstream's quota 403 when it would grow the tenant past its limit. A write that does
     /// not grow it is never refused, nor read for.
     pub async fn charge(
-        &self,
-        storage: &dyn flotilla_storage::Storage,
+        self: &Arc<Self>,
+        storage: &Arc<dyn flotilla_storage::Storage>,
         prefix: &str,
         delta: i64,
         resource: &crate::resources::GroupResource,
@@ -601,8 +619,9 @@ mod tests {
     async fn stored_bytes_refuse_growth_past_the_limit_and_never_shrinking() {
         use flotilla_storage::Storage;
         let dir = tempfile::tempdir().expect("tempdir");
-        let storage =
-            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("open");
+        let storage: Arc<dyn Storage> = Arc::new(
+            flotilla_storage::EmbeddedStorage::open(dir.path().join("s.redb")).expect("open"),
+        );
         // More keys than a page, so the sum reads several; and one key of another tenant.
         for i in 0..(STORED_BYTES_PAGE + 10) {
             let _ = storage
@@ -621,7 +640,7 @@ mod tests {
             group: String::new(),
             resource: "configmaps".into(),
         };
-        let quota = StoredBytes::new(Some(1000));
+        let quota = Arc::new(StoredBytes::new(Some(1000)));
         assert_eq!(
             quota.current(&storage, "/registry/a/").await.expect("sum"),
             510
@@ -661,7 +680,7 @@ mod tests {
             600
         );
         // Without a limit, nothing is refused.
-        StoredBytes::new(None)
+        Arc::new(StoredBytes::new(None))
             .charge(&storage, "/registry/a/", 1 << 40, &resource, "huge")
             .await
             .expect("no quota")

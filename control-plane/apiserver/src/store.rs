@@ -592,7 +592,7 @@ impl Store {
             let charge = tenant
                 .stored_bytes
                 .charge(
-                    self.storage.as_ref(),
+                    &self.storage,
                     &tenant.key_prefix,
                     value.len() as i64,
                     &resource.group_resource(),
@@ -905,7 +905,7 @@ impl Store {
         let charge = tenant
             .stored_bytes
             .charge(
-                self.storage.as_ref(),
+                &self.storage,
                 &tenant.key_prefix,
                 value.len() as i64 - current.value.len() as i64,
                 &resource.group_resource(),

@@ -319,7 +319,8 @@ impl Placement {
         }
     }
 
-    /// Starts the parked loops of the clusters `which` picks.
+    /// Starts the parked loops of the clusters `which` picks (written to, given a cloud, or
+    /// every one when writes may have been missed).
     async fn wake(&mut self, which: impl Fn(&str) -> bool) {
         let parked: Vec<String> = self
             .running
@@ -328,7 +329,7 @@ impl Placement {
             .map(|(id, _)| id.clone())
             .collect();
         for id in parked {
-            tracing::info!(cluster = %id, replica = %self.config.identity, "control loops woken: the cluster was written to");
+            tracing::info!(cluster = %id, replica = %self.config.identity, "control loops woken");
             self.start(&id).await;
         }
     }
