@@ -365,6 +365,9 @@ pub struct Store {
     /// Every resource's watch cache: lists of `resourceVersion=0`, consistent lists and
     /// watches are served from them.
     caches: WatchCaches,
+    /// A revision the store is known to have reached (it answered with it, or a list was
+    /// served at it): a watch or list from a revision at or below it need not ask the store.
+    reached: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Store {
@@ -374,7 +377,14 @@ impl Store {
             caches: WatchCaches::new(Arc::clone(&storage)),
             storage,
             active_namespaces: Arc::default(),
+            reached: Arc::default(),
         }
+    }
+
+    /// Notes that the store has reached `revision`.
+    fn note_reached(&self, revision: Revision) {
+        self.reached
+            .fetch_max(revision, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The watch caches.
@@ -681,11 +691,14 @@ impl Store {
     /// Waits up to 3 s for the store to reach `revision` (upstream's `waitUntilFreshAndBlock`),
     /// then answers "Too large resource version" (504).
     pub(crate) async fn wait_for_revision(&self, revision: Revision) -> Result<(), ApiError> {
-        if revision == 0 {
+        // A revision this process has seen answered needs no round trip: an informer's
+        // watch from the revision its list was served at is the common case.
+        if revision <= self.reached.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(());
         }
         for _ in 0..30 {
             let current = self.storage.current_revision().await?;
+            self.note_reached(current);
             if current >= revision {
                 return Ok(());
             }
@@ -709,6 +722,7 @@ impl Store {
                 .list_from_cache(tenant, resource, &prefix, options)
                 .await?
         {
+            self.note_reached(page.revision);
             return Ok(page);
         }
         let (mut revision, mut start_key) = match &options.continue_token {

@@ -443,7 +443,12 @@ impl Informers {
         // object: dropped before caching (upstream's informers do the same transform).
         let events = watcher::watcher(
             Api::<K>::all(self.client.clone()),
-            watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS),
+            // Listed as client-go's reflector lists (`resourceVersion=0`): from the server's
+            // watch cache as it stands, not a quorum read of the store; the watch goes on
+            // from the revision the list was served at, so nothing after it is missed.
+            watcher::Config::default()
+                .timeout(WATCH_TIMEOUT_SECONDS)
+                .any_semantic(),
         )
         .modify(|object| {
             object.meta_mut().managed_fields = None;

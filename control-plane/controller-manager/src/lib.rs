@@ -59,29 +59,29 @@ pub fn idle(
     quiet: std::time::Duration,
 ) -> bool {
     use k8s_openapi::api::{autoscaling, batch, certificates, core};
+    fn none<K>(informers: &Informers) -> bool
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        informers.get::<K>().list().is_empty()
+    }
     informers.quiet_for() >= quiet
         && !informers.holds_terminating()
         && queues.all_empty()
-        && informers.get::<core::v1::Node>().list().is_empty()
-        && informers.get::<core::v1::Pod>().list().is_empty()
-        && informers.get::<batch::v1::Job>().list().is_empty()
-        && informers.get::<batch::v1::CronJob>().list().is_empty()
-        && informers
-            .get::<autoscaling::v2::HorizontalPodAutoscaler>()
-            .list()
-            .is_empty()
-        && informers
-            .get::<core::v1::PersistentVolumeClaim>()
-            .list()
-            .is_empty()
-        && informers
-            .get::<core::v1::PersistentVolume>()
-            .list()
-            .is_empty()
-        && informers
-            .get::<certificates::v1::CertificateSigningRequest>()
-            .list()
-            .is_empty()
+        && none::<core::v1::Node>(informers)
+        && none::<core::v1::Pod>(informers)
+        && none::<batch::v1::Job>(informers)
+        && none::<batch::v1::CronJob>(informers)
+        && none::<autoscaling::v2::HorizontalPodAutoscaler>(informers)
+        && none::<core::v1::PersistentVolumeClaim>(informers)
+        && none::<core::v1::PersistentVolume>(informers)
+        && none::<certificates::v1::CertificateSigningRequest>(informers)
         // The namespace controller watches on its own; its draining of a terminating
         // namespace is told by this cache's deletion count.
         && informers.get::<core::v1::Namespace>().is_ready()
