@@ -30,9 +30,9 @@ pub struct TenantLimits {
     pub max_objects: Option<usize>,
     /// Most bytes a tenant's keys may hold together (their values as stored, after
     /// encryption at rest; a write between two sums is counted by its size before it);
-    /// `None` for no quota. Creates and updates that would
-    /// grow the total past it are refused; updates that shrink and deletes never are, so a
-    /// full cluster can always make room.
+    /// `None` for no quota. Creates and updates that would grow the total past it are
+    /// refused; updates that shrink and deletes never are, so a full cluster can always make
+    /// room.
     pub max_bytes: Option<u64>,
     /// Watches a tenant may have open at once; `None` for no limit. Each holds a connection,
     /// a task and its place in the initial state it is sending.
@@ -312,7 +312,7 @@ pub struct StoredBytes {
     /// reading the whole tenant.
     summing: tokio::sync::Mutex<()>,
     /// Whether a later sum is being read in the background.
-    resumming: std::sync::atomic::AtomicBool,
+    summing_again: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -388,14 +388,14 @@ impl StoredBytes {
         let last = self.state.lock().ok().and_then(|state| *state);
         if let Some(last) = last {
             if last.summed_at.elapsed() >= STORED_BYTES_TTL
-                && !self.resumming.swap(true, Ordering::AcqRel)
+                && !self.summing_again.swap(true, Ordering::AcqRel)
             {
                 let (quota, storage, prefix) = (self.clone(), storage.clone(), prefix.to_string());
                 tokio::spawn(async move {
                     if let Err(err) = quota.sum(storage.as_ref(), &prefix).await {
                         tracing::debug!(%prefix, err = %err.message, "summing a cluster's stored bytes");
                     }
-                    quota.resumming.store(false, Ordering::Release);
+                    quota.summing_again.store(false, Ordering::Release);
                 });
             }
             return Ok(last);
