@@ -381,6 +381,26 @@ impl Store {
         }
     }
 
+    /// Admits a write that changes `tenant`'s stored size by `delta` bytes (its byte quota).
+    async fn charge<'t>(
+        &self,
+        tenant: &'t Tenant,
+        resource: &ResourceInfo,
+        name: &str,
+        delta: i64,
+    ) -> Result<crate::limits::Charge<'t>, ApiError> {
+        tenant
+            .stored_bytes
+            .charge(
+                &self.storage,
+                &tenant.key_prefix,
+                delta,
+                &resource.group_resource(),
+                name,
+            )
+            .await
+    }
+
     /// Notes that the store has reached `revision`.
     fn note_reached(&self, revision: Revision) {
         self.reached
@@ -599,15 +619,8 @@ impl Store {
             let name = meta::name(&candidate).to_string();
             let key = tenant.object_key(resource, namespace, &name);
             let value = encode(&*resource.to_stored(&candidate).await?)?;
-            let charge = tenant
-                .stored_bytes
-                .charge(
-                    &self.storage,
-                    &tenant.key_prefix,
-                    value.len() as i64,
-                    &resource.group_resource(),
-                    &name,
-                )
+            let charge = self
+                .charge(tenant, resource, &name, value.len() as i64)
                 .await?;
             match self.storage.create(&key, value).await? {
                 Outcome::Done(kv) => {
@@ -916,14 +929,12 @@ impl Store {
         current: &KeyValue,
     ) -> Result<Outcome<Value>, ApiError> {
         let value = encode(&*resource.to_stored(&obj).await?)?;
-        let charge = tenant
-            .stored_bytes
+        let charge = self
             .charge(
-                &self.storage,
-                &tenant.key_prefix,
-                value.len() as i64 - current.value.len() as i64,
-                &resource.group_resource(),
+                tenant,
+                resource,
                 meta::name(&obj),
+                value.len() as i64 - current.value.len() as i64,
             )
             .await?;
         match self

@@ -543,13 +543,7 @@ fn watch_typed<K>(
     namespaced: bool,
 ) -> BoxFuture<'static, ()>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: crate::informers::Cacheable,
 {
     let informer = informers.get::<K>();
     let source = collector.add_kind(ApiResource::erase::<K>(&()), namespaced, true);

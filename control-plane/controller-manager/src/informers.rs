@@ -15,6 +15,17 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+/// A built-in kind an [`Informers`] can cache: what its watch needs of the type.
+pub trait Cacheable:
+    kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Cacheable for K where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
 /// The caches of one cluster, created on first use.
 pub struct Informers {
     client: kube::Client,
@@ -415,16 +426,7 @@ impl Informers {
     }
 
     /// The cache of `K`, starting its watch on first use.
-    pub fn get<K>(&self) -> Informer<K>
-    where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    pub fn get<K: Cacheable>(&self) -> Informer<K> {
         let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(existing) = caches
             .get(&TypeId::of::<K>())

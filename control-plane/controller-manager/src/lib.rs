@@ -59,16 +59,7 @@ pub fn idle(
     quiet: std::time::Duration,
 ) -> bool {
     use k8s_openapi::api::{autoscaling, batch, certificates, core};
-    fn none<K>(informers: &Informers) -> bool
-    where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    fn none<K: informers::Cacheable>(informers: &Informers) -> bool {
         informers.get::<K>().list().is_empty()
     }
     informers.quiet_for() >= quiet

@@ -20,7 +20,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as WireQuantity;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch};
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use flotilla_api_machinery::quantity::Quantity;
@@ -100,13 +99,7 @@ macro_rules! with_kind {
 /// filled.
 fn in_namespace<K>(informers: &Informers, namespace: &str) -> Option<Vec<Arc<K>>>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: crate::informers::Cacheable,
 {
     let informer: Informer<K> = informers.get::<K>();
     informer
